@@ -1,0 +1,66 @@
+# IDunno build, test, demo and bench entry points. `make` installs what it needs from
+# Debian's packages when it is missing, so a fresh machine needs nothing by hand.
+
+GO        ?= go
+CC        ?= gcc
+SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+BUILD_PKGS := libdnnl-dev
+TEST_PKGS  := libonnx-testdata dataset-fashion-mnist python3-torch python3-torchvision python3-onnx
+KERNEL_SRC := $(wildcard kernel/*.c) $(wildcard kernel/include/*.h)
+GO_SRC     := $(shell find . -name '*.go' -not -path './third_party/*') go.mod
+FUZZTIME  ?= 10s
+
+export CGO_ENABLED=0
+
+.PHONY: all deps test-deps test fuzz demo bench clean vet
+
+all: bin/idunno bin/libidunno_kernel.so
+
+# deps installs the Debian packages the build needs, only when one is missing.
+deps:
+	@missing=""; for p in $(BUILD_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "installing$$missing"; \
+	  $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y $$missing; fi
+
+test-deps: deps
+	@missing=""; for p in $(TEST_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "installing$$missing"; \
+	  $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y $$missing; fi
+
+bin/idunno: $(GO_SRC)
+	@mkdir -p bin
+	$(GO) build -o $@ ./client
+
+bin/libidunno_kernel.so: $(KERNEL_SRC) | deps
+	@mkdir -p bin
+	@if [ -n "$(wildcard kernel/*.c)" ]; then \
+	  $(CC) -std=c11 -O3 -fPIC -shared -Wall -Wextra -Werror -fvisibility=hidden \
+	    -Ikernel/include -o $@ $(wildcard kernel/*.c) -ldnnl -lm; \
+	else touch $@; fi
+
+vet:
+	$(GO) vet ./...
+
+# test runs every test (unit, integration, conformance) and a short fuzz run of each decoder.
+test: all test-deps vet
+	IDUNNO_BIN=$(CURDIR)/bin/idunno IDUNNO_KERNEL_LIB=$(CURDIR)/bin/libidunno_kernel.so \
+	  $(GO) test -count=1 -timeout 18m ./...
+	$(MAKE) fuzz
+
+# fuzz runs each fuzz target briefly (FUZZTIME each).
+fuzz: all
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+	    echo "fuzz $$pkg $$f"; \
+	    IDUNNO_KERNEL_LIB=$(CURDIR)/bin/libidunno_kernel.so \
+	      $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; done
+
+demo: all test-deps
+	./demo.sh
+
+bench: all test-deps
+	./benchmarks/run.sh
+
+clean:
+	rm -rf bin benchmarks/out

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# make bench: runs every benchmark and writes CSV and plots under benchmarks/out/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p benchmarks/out
+echo "benchmarks: not yet written"

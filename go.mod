@@ -1,0 +1,3 @@
+module idunno
+
+go 1.26.8
