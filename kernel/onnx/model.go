@@ -91,6 +91,9 @@ type Graph struct {
 	Inputs       []ValueInfo // may include initializer names (older exporters)
 	Outputs      []ValueInfo
 	Initializers map[string]*Tensor
+	// Values holds the element type and exact shape of every value in the graph. It is
+	// empty in a decoded file and filled by the graph compiler (kernel/graph).
+	Values map[string]*ValueInfo
 }
 
 // Model is a decoded ModelProto.
