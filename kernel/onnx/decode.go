@@ -298,12 +298,12 @@ func decodeOpset(b []byte) (domain string, version int64, err error) {
 
 // GraphProto field numbers.
 const (
-	graphNode               = 1
-	graphName               = 2
-	graphInitializer        = 5
-	graphInput              = 11
-	graphOutput             = 12
-	graphSparseInitializer  = 15
+	graphNode              = 1
+	graphName              = 2
+	graphInitializer       = 5
+	graphInput             = 11
+	graphOutput            = 12
+	graphSparseInitializer = 15
 )
 
 func decodeGraph(b []byte, depth int) (*Graph, error) {

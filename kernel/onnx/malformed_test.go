@@ -144,12 +144,12 @@ func TestValidateErrors(t *testing.T) {
 			g := m.Graph
 			g.Nodes[0], g.Nodes[1] = g.Nodes[1], g.Nodes[0]
 		}, `node 0 "act" (LeakyRelu): input "y" is used before node 1 defines it`},
-		"cycle": {func(m *Model) { m.Graph.Nodes[0].Inputs[0] = "z" }, "topological order, or the graph has a cycle"},
-		"duplicate output": {func(m *Model) { m.Graph.Nodes[1].Outputs[0] = "y" }, `output "y" is already defined`},
-		"output shadows input": {func(m *Model) { m.Graph.Nodes[0].Outputs[0] = "x" }, `output "x" is already defined`},
+		"cycle":                     {func(m *Model) { m.Graph.Nodes[0].Inputs[0] = "z" }, "topological order, or the graph has a cycle"},
+		"duplicate output":          {func(m *Model) { m.Graph.Nodes[1].Outputs[0] = "y" }, `output "y" is already defined`},
+		"output shadows input":      {func(m *Model) { m.Graph.Nodes[0].Outputs[0] = "x" }, `output "x" is already defined`},
 		"graph output not produced": {func(m *Model) { m.Graph.Outputs[0].Name = "q" }, `graph output "q" is not produced`},
 		"no outputs":                {func(m *Model) { m.Graph.Outputs = nil }, "no outputs"},
-		"initializer short": {func(m *Model) { m.Graph.Initializers["w"].F32 = []float32{1} }, `initializer "w": shape [2 3] needs 6 elements`},
+		"initializer short":         {func(m *Model) { m.Graph.Initializers["w"].F32 = []float32{1} }, `initializer "w": shape [2 3] needs 6 elements`},
 		"initializer vs input type": {func(m *Model) {
 			m.Graph.Inputs = append(m.Graph.Inputs, ValueInfo{Name: "w", DType: Int64})
 		}, "graph input of that name is int64"},
