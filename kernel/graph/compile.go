@@ -106,6 +106,9 @@ func (c *compiler) bindInputs(src *onnx.Graph, shapes map[string][]int64, consts
 		if in.Name == "" {
 			return fmt.Errorf("graph: graph input with empty name")
 		}
+		if in.NotTensor {
+			return fmt.Errorf("graph: input %q is not a tensor", in.Name)
+		}
 		if dims, ok := shapes[in.Name]; ok {
 			if err := c.bindRuntime(in, dims); err != nil {
 				return err
@@ -157,7 +160,7 @@ func (c *compiler) bindRuntime(in onnx.ValueInfo, dims []int64) error {
 
 // matchDeclared checks given dims against the graph's declaration (-1 matches anything).
 func matchDeclared(in onnx.ValueInfo, dims []int64) error {
-	if in.Dims == nil {
+	if !in.HasShape && len(in.Dims) == 0 {
 		return nil // no declared shape
 	}
 	if len(in.Dims) != len(dims) {
@@ -616,7 +619,7 @@ func (c *compiler) build(src *onnx.Graph) (*onnx.Graph, error) {
 	}
 	for _, in := range c.runtime {
 		need[in.Name] = true
-		g.Inputs = append(g.Inputs, onnx.ValueInfo{Name: in.Name, DType: in.DType, Dims: cloneDims(in.Dims)})
+		g.Inputs = append(g.Inputs, *vinfo(in.Name, in.DType, in.Dims))
 	}
 	for _, o := range src.Outputs {
 		v, ok := c.vals[o.Name]
@@ -627,7 +630,7 @@ func (c *compiler) build(src *onnx.Graph) (*onnx.Graph, error) {
 			return nil, fmt.Errorf("graph: graph output %q is %s, graph declares %s", o.Name, dtypeName(v.DType), dtypeName(o.DType))
 		}
 		need[o.Name] = true
-		g.Outputs = append(g.Outputs, onnx.ValueInfo{Name: o.Name, DType: v.DType, Dims: cloneDims(v.Dims)})
+		g.Outputs = append(g.Outputs, *vinfo(o.Name, v.DType, v.Dims))
 	}
 	names := make([]string, 0, len(need))
 	for name := range need {
@@ -639,7 +642,7 @@ func (c *compiler) build(src *onnx.Graph) (*onnx.Graph, error) {
 		if !ok {
 			return nil, fmt.Errorf("graph: internal: value %q has no shape", name)
 		}
-		g.Values[name] = &onnx.ValueInfo{Name: name, DType: v.DType, Dims: cloneDims(v.Dims)}
+		g.Values[name] = vinfo(name, v.DType, v.Dims)
 		if t, ok := c.consts[name]; ok {
 			g.Initializers[name] = t
 		}

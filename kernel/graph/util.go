@@ -115,6 +115,11 @@ func unidirectional(a, b []int64) bool {
 	return err == nil && dimsEqual(out, a)
 }
 
+// vinfo returns a complete ValueInfo with exact dims.
+func vinfo(name string, t onnx.DataType, dims []int64) *onnx.ValueInfo {
+	return &onnx.ValueInfo{Name: name, DType: t, Dims: cloneDims(dims), DimParams: make([]string, len(dims)), HasShape: true}
+}
+
 func fmtFloat(f float32) string { return strconv.FormatFloat(float64(f), 'g', -1, 32) }
 
 func isFloatType(t onnx.DataType) bool { return t == onnx.Float }
@@ -122,7 +127,7 @@ func isFloatType(t onnx.DataType) bool { return t == onnx.Float }
 // isIntType reports the integer-like dtypes a Tensor stores widened in I64.
 func isIntType(t onnx.DataType) bool {
 	switch t {
-	case onnx.Int64, onnx.Int32, onnx.Int16, onnx.Int8, onnx.Uint8, onnx.Uint16, onnx.Uint32, onnx.Bool:
+	case onnx.Int64, onnx.Int32, onnx.Int16, onnx.Int8, onnx.Uint8, onnx.Bool:
 		return true
 	}
 	return false
