@@ -15,6 +15,13 @@ import (
 
 func lenet(t *testing.T, threads int) *Model {
 	t.Helper()
+	return lenetTB(t, threads)
+}
+
+func lenetB(b *testing.B) *Model { return lenetTB(b, 1) }
+
+func lenetTB(t testing.TB, threads int) *Model {
+	t.Helper()
 	src, err := zoo.Build("lenet5", zoo.Options{Seed: 7})
 	if err != nil {
 		t.Fatal(err)
