@@ -22,10 +22,11 @@ import (
 )
 
 func init() {
+	nodeSetup = append(nodeSetup, func(n *sched.Node) error { return n.AddScheduler() })
 	register("train", "train start|stop | train add --name N --model FILE.onnx|zoo:NAME [--input-shape C,H,W] [--classes K]",
 		"training phase: start or stop it; add a training job (validates the model, stores it in SDFS)", runTrain)
-	register("infer", "infer start|stop",
-		"inference phase: start it (jobs run) or stop it (jobs pause, nothing is lost)", runInfer)
+	register("inference", "inference start|stop",
+		"inference phase: start it (jobs run) or stop it (jobs pause, nothing is lost)", runInference)
 	register("job", "job add|result|wait|remove|list|stats ... (idunno job help)",
 		"inference jobs: add, fetch results, wait, remove, list, statistics", runJob)
 	register("top", "top [--once] [--interval D]",
@@ -108,7 +109,7 @@ func runPhase(args []string, cmd string, phase sched.Phase) error {
 	return nil
 }
 
-func runInfer(args []string) error { return runPhase(args, "infer", sched.PhaseInference) }
+func runInference(args []string) error { return runPhase(args, "inference", sched.PhaseInference) }
 
 func runTrain(args []string) error {
 	if len(args) > 0 && args[0] == "add" {
