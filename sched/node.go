@@ -12,6 +12,7 @@ import (
 
 	"idunno/fd"
 	"idunno/rpc"
+	"idunno/sdfs"
 )
 
 // Component is one subsystem a Node runs (file store, coordinator, worker, HTTP server).
@@ -35,6 +36,7 @@ type Node struct {
 	RPC    *rpc.Server // register methods before Run
 	Client *rpc.Client // shared by every subsystem
 	FD     *fd.Detector
+	SDFS   *sdfs.Store // this node's replica store; SDFS.Client() reads and writes files
 	// FDConfig is the detector's config; adjust it between NewNode and Run.
 	FDConfig fd.Config
 
@@ -70,6 +72,10 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	n.FDConfig.Secret, n.FDConfig.Introducers = secret, cfg.Introducers
 	n.FDConfig.Logf = n.Logger("fd")
 	n.registerFD()
+	if err := n.addStore(); err != nil {
+		f.Close()
+		return nil, err
+	}
 	return n, nil
 }
 

@@ -163,7 +163,7 @@ func (s *Store) Register(srv *rpc.Server) {
 		}
 		b, err := s.disk.readBlock(a.Name, a.Version, a.Index)
 		if errors.Is(err, errCorrupt) {
-			s.Logf("sdfs: %v; repairing from a replica", err)
+			s.Logf("%v; repairing from a replica", err)
 			go s.repairBlock(a.Name, a.Version, a.Index)
 		}
 		if err != nil {
@@ -217,11 +217,11 @@ func (s *Store) repairBlock(name string, v Version, idx int) bool {
 			continue
 		}
 		if err := s.disk.repairBlock(name, v, idx, b); err == nil {
-			s.Logf("sdfs: repaired block %d of %s version %s from %s", idx, name, v, p.Name)
+			s.Logf("repaired block %d of %s version %s from %s", idx, name, v, p.Name)
 			return true
 		}
 	}
-	s.Logf("sdfs: no good replica of block %d of %s version %s to repair from", idx, name, v)
+	s.Logf("no good replica of block %d of %s version %s to repair from", idx, name, v)
 	return false
 }
 
@@ -239,7 +239,7 @@ func (s *Store) Verify(ctx context.Context, pause time.Duration) VerifyReport {
 				_, err := s.disk.readBlock(m.Name, m.Version, i)
 				if errors.Is(err, errCorrupt) {
 					r.Corrupt++
-					s.Logf("sdfs: scrub: %v", err)
+					s.Logf("scrub: %v", err)
 					if s.repairBlock(m.Name, m.Version, i) {
 						r.Repaired++
 					}
