@@ -12,8 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"idunno/sdfs"
 	"idunno/sched"
+	"idunno/sdfs"
 )
 
 func init() {

@@ -12,6 +12,7 @@ import (
 
 	"idunno/fd"
 	"idunno/rpc"
+	"idunno/sched/logquery"
 	"idunno/sdfs"
 )
 
@@ -72,6 +73,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	n.FDConfig.Secret, n.FDConfig.Introducers = secret, cfg.Introducers
 	n.FDConfig.Logf = n.Logger("fd")
 	n.registerFD()
+	logquery.Register(n.RPC, f.Name(), cfg.Name)
 	if err := n.addStore(); err != nil {
 		f.Close()
 		return nil, err

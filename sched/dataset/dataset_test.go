@@ -378,7 +378,10 @@ func TestImagesFolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, want := range []struct{ name string; c int }{{"set/a.jpg", 3}, {"set/b.png", 3}, {"set/c.png", 1}, {"set/d.jpeg", 1}} {
+	for i, want := range []struct {
+		name string
+		c    int
+	}{{"set/a.jpg", 3}, {"set/b.png", 3}, {"set/c.png", 1}, {"set/d.jpeg", 1}} {
 		if got := ds.(*images).Name(i); got != want.name {
 			t.Fatalf("sample %d is %s, want %s", i, got, want.name)
 		}
