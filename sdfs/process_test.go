@@ -260,11 +260,14 @@ func TestProcessCluster(t *testing.T) {
 			}
 			want[n] = data
 		}
-		var all []string
+		var all, running []string
 		for _, nd := range pc.lc.Nodes() {
 			all = append(all, nd.Name)
+			if pc.lc.Running(nd.Name) {
+				running = append(running, nd.Name)
+			}
 		}
-		if err := pc.lc.Kill(all...); err != nil {
+		if err := pc.lc.Kill(running...); err != nil {
 			t.Fatal(err)
 		}
 		if err := pc.lc.Restart(all...); err != nil {
