@@ -46,8 +46,13 @@ func gunzipBytes(t testing.TB, b []byte) []byte {
 func TestFashionMNIST(t *testing.T) {
 	gz := readFile(t, fashionImages)
 	raw := gunzipBytes(t, gz)
-	for name, in := range map[string][]byte{"gzip": gz, "raw": raw} {
-		ds, err := OpenIDX(bytes.NewReader(in))
+	for name, open := range map[string]func() (Dataset, error){
+		"gzip":       func() (Dataset, error) { return OpenIDX(bytes.NewReader(gz)) },
+		"raw":        func() (Dataset, error) { return OpenIDX(bytes.NewReader(raw)) },
+		"bytes":      func() (Dataset, error) { return OpenBytes(raw) },
+		"gzip bytes": func() (Dataset, error) { return OpenBytes(gz) },
+	} {
+		ds, err := open()
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
