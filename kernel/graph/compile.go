@@ -2,6 +2,7 @@ package graph
 
 import (
 	"container/heap"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -359,10 +360,12 @@ func (c *compiler) visit(n *onnx.Node) error {
 	}
 	if spec.eval != nil && (allConst || spec.alwaysFold) {
 		outs, err := spec.eval(x)
-		if err != nil {
+		if err == nil {
+			return c.setConstOutputs(x, outs)
+		}
+		if !errors.Is(err, errFoldTooBig) || spec.infer == nil {
 			return err
 		}
-		return c.setConstOutputs(x, outs)
 	}
 	infos, err := spec.infer(x)
 	if err != nil {
