@@ -12,6 +12,7 @@ import (
 
 	"idunno/fd"
 	"idunno/rpc"
+	"idunno/sched/logquery"
 )
 
 // Component is one subsystem a Node runs (file store, coordinator, worker, HTTP server).
@@ -70,6 +71,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	n.FDConfig.Secret, n.FDConfig.Introducers = secret, cfg.Introducers
 	n.FDConfig.Logf = n.Logger("fd")
 	n.registerFD()
+	logquery.Register(n.RPC, f.Name(), cfg.Name)
 	return n, nil
 }
 

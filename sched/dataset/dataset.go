@@ -118,13 +118,60 @@ func Open(r io.Reader) (Dataset, error) {
 	head, _ := br.Peek(8)
 	switch {
 	case bytes.HasPrefix(head, npyMagic):
-		return openNPY(br)
+		return openNPY(stream{br})
 	case len(head) >= 4 && head[0] == 0 && head[1] == 0:
-		return openIDX(br)
+		return openIDX(stream{br})
 	case bytes.HasPrefix(head, pngMagic), bytes.HasPrefix(head, jpegMagic):
 		return nil, errors.New("dataset: a single image is not a dataset: use a folder of images (OpenImages)")
 	}
 	return nil, errors.New("dataset: unknown format (want IDX or .npy, optionally gzip-compressed)")
+}
+
+// OpenBytes is Open over a file already in memory. Uncompressed uint8 data is used in
+// place, not copied: b must not change while the dataset is in use.
+func OpenBytes(b []byte) (Dataset, error) {
+	if bytes.HasPrefix(b, gzipMagic) {
+		return Open(bytes.NewReader(b))
+	}
+	if int64(len(b)) > MaxFileBytes+64<<10 {
+		return nil, fmt.Errorf("dataset: file of %d bytes over the %d-byte limit", len(b), MaxFileBytes)
+	}
+	src := memory{bytes.NewReader(b), b}
+	switch {
+	case bytes.HasPrefix(b, npyMagic):
+		return openNPY(src)
+	case len(b) >= 4 && b[0] == 0 && b[1] == 0:
+		return openIDX(src)
+	}
+	return Open(bytes.NewReader(b))
+}
+
+// source is what the decoders read: a header through io.Reader, then the data in one piece.
+type source interface {
+	io.Reader
+	body(want int64) ([]byte, error)
+}
+
+// stream reads the data from a reader, allocating as it arrives.
+type stream struct{ io.Reader }
+
+func (s stream) body(want int64) ([]byte, error) { return readBody(s.Reader, want) }
+
+// memory hands out the rest of an in-memory file without copying.
+type memory struct {
+	*bytes.Reader
+	b []byte
+}
+
+func (m memory) body(want int64) ([]byte, error) {
+	rest := m.b[len(m.b)-m.Len():]
+	switch n := int64(len(rest)); {
+	case n < want:
+		return nil, fmt.Errorf("dataset: truncated: header declares %d data bytes, file holds %d", want, n)
+	case n > want:
+		return nil, fmt.Errorf("dataset: %d trailing bytes after the declared data", n-want)
+	}
+	return rest, nil
 }
 
 // gunzip returns a buffered reader of r's content, decompressed when r is gzip, limited to

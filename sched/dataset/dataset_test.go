@@ -46,8 +46,13 @@ func gunzipBytes(t testing.TB, b []byte) []byte {
 func TestFashionMNIST(t *testing.T) {
 	gz := readFile(t, fashionImages)
 	raw := gunzipBytes(t, gz)
-	for name, in := range map[string][]byte{"gzip": gz, "raw": raw} {
-		ds, err := OpenIDX(bytes.NewReader(in))
+	for name, open := range map[string]func() (Dataset, error){
+		"gzip":       func() (Dataset, error) { return OpenIDX(bytes.NewReader(gz)) },
+		"raw":        func() (Dataset, error) { return OpenIDX(bytes.NewReader(raw)) },
+		"bytes":      func() (Dataset, error) { return OpenBytes(raw) },
+		"gzip bytes": func() (Dataset, error) { return OpenBytes(gz) },
+	} {
+		ds, err := open()
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -378,7 +383,10 @@ func TestImagesFolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, want := range []struct{ name string; c int }{{"set/a.jpg", 3}, {"set/b.png", 3}, {"set/c.png", 1}, {"set/d.jpeg", 1}} {
+	for i, want := range []struct {
+		name string
+		c    int
+	}{{"set/a.jpg", 3}, {"set/b.png", 3}, {"set/c.png", 1}, {"set/d.jpeg", 1}} {
 		if got := ds.(*images).Name(i); got != want.name {
 			t.Fatalf("sample %d is %s, want %s", i, got, want.name)
 		}
