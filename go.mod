@@ -2,7 +2,12 @@ module idunno
 
 go 1.26.8
 
-require github.com/valyala/fasthttp v1.70.0
+require (
+	github.com/HdrHistogram/hdrhistogram-go v1.4.0
+	github.com/ebitengine/purego v0.11.3
+	github.com/valyala/fasthttp v1.70.0
+	google.golang.org/protobuf v1.36.12
+)
 
 require (
 	github.com/andybalholm/brotli v1.2.1 // indirect

@@ -49,10 +49,11 @@ const (
 	LeftVoluntarily
 	FailedDetected
 	Suspected
+	Refuted // a suspected member proved it is alive (higher incarnation)
 )
 
 func (k EventKind) String() string {
-	return [...]string{"join", "leave", "fail", "suspect"}[k]
+	return [...]string{"join", "leave", "fail", "suspect", "refute"}[k]
 }
 
 // Event is one membership change.

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+
+	"idunno/client/localcluster"
+)
+
+func init() {
+	register("cluster", "cluster up --nodes N --dir DIR [--base-port P] | down|kill|stop|cont|restart --dir DIR [NODE...]",
+		"start and control a local cluster of node processes on 127.0.0.1", runCluster)
+}
+
+func runCluster(args []string) error {
+	if len(args) == 0 {
+		return errors.New("usage: idunno cluster up|down|kill|stop|cont|restart --dir DIR ...")
+	}
+	sub := args[0]
+	fs := flag.NewFlagSet("cluster "+sub, flag.ContinueOnError)
+	dir := fs.String("dir", os.Getenv("IDUNNO_CLUSTER"), "cluster directory (default $IDUNNO_CLUSTER)")
+	nodes := fs.Int("nodes", 10, "number of nodes (up)")
+	base := fs.Int("base-port", 0, "base port of node0; node i uses base+10*i (up; 0 picks a free one)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if *dir == "" {
+		return errors.New("--dir is required")
+	}
+	if sub == "up" {
+		c, err := localcluster.Up(*dir, *nodes, *base, "")
+		if err != nil {
+			return err
+		}
+		for _, n := range c.Nodes() {
+			fmt.Printf("%s fd=%s rpc=%s http=%s pid=%d\n", n.Name, n.FDAddr, n.RPCAddr, n.HTTPAddr, n.PID)
+		}
+		fmt.Printf("cluster of %d nodes converged; use --cluster %s (or IDUNNO_CLUSTER=%s)\n", *nodes, c.Dir(), c.Dir())
+		return nil
+	}
+	c, err := localcluster.Open(*dir)
+	if err != nil {
+		return err
+	}
+	names := fs.Args()
+	switch sub {
+	case "down":
+		return c.Down()
+	case "kill":
+		return c.Kill(names...)
+	case "stop":
+		return c.Stop(names...)
+	case "cont":
+		return c.Cont(names...)
+	case "restart":
+		return c.Restart(names...)
+	}
+	return fmt.Errorf("unknown subcommand %q", sub)
+}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"text/tabwriter"
+	"time"
+)
+
+func init() {
+	register("members", "members [--json] [--cluster DIR | --at HOST:PORT]",
+		"print the membership as one node sees it", runMembers)
+	register("leave", "leave --node NAME [--cluster DIR] | --at HOST:PORT",
+		"make one node leave the cluster voluntarily", runLeave)
+}
+
+// memberJSON is one line of `idunno members --json`.
+type memberJSON struct {
+	Name        string `json:"name"`
+	Addr        string `json:"addr"`
+	Incarnation uint64 `json:"incarnation"`
+	State       string `json:"state"`
+}
+
+func runMembers(args []string) error {
+	fs := flag.NewFlagSet("members", flag.ContinueOnError)
+	t := addTargetFlags(fs)
+	asJSON := fs.Bool("json", false, "print a JSON list of {name, addr, incarnation, state}")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	r, err := t.members()
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		out := make([]memberJSON, 0, len(r.Members))
+		for _, m := range r.Members {
+			out = append(out, memberJSON{m.Name, m.Addr, m.Incarnation, m.State.String()})
+		}
+		e := json.NewEncoder(os.Stdout)
+		e.SetIndent("", "  ")
+		return e.Encode(out)
+	}
+	fmt.Printf("as seen by %s (%s)\n", r.Self.Name, r.Self.Addr)
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "NAME\tADDR\tRPC\tINCARNATION\tSTATE")
+	for _, m := range r.Members {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", m.Name, m.Addr, m.RPCAddr, m.Incarnation, m.State)
+	}
+	return w.Flush()
+}
+
+func runLeave(args []string) error {
+	fs := flag.NewFlagSet("leave", flag.ContinueOnError)
+	t := addTargetFlags(fs)
+	node := fs.String("node", "", "node to make leave (with --cluster)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	addr := t.at
+	if *node != "" {
+		r, err := t.members()
+		if err != nil {
+			return err
+		}
+		for _, m := range r.Members {
+			if m.Name == *node {
+				addr = m.RPCAddr
+			}
+		}
+		if addr == "" {
+			return fmt.Errorf("no member named %q", *node)
+		}
+	}
+	if addr == "" {
+		return fmt.Errorf("name the node with --node NAME or --at HOST:PORT")
+	}
+	cl, err := t.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return cl.CallJSON(ctx, addr, "fd.leave", struct{}{}, nil)
+}

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"idunno/sched"
+)
+
+func init() {
+	register("node", "node --config FILE | --name N --host H --base-port P --data-dir D [--introducers A,B] [--secret S] [--threads T]",
+		"run one node until SIGTERM or SIGINT (then leave the cluster)", runNode)
+}
+
+// nodeSetup lists what each subsystem adds to a node before it runs (file store,
+// coordinator, worker, HTTP server); their cmd_*.go files append to it in init.
+var nodeSetup []func(n *sched.Node) error
+
+func runNode(args []string) error {
+	fs := flag.NewFlagSet("node", flag.ContinueOnError)
+	cfgPath := fs.String("config", "", "node config JSON file (see sched.NodeConfig)")
+	var c sched.NodeConfig
+	var intro string
+	fs.StringVar(&c.Name, "name", "", "node name")
+	fs.StringVar(&c.Host, "host", "127.0.0.1", "address other nodes reach this one at")
+	fs.IntVar(&c.BasePort, "base-port", 0, "base port: UDP fd = P, TCP rpc = P+1, TCP http = P+2")
+	fs.StringVar(&c.DataDir, "data-dir", "", "data directory (log file, stored data)")
+	fs.StringVar(&intro, "introducers", "", "comma-separated fd addresses (host:port) to join through")
+	fs.StringVar(&c.Secret, "secret", "", "cluster secret (default $IDUNNO_SECRET)")
+	fs.IntVar(&c.Threads, "threads", 1, "kernel threads per model instance")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *cfgPath != "" {
+		var err error
+		if c, err = sched.LoadConfig(*cfgPath); err != nil {
+			return err
+		}
+	} else if intro != "" {
+		c.Introducers = strings.Split(intro, ",")
+	}
+	n, err := sched.NewNode(c)
+	if err != nil {
+		return err
+	}
+	for _, setup := range nodeSetup {
+		if err := setup(n); err != nil {
+			return err
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	fmt.Printf("node %s: fd %s rpc %s http %s\n", c.Name, c.FDAddr(), c.RPCAddr(), c.HTTPAddr())
+	return n.Run(ctx)
+}

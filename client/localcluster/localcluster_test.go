@@ -1,0 +1,102 @@
+package localcluster
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"idunno/fd"
+)
+
+var bin string
+
+func TestMain(m *testing.M) {
+	bin = os.Getenv("IDUNNO_BIN")
+	if bin == "" {
+		dir, err := os.MkdirTemp("", "idunno-bin")
+		if err != nil {
+			panic(err)
+		}
+		bin = filepath.Join(dir, "idunno")
+		cmd := exec.Command("go", "build", "-o", bin, "idunno/client")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			panic(string(out))
+		}
+		code := m.Run()
+		os.RemoveAll(dir)
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+func states(t *testing.T, c *Cluster, observer string) map[string]fd.State {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ms, err := c.Members(ctx, observer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]fd.State{}
+	for _, m := range ms {
+		out[m.Name] = m.State
+	}
+	return out
+}
+
+// TestUpKillRestartDown drives real processes with real signals: a 4-node cluster converges,
+// a SIGKILLed node is seen failed, a restarted one rejoins with a higher incarnation, and
+// Down leaves nothing running (a SIGSTOPped node included).
+func TestUpKillRestartDown(t *testing.T) {
+	dir := t.TempDir()
+	c, err := Up(dir, 4, 0, bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Down() })
+	if o, err := Open(dir); err != nil || o.Secret() != c.Secret() || len(o.Nodes()) != 4 {
+		t.Fatalf("Open: %v", err)
+	}
+	ctx := context.Background()
+	before, _ := c.Members(ctx, "node0")
+	if err := c.Kill("node2"); err != nil {
+		t.Fatal(err)
+	}
+	if c.Running("node2") {
+		t.Fatal("node2 still running after Kill")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for states(t, c, "node0")["node2"] != fd.Failed {
+		if time.Now().After(deadline) {
+			t.Fatalf("node2 not failed at node0: %v", states(t, c, "node0"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := c.Restart("node2"); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := c.Members(ctx, "node0")
+	if inc := func(ms []fd.Member) uint64 { return ms[2].Incarnation }; inc(after) <= inc(before) {
+		t.Fatalf("restarted node2 incarnation %d not above %d", inc(after), inc(before))
+	}
+	if err := c.Stop("node3"); err != nil {
+		t.Fatal(err)
+	}
+	nodes := c.Nodes()
+	if err := c.Down(); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if procState(n) != 0 {
+			t.Fatalf("%s still running after Down", n.Name)
+		}
+	}
+	log, _ := os.ReadFile(filepath.Join(dir, "node0", "node.log"))
+	if len(log) == 0 {
+		t.Fatal("node0 wrote no log")
+	}
+}

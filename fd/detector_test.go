@@ -1,0 +1,81 @@
+package fd
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+func memCluster(t *testing.T, net *MemNetwork, n int) []*Detector {
+	t.Helper()
+	var ds []*Detector
+	for i := 0; i < n; i++ {
+		addr := fmt.Sprintf("n%02d:1", i)
+		ep, err := net.Listen(addr, 1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := DefaultConfig()
+		cfg.Name, cfg.Addr, cfg.Secret = fmt.Sprintf("node%d", i), addr, []byte("s")
+		cfg.Introducers = []string{"n00:1", "n01:1"}
+		d, err := StartOn(cfg, ep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(d.Stop)
+		ds = append(ds, d)
+	}
+	return ds
+}
+
+func aliveCount(d *Detector) int { return len(d.Alive()) }
+
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", limit, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestDetectorMemNetworkCrashAndLeave(t *testing.T) {
+	net := NewMemNetwork(1)
+	ds := memCluster(t, net, 6)
+	waitFor(t, 5*time.Second, "convergence", func() bool {
+		for _, d := range ds {
+			if aliveCount(d) != 6 {
+				return false
+			}
+		}
+		return true
+	})
+	ch, cancel := ds[0].Subscribe(16)
+	defer cancel()
+	ds[5].Stop()
+	start := time.Now()
+	waitFor(t, 2*time.Second, "failure detected", func() bool {
+		for _, d := range ds[:5] {
+			if aliveCount(d) != 5 {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("crash detected everywhere after %v", time.Since(start))
+	ev := <-ch
+	if ev.Member.Name != "node5" {
+		t.Fatalf("event %v", ev)
+	}
+	ds[4].Leave()
+	waitFor(t, time.Second, "leave seen", func() bool {
+		for _, m := range ds[0].Members() {
+			if m.Name == "node4" {
+				return m.State == Left
+			}
+		}
+		return false
+	})
+}

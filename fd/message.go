@@ -1,0 +1,232 @@
+package fd
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// MsgKind says what a packet is for.
+type MsgKind uint8
+
+// Packet kinds.
+const (
+	MsgHeartbeat MsgKind = iota + 1 // periodic, to ring successors; carries piggybacked updates
+	MsgGossip                       // eager push of fresh updates, or a direct correction
+	MsgJoin                         // a node asking an introducer to let it in
+	MsgJoinAck                      // an introducer's answer: (part of) its membership list
+	maxKind      = MsgJoinAck
+)
+
+// Message is one decoded packet. From is the sender's own record; Updates are member
+// records being disseminated.
+type Message struct {
+	Kind    MsgKind
+	From    Member
+	Updates []Member
+}
+
+// Wire format, all integers unsigned varints:
+//
+//	packet  = magic(4) tag(8) body mac(32)
+//	body    = kind(1) member count member*
+//	member  = str(name) str(addr) str(rpc) str(http) incarnation state(1)
+//	str     = len bytes            (len <= maxString)
+//
+// tag identifies the cluster (derived from the secret), mac is HMAC-SHA256(secret, magic tag body).
+const (
+	magicLen   = 4
+	tagLen     = 8
+	macLen     = sha256.Size
+	maxString  = 255
+	maxUpdates = 1024
+	// MaxPacket bounds one packet; encoders split larger member lists.
+	MaxPacket = 1400
+)
+
+var magic = [magicLen]byte{'I', 'D', 'F', '1'}
+
+// Reasons a packet is dropped.
+var (
+	ErrMalformed    = errors.New("fd: malformed packet")
+	ErrOtherCluster = errors.New("fd: packet from another cluster")
+	ErrBadMAC       = errors.New("fd: packet failed authentication")
+)
+
+// Codec seals and opens packets for one cluster secret.
+type Codec struct {
+	secret []byte
+	tag    [tagLen]byte
+}
+
+// NewCodec returns a codec keyed by secret.
+func NewCodec(secret []byte) *Codec {
+	c := &Codec{secret: append([]byte(nil), secret...)}
+	sum := sha256.Sum256(append([]byte("idunno fd cluster tag\x00"), secret...))
+	copy(c.tag[:], sum[:])
+	return c
+}
+
+// Encode returns the sealed packet for m.
+func (c *Codec) Encode(m *Message) []byte {
+	b := make([]byte, 0, 128+64*len(m.Updates))
+	b = append(b, magic[:]...)
+	b = append(b, c.tag[:]...)
+	b = appendBody(b, m)
+	h := hmac.New(sha256.New, c.secret)
+	h.Write(b)
+	return h.Sum(b)
+}
+
+// Decode authenticates and parses a packet. Errors wrap ErrMalformed, ErrOtherCluster or ErrBadMAC.
+func (c *Codec) Decode(p []byte) (*Message, error) {
+	if len(p) < magicLen+tagLen+macLen+1 || [magicLen]byte(p[:magicLen]) != magic {
+		return nil, ErrMalformed
+	}
+	if [tagLen]byte(p[magicLen:magicLen+tagLen]) != c.tag {
+		return nil, ErrOtherCluster
+	}
+	n := len(p) - macLen
+	h := hmac.New(sha256.New, c.secret)
+	h.Write(p[:n])
+	if !hmac.Equal(h.Sum(nil), p[n:]) {
+		return nil, ErrBadMAC
+	}
+	m, err := decodeBody(p[magicLen+tagLen : n])
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	return m, nil
+}
+
+// EncodedSize is the length of m's sealed packet.
+func EncodedSize(m *Message) int {
+	n := magicLen + tagLen + macLen + 1 + memberSize(m.From) + uvarintLen(uint64(len(m.Updates)))
+	for _, u := range m.Updates {
+		n += memberSize(u)
+	}
+	return n
+}
+
+func appendBody(b []byte, m *Message) []byte {
+	b = append(b, byte(m.Kind))
+	b = appendMember(b, m.From)
+	b = binary.AppendUvarint(b, uint64(len(m.Updates)))
+	for _, u := range m.Updates {
+		b = appendMember(b, u)
+	}
+	return b
+}
+
+func appendMember(b []byte, m Member) []byte {
+	for _, s := range []string{m.Name, m.Addr, m.RPCAddr, m.HTTPAddr} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	b = binary.AppendUvarint(b, m.Incarnation)
+	return append(b, byte(m.State))
+}
+
+func memberSize(m Member) int {
+	n := 1 + uvarintLen(m.Incarnation)
+	for _, s := range []string{m.Name, m.Addr, m.RPCAddr, m.HTTPAddr} {
+		n += uvarintLen(uint64(len(s))) + len(s)
+	}
+	return n
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
+// reader decodes a body; the first error sticks.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) fail(msg string) {
+	if r.err == nil {
+		r.err = errors.New(msg)
+	}
+}
+
+func (r *reader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail("bad varint")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) byte1() byte {
+	if r.err != nil || len(r.b) == 0 {
+		r.fail("truncated")
+		return 0
+	}
+	v := r.b[0]
+	r.b = r.b[1:]
+	return v
+}
+
+func (r *reader) str() string {
+	n := r.uvarint()
+	if r.err != nil {
+		return ""
+	}
+	if n > maxString || n > uint64(len(r.b)) {
+		r.fail("bad string length")
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+func (r *reader) member() Member {
+	m := Member{Name: r.str(), Addr: r.str(), RPCAddr: r.str(), HTTPAddr: r.str(), Incarnation: r.uvarint()}
+	st := r.byte1()
+	if st > byte(Left) {
+		r.fail("bad state")
+	}
+	m.State = State(st)
+	if r.err == nil && m.Addr == "" {
+		r.fail("empty address")
+	}
+	return m
+}
+
+func decodeBody(b []byte) (*Message, error) {
+	r := &reader{b: b}
+	k := MsgKind(r.byte1())
+	if r.err == nil && (k == 0 || k > maxKind) {
+		return nil, fmt.Errorf("unknown kind %d", k)
+	}
+	m := &Message{Kind: k, From: r.member()}
+	n := r.uvarint()
+	if n > maxUpdates || n > uint64(len(r.b)) {
+		r.fail("too many updates")
+	}
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		m.Updates = append(m.Updates, r.member())
+	}
+	if r.err == nil && len(r.b) != 0 {
+		r.fail("trailing bytes")
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	return m, nil
+}

@@ -1,0 +1,136 @@
+package sched
+
+import (
+	"math"
+	"sort"
+)
+
+// JobLoad is what the fair-time controller knows about one running job.
+type JobLoad struct {
+	Name string
+	Cost float64 // measured worker-seconds per query; 0 while unknown
+	Rate float64 // measured queries per second over the last control period; 0 if unknown
+	Gain float64 // correction carried from the previous decision (0 means 1)
+}
+
+// Fair-time controller tuning.
+const (
+	gainDeadBand = 0.01 // rates within 1% of the mean leave the correction alone
+	gainExponent = 0.5  // how hard one decision corrects a rate error
+	gainStepMax  = 1.15 // at most ±15% per decision, so a noisy rate can't swing shares
+	gainMin      = 0.33
+	gainMax      = 3.0
+)
+
+// FairShares is the fair-time controller: it returns each job's share of worker time
+// (summing to 1) and the corrections to carry into the next decision.
+//
+// A job's query rate is its share of worker time divided by its cost per query, so
+// shares proportional to cost give equal rates. Measured costs already include every
+// overhead a worker pays; what they miss (workers of unequal speed, time lost to
+// stragglers) shows up as unequal measured rates, which the multiplicative gain corrects
+// a little each period. A job with no measured cost yet is assumed to cost the mean of the
+// others, so a new job starts with a fair guess instead of nothing.
+func FairShares(jobs []JobLoad) (shares, gains []float64) {
+	n := len(jobs)
+	shares, gains = make([]float64, n), make([]float64, n)
+	if n == 0 {
+		return shares, gains
+	}
+	known, sumCost := 0, 0.0
+	for _, j := range jobs {
+		if j.Cost > 0 && !math.IsInf(j.Cost, 0) {
+			known++
+			sumCost += j.Cost
+		}
+	}
+	prior := 1.0
+	if known > 0 {
+		prior = sumCost / float64(known)
+	}
+	// The rate the gains steer to: the geometric mean of the measured rates.
+	measured, logSum := 0, 0.0
+	for _, j := range jobs {
+		if j.Rate > 0 && !math.IsInf(j.Rate, 0) {
+			measured++
+			logSum += math.Log(j.Rate)
+		}
+	}
+	target := math.Exp(logSum / float64(max(measured, 1)))
+	total := 0.0
+	for i, j := range jobs {
+		g := j.Gain
+		if g <= 0 || math.IsNaN(g) {
+			g = 1
+		}
+		if measured == n && n > 1 {
+			if e := target / j.Rate; math.Abs(e-1) > gainDeadBand {
+				step := math.Pow(e, gainExponent)
+				g *= math.Min(gainStepMax, math.Max(1/gainStepMax, step))
+			}
+		}
+		g = math.Min(gainMax, math.Max(gainMin, g))
+		c := j.Cost
+		if c <= 0 || math.IsInf(c, 0) || math.IsNaN(c) {
+			c = prior
+		}
+		gains[i] = g
+		shares[i] = c * g
+		total += shares[i]
+	}
+	for i := range shares {
+		shares[i] /= total
+	}
+	return shares, gains
+}
+
+// Share is one job's weight on one worker: the fraction of that worker's time it gets.
+type Share struct {
+	Job    string  `json:"job"`
+	Weight float64 `json:"weight"`
+}
+
+// AssignWorkers turns job shares (summing to 1) into per-worker weights. Workers are filled
+// in name order, one job after another, so most workers serve one job (its model stays
+// loaded) and at most len(jobs)-1 workers split their time between two.
+func AssignWorkers(workers []string, jobs []string, shares []float64) map[string][]Share {
+	out := make(map[string][]Share, len(workers))
+	if len(workers) == 0 || len(jobs) == 0 {
+		return out
+	}
+	ws := append([]string(nil), workers...)
+	sort.Slice(ws, func(a, b int) bool { return NameLess(ws[a], ws[b]) })
+	w, room := 0, 1.0
+	for ji, job := range jobs {
+		units := shares[ji] * float64(len(ws))
+		for units > 1e-9 && w < len(ws) {
+			take := math.Min(units, room)
+			out[ws[w]] = append(out[ws[w]], Share{Job: job, Weight: take})
+			units -= take
+			room -= take
+			if room <= 1e-9 {
+				w, room = w+1, 1.0
+			}
+		}
+	}
+	return out
+}
+
+// NameLess orders node names naturally: node2 before node10.
+func NameLess(a, b string) bool {
+	if len(a) != len(b) {
+		pa, pb := prefixLen(a), prefixLen(b)
+		if a[:pa] == b[:pb] {
+			return len(a) < len(b)
+		}
+	}
+	return a < b
+}
+
+func prefixLen(s string) int {
+	i := len(s)
+	for i > 0 && s[i-1] >= '0' && s[i-1] <= '9' {
+		i--
+	}
+	return i
+}

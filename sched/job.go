@@ -1,0 +1,140 @@
+package sched
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+)
+
+// Phase is the cluster's current phase: training and inference never overlap.
+type Phase string
+
+// The phases. Idle is neither: jobs of either kind can't be added.
+const (
+	PhaseIdle      Phase = "idle"
+	PhaseTraining  Phase = "training"
+	PhaseInference Phase = "inference"
+)
+
+// Preprocess says how raw data becomes the model's input. The worker hands it to the
+// dataset package; the coordinator only stores it with the job.
+type Preprocess struct {
+	Resize  []int     `json:"resize,omitempty"`   // H,W to resize images to (0 = keep)
+	GreyRGB bool      `json:"grey_rgb,omitempty"` // replicate one grey channel to three
+	Scale   float32   `json:"scale,omitempty"`    // multiply raw values first (0 = 1/255)
+	Mean    []float32 `json:"mean,omitempty"`     // per channel, subtracted after scaling
+	Std     []float32 `json:"std,omitempty"`      // per channel, divided after the mean
+}
+
+// JobSpec is what a client asks for. Queries and TaskSize are filled in by the coordinator
+// when it accepts the job (from the dataset's length and the batch size).
+type JobSpec struct {
+	Name     string     `json:"name"`
+	Model    string     `json:"model"`  // SDFS name of the ONNX file
+	Data     string     `json:"data"`   // SDFS name of the dataset
+	Format   string     `json:"format"` // idx, npy, images ("" = guess from the name)
+	Batch    int        `json:"batch"`
+	Pre      Preprocess `json:"pre"`
+	Queries  int        `json:"queries"`   // number of queries (dataset length)
+	TaskSize int        `json:"task_size"` // queries per task, a multiple of Batch
+}
+
+// MaxTasks bounds the number of tasks of one job, and with it the journal's size.
+const MaxTasks = 100000
+
+var jobNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// ValidateRequest checks what a client can get wrong before anything is looked up.
+func (s JobSpec) ValidateRequest() error {
+	switch {
+	case !jobNameRE.MatchString(s.Name):
+		return fmt.Errorf("sched: job name %q: use 1-64 letters, digits, '.', '_' or '-'", s.Name)
+	case s.Model == "":
+		return fmt.Errorf("sched: job %s: no model given", s.Name)
+	case s.Data == "":
+		return fmt.Errorf("sched: job %s: no dataset given", s.Name)
+	case s.Batch <= 0:
+		return fmt.Errorf("sched: job %s: batch size must be at least 1 (got %d)", s.Name, s.Batch)
+	case s.Batch > 4096:
+		return fmt.Errorf("sched: job %s: batch size %d is over the limit 4096", s.Name, s.Batch)
+	}
+	return nil
+}
+
+// NumTasks is how many tasks the job splits into.
+func (s JobSpec) NumTasks() int {
+	if s.TaskSize <= 0 || s.Queries <= 0 {
+		return 0
+	}
+	return (s.Queries + s.TaskSize - 1) / s.TaskSize
+}
+
+// TaskRange is the half-open range of query ids task i covers.
+func (s JobSpec) TaskRange(i int) (from, to int) {
+	from = i * s.TaskSize
+	to = min(from+s.TaskSize, s.Queries)
+	return from, to
+}
+
+// ChooseTaskSize picks queries per task: whole batches, about target queries, and no more
+// than MaxTasks tasks. Small tasks make failures cheap and new jobs start fast; large ones
+// keep the coordinator's per-task cost negligible.
+func ChooseTaskSize(queries, batch, target int) int {
+	if batch <= 0 {
+		return 0
+	}
+	batches := max(1, target/batch)
+	for (queries+batches*batch-1)/(batches*batch) > MaxTasks {
+		batches *= 2
+	}
+	return batches * batch
+}
+
+// TaskResultName is the SDFS name of one task's result lines.
+func TaskResultName(job string, task int) string {
+	return "idunno/jobs/" + job + "/task-" + strconv.Itoa(task) + ".csv"
+}
+
+// JobResultName is the SDFS name of a job's result CSV.
+func JobResultName(job string) string { return "idunno/jobs/" + job + "/result.csv" }
+
+// ResultHeader is the first line of every job's result CSV.
+const ResultHeader = "query,top1,score\n"
+
+// Prediction is the answer to one query.
+type Prediction struct {
+	Top1  int
+	Score float32
+}
+
+// FormatResultLines renders predictions for queries from, from+1, ... as CSV lines. Floats
+// use the shortest representation that round-trips a float32, so equal results give
+// equal bytes.
+func FormatResultLines(from int, preds []Prediction) []byte {
+	b := make([]byte, 0, len(preds)*24)
+	for i, p := range preds {
+		b = strconv.AppendInt(b, int64(from+i), 10)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, int64(p.Top1), 10)
+		b = append(b, ',')
+		b = strconv.AppendFloat(b, float64(p.Score), 'g', -1, 32)
+		b = append(b, '\n')
+	}
+	return b
+}
+
+// Argmax returns the index and value of the largest of each row of a rows×cols matrix.
+func Argmax(data []float32, rows, cols int) []Prediction {
+	out := make([]Prediction, rows)
+	for r := 0; r < rows; r++ {
+		row := data[r*cols : (r+1)*cols]
+		best := 0
+		for c := 1; c < cols; c++ {
+			if row[c] > row[best] {
+				best = c
+			}
+		}
+		out[r] = Prediction{Top1: best, Score: row[best]}
+	}
+	return out
+}

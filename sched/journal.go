@@ -1,0 +1,166 @@
+package sched
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// Journal is the coordinator state's file on local disk (DATA_DIR/sched/journal). Each line
+// is "S <crc32> <snapshot JSON>" or "E <crc32> <entry JSON>"; the file starts with at most one
+// snapshot, followed by entries. A line that fails its checksum or does not apply ends the
+// journal: it is the torn tail of a write cut short by a crash, and is cut off on open.
+//
+// Writes are not fsynced: a process killed with SIGKILL loses nothing the kernel has, and the
+// journal is also replicated to the standby before an entry takes effect.
+type Journal struct {
+	path    string
+	f       *os.File
+	entries int // entries since the snapshot; Compact rewrites past CompactAfter
+}
+
+// CompactAfter is how many entries the journal holds before it is rewritten as a snapshot.
+const CompactAfter = 20000
+
+// MaxJournalLine bounds one line of the journal (a snapshot of many large jobs included).
+const MaxJournalLine = 64 << 20
+
+// OpenJournal opens (or creates) the journal under dir and returns the state it holds.
+func OpenJournal(dir string) (*Journal, *State, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("sched: journal: %w", err)
+	}
+	path := filepath.Join(dir, "journal")
+	data, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return nil, nil, fmt.Errorf("sched: journal: %w", err)
+	}
+	st, good, n, _ := DecodeJournal(data)
+	if good < len(data) {
+		if err := os.Truncate(path, int64(good)); err != nil {
+			return nil, nil, fmt.Errorf("sched: journal: cut torn tail: %w", err)
+		}
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sched: journal: %w", err)
+	}
+	return &Journal{path: path, f: f, entries: n}, st, nil
+}
+
+// DecodeJournal rebuilds the state from a journal's bytes. It returns the state, how many
+// leading bytes were good, how many entries followed the snapshot, and why decoding stopped
+// early (nil when every byte was good).
+func DecodeJournal(data []byte) (st *State, good, entries int, stop error) {
+	st = NewState()
+	for off := 0; off < len(data); {
+		nl := bytes.IndexByte(data[off:], '\n')
+		if nl < 0 {
+			return st, off, entries, fmt.Errorf("sched: journal: torn last line at byte %d", off)
+		}
+		line := data[off : off+nl]
+		kind, payload, err := splitLine(line)
+		if err != nil {
+			return st, off, entries, err
+		}
+		switch {
+		case kind == 'S' && off == 0:
+			var s State
+			if err := json.Unmarshal(payload, &s); err != nil {
+				return st, off, entries, fmt.Errorf("sched: journal: snapshot: %w", err)
+			}
+			if err := s.validate(); err != nil {
+				return st, off, entries, err
+			}
+			st = &s
+		case kind == 'E':
+			var e Entry
+			if err := json.Unmarshal(payload, &e); err != nil {
+				return st, off, entries, fmt.Errorf("sched: journal: entry: %w", err)
+			}
+			if err := st.Apply(&e); err != nil {
+				return st, off, entries, err
+			}
+			entries++
+		default:
+			return st, off, entries, fmt.Errorf("sched: journal: unexpected %q line at byte %d", kind, off)
+		}
+		off += nl + 1
+		good = off
+	}
+	return st, good, entries, nil
+}
+
+func splitLine(line []byte) (byte, []byte, error) {
+	if len(line) < 11 || line[1] != ' ' || line[10] != ' ' {
+		return 0, nil, fmt.Errorf("sched: journal: malformed line")
+	}
+	sum, err := strconv.ParseUint(string(line[2:10]), 16, 32)
+	if err != nil {
+		return 0, nil, fmt.Errorf("sched: journal: malformed checksum")
+	}
+	payload := line[11:]
+	if crc32.ChecksumIEEE(payload) != uint32(sum) {
+		return 0, nil, fmt.Errorf("sched: journal: checksum mismatch")
+	}
+	return line[0], payload, nil
+}
+
+func appendLine(b []byte, kind byte, v any) ([]byte, error) {
+	payload, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("sched: journal: encode: %w", err)
+	}
+	if len(payload) > MaxJournalLine {
+		return nil, fmt.Errorf("sched: journal: line of %d bytes over the limit", len(payload))
+	}
+	b = append(b, kind, ' ')
+	b = fmt.Appendf(b, "%08x ", crc32.ChecksumIEEE(payload))
+	b = append(b, payload...)
+	return append(b, '\n'), nil
+}
+
+// Append writes one entry.
+func (j *Journal) Append(e *Entry) error {
+	line, err := appendLine(nil, 'E', e)
+	if err != nil {
+		return err
+	}
+	if _, err := j.f.Write(line); err != nil {
+		return fmt.Errorf("sched: journal: write: %w", err)
+	}
+	j.entries++
+	return nil
+}
+
+// NeedsCompaction reports whether the journal should be rewritten as a snapshot.
+func (j *Journal) NeedsCompaction() bool { return j.entries >= CompactAfter }
+
+// Reset replaces the journal by a snapshot of st (atomically: write aside, then rename).
+func (j *Journal) Reset(st *State) error {
+	line, err := appendLine(nil, 'S', st)
+	if err != nil {
+		return err
+	}
+	tmp := j.path + ".tmp"
+	if err := os.WriteFile(tmp, line, 0o644); err != nil {
+		return fmt.Errorf("sched: journal: snapshot: %w", err)
+	}
+	if err := os.Rename(tmp, j.path); err != nil {
+		return fmt.Errorf("sched: journal: snapshot: %w", err)
+	}
+	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("sched: journal: %w", err)
+	}
+	j.f.Close()
+	j.f, j.entries = f, 0
+	return nil
+}
+
+// Close closes the file.
+func (j *Journal) Close() error { return j.f.Close() }

@@ -1,0 +1,201 @@
+package sched
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Entry kinds of the coordinator's journal.
+const (
+	EntryEpoch       = "epoch"        // a coordinator took over: Epoch, Node
+	EntryPhase       = "phase"        // Phase
+	EntryModel       = "model"        // training job: Name registered as Model (SDFS name)
+	EntryModelRemove = "model-remove" // Name
+	EntryJobAdd      = "job-add"      // Job
+	EntryJobRemove   = "job-remove"   // Name
+	EntryTaskDone    = "task-done"    // Name, Task, Node (the worker)
+	EntryJobComplete = "job-complete" // Name: the result CSV is in SDFS
+)
+
+// Entry is one state change of the coordinator. Entries are applied in Seq order; the
+// coordinator replicates each to the standby and writes it to disk before it takes effect.
+type Entry struct {
+	Seq   uint64   `json:"seq"`
+	Epoch uint64   `json:"epoch"`
+	Kind  string   `json:"kind"`
+	Time  int64    `json:"time"` // unix nanoseconds, the coordinator's clock
+	Node  string   `json:"node,omitempty"`
+	Name  string   `json:"name,omitempty"`
+	Task  int      `json:"task,omitempty"`
+	Phase Phase    `json:"phase,omitempty"`
+	Model string   `json:"model,omitempty"`
+	Job   *JobSpec `json:"job,omitempty"`
+}
+
+// JobState is a job as the journal knows it: its spec and which tasks are committed.
+type JobState struct {
+	Spec     JobSpec `json:"spec"`
+	Done     []byte  `json:"done"` // bitmap over tasks
+	NDone    int     `json:"ndone"`
+	Added    int64   `json:"added"`
+	Complete bool    `json:"complete"`
+	Finished int64   `json:"finished,omitempty"`
+}
+
+// IsDone reports whether task i is committed.
+func (j *JobState) IsDone(i int) bool { return j.Done[i/8]&(1<<(i%8)) != 0 }
+
+// State is the coordinator's durable state: everything the journal rebuilds.
+// It is owned by whoever holds it (the Coordinator guards it with its mutex).
+type State struct {
+	Seq         uint64               `json:"seq"`
+	Epoch       uint64               `json:"epoch"`
+	Coordinator string               `json:"coordinator"`
+	Phase       Phase                `json:"phase"`
+	Models      map[string]string    `json:"models"` // trained model name -> SDFS name
+	Jobs        map[string]*JobState `json:"jobs"`
+	Order       []string             `json:"order"` // job names in the order they were added
+}
+
+// NewState is the state of a cluster that never had a coordinator.
+func NewState() *State {
+	return &State{Phase: PhaseIdle, Models: map[string]string{}, Jobs: map[string]*JobState{}}
+}
+
+// Clone returns a deep copy (for snapshots sent to a standby).
+func (s *State) Clone() *State {
+	c := *s
+	c.Models = make(map[string]string, len(s.Models))
+	for k, v := range s.Models {
+		c.Models[k] = v
+	}
+	c.Jobs = make(map[string]*JobState, len(s.Jobs))
+	for k, j := range s.Jobs {
+		jj := *j
+		jj.Done = slices.Clone(j.Done)
+		c.Jobs[k] = &jj
+	}
+	c.Order = slices.Clone(s.Order)
+	return &c
+}
+
+// Check reports whether e can be applied next, without changing anything. The coordinator
+// checks before it replicates, so an entry that would fail is never written anywhere.
+func (s *State) Check(e *Entry) error {
+	if e.Seq != s.Seq+1 {
+		return fmt.Errorf("sched: journal: entry %d out of order (state at %d)", e.Seq, s.Seq)
+	}
+	if e.Epoch < s.Epoch || (e.Kind == EntryEpoch && e.Epoch == s.Epoch && s.Epoch != 0) {
+		return fmt.Errorf("sched: journal: entry of epoch %d fenced by epoch %d", e.Epoch, s.Epoch)
+	}
+	if e.Kind != EntryEpoch && e.Epoch != s.Epoch {
+		return fmt.Errorf("sched: journal: %s entry of epoch %d without its epoch entry", e.Kind, e.Epoch)
+	}
+	switch e.Kind {
+	case EntryEpoch:
+		if e.Node == "" {
+			return fmt.Errorf("sched: journal: epoch entry without a node")
+		}
+	case EntryPhase:
+		if e.Phase != PhaseIdle && e.Phase != PhaseTraining && e.Phase != PhaseInference {
+			return fmt.Errorf("sched: journal: unknown phase %q", e.Phase)
+		}
+	case EntryModel:
+		if e.Name == "" || e.Model == "" {
+			return fmt.Errorf("sched: journal: model entry without name or file")
+		}
+	case EntryModelRemove:
+		if _, ok := s.Models[e.Name]; !ok {
+			return fmt.Errorf("sched: no trained model %q", e.Name)
+		}
+	case EntryJobAdd:
+		if e.Job == nil {
+			return fmt.Errorf("sched: journal: job-add without a job")
+		}
+		if err := e.Job.ValidateRequest(); err != nil {
+			return err
+		}
+		if _, dup := s.Jobs[e.Job.Name]; dup {
+			return fmt.Errorf("sched: job name %q is already in use", e.Job.Name)
+		}
+		if n := e.Job.NumTasks(); n <= 0 || n > MaxTasks || e.Job.TaskSize%e.Job.Batch != 0 {
+			return fmt.Errorf("sched: journal: job %s has a bad task split (%d queries, %d per task)",
+				e.Job.Name, e.Job.Queries, e.Job.TaskSize)
+		}
+	case EntryJobRemove, EntryJobComplete:
+		if _, ok := s.Jobs[e.Name]; !ok {
+			return fmt.Errorf("sched: no job %q", e.Name)
+		}
+	case EntryTaskDone:
+		j, ok := s.Jobs[e.Name]
+		if !ok {
+			return fmt.Errorf("sched: no job %q", e.Name)
+		}
+		if e.Task < 0 || e.Task >= j.Spec.NumTasks() {
+			return fmt.Errorf("sched: job %s has no task %d", e.Name, e.Task)
+		}
+		if j.IsDone(e.Task) {
+			return fmt.Errorf("sched: job %s task %d is already done", e.Name, e.Task)
+		}
+	default:
+		return fmt.Errorf("sched: journal: unknown entry kind %q", e.Kind)
+	}
+	return nil
+}
+
+// Apply checks e and applies it.
+func (s *State) Apply(e *Entry) error {
+	if err := s.Check(e); err != nil {
+		return err
+	}
+	s.Seq = e.Seq
+	switch e.Kind {
+	case EntryEpoch:
+		s.Epoch, s.Coordinator = e.Epoch, e.Node
+	case EntryPhase:
+		s.Phase = e.Phase
+	case EntryModel:
+		s.Models[e.Name] = e.Model
+	case EntryModelRemove:
+		delete(s.Models, e.Name)
+	case EntryJobAdd:
+		spec := *e.Job
+		s.Jobs[spec.Name] = &JobState{Spec: spec, Done: make([]byte, (spec.NumTasks()+7)/8), Added: e.Time}
+		s.Order = append(s.Order, spec.Name)
+	case EntryJobRemove:
+		delete(s.Jobs, e.Name)
+		s.Order = slices.DeleteFunc(s.Order, func(n string) bool { return n == e.Name })
+	case EntryTaskDone:
+		j := s.Jobs[e.Name]
+		j.Done[e.Task/8] |= 1 << (e.Task % 8)
+		j.NDone++
+	case EntryJobComplete:
+		j := s.Jobs[e.Name]
+		j.Complete, j.Finished = true, e.Time
+	}
+	return nil
+}
+
+// validate checks a decoded snapshot's internal consistency (it came from disk or the network).
+func (s *State) validate() error {
+	if s.Models == nil {
+		s.Models = map[string]string{}
+	}
+	if s.Jobs == nil {
+		s.Jobs = map[string]*JobState{}
+	}
+	if len(s.Order) != len(s.Jobs) {
+		return fmt.Errorf("sched: snapshot: %d jobs but %d in order", len(s.Jobs), len(s.Order))
+	}
+	for _, n := range s.Order {
+		j, ok := s.Jobs[n]
+		if !ok || j == nil || j.Spec.Name != n {
+			return fmt.Errorf("sched: snapshot: job %q inconsistent", n)
+		}
+		nt := j.Spec.NumTasks()
+		if nt <= 0 || nt > MaxTasks || j.Spec.Batch <= 0 || len(j.Done) != (nt+7)/8 || j.NDone < 0 || j.NDone > nt {
+			return fmt.Errorf("sched: snapshot: job %q has a bad task table", n)
+		}
+	}
+	return nil
+}

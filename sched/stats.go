@@ -1,0 +1,130 @@
+package sched
+
+import (
+	"math"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// TaskReport is what a worker says about one task it finished.
+type TaskReport struct {
+	Job       string  `json:"job"`
+	Task      int     `json:"task"`
+	Worker    string  `json:"worker"`
+	Queries   int     `json:"queries"`
+	BusyNanos int64   `json:"busy_ns"`  // worker time the task took, read to write
+	BatchUS   []int64 `json:"batch_us"` // latency of each batch, preprocessing and kernel
+	Epoch      uint64  `json:"epoch"`    // the epoch that leased it
+	StartNanos int64   `json:"start_ns"` // when the worker started it, unix nanoseconds
+}
+
+// rateWindow is the window of stats' query rate.
+const rateWindow = 10 * time.Second
+
+// JobStats measures one job for the stats command and the fair-time controller.
+// The Coordinator's mutex guards it.
+type JobStats struct {
+	hist      *hdrhistogram.Histogram // per-query latency in microseconds
+	events    []rateEvent             // completions within rateWindow, oldest first
+	cost      float64                 // EWMA worker-seconds per query
+	gain      float64                 // fair-time correction carried between decisions
+	firstDone time.Time
+}
+
+type rateEvent struct {
+	at time.Time
+	n  int
+}
+
+const maxRateEvents = 1 << 14
+
+// NewJobStats returns empty stats.
+func NewJobStats() *JobStats {
+	return &JobStats{hist: hdrhistogram.New(1, 3600_000_000, 3)}
+}
+
+// Record adds a finished task.
+func (s *JobStats) Record(r TaskReport, batch int, now time.Time) {
+	for _, us := range r.BatchUS {
+		s.hist.RecordValues(max(us, 1), int64(batch))
+	}
+	if s.firstDone.IsZero() {
+		s.firstDone = now
+	}
+	if len(s.events) >= maxRateEvents {
+		s.events = s.events[1:]
+	}
+	s.events = append(s.events, rateEvent{now, r.Queries})
+	if r.Queries > 0 && r.BusyNanos > 0 {
+		c := float64(r.BusyNanos) / 1e9 / float64(r.Queries)
+		if s.cost == 0 {
+			s.cost = c
+		} else {
+			s.cost = 0.7*s.cost + 0.3*c
+		}
+	}
+}
+
+// Rate is queries per second over the last window (or since the first completion, if
+// that is more recent, so a young job's rate is not understated).
+func (s *JobStats) Rate(now time.Time, window time.Duration) float64 {
+	cut := now.Add(-window)
+	n := 0
+	for i := len(s.events) - 1; i >= 0 && s.events[i].at.After(cut); i-- {
+		n += s.events[i].n
+	}
+	span := window
+	if !s.firstDone.IsZero() && now.Sub(s.firstDone) < window {
+		span = max(now.Sub(s.firstDone), time.Second)
+	}
+	for len(s.events) > 0 && now.Sub(s.events[0].at) > rateWindow {
+		s.events = s.events[1:]
+	}
+	return float64(n) / span.Seconds()
+}
+
+// Latency is the latency summary in the stats JSON.
+type Latency struct {
+	Mean   float64 `json:"mean"`
+	Stddev float64 `json:"stddev"`
+	P50    float64 `json:"p50"`
+	P90    float64 `json:"p90"`
+	P95    float64 `json:"p95"`
+	P99    float64 `json:"p99"`
+}
+
+// Latency returns the job's per-query latency in milliseconds.
+func (s *JobStats) Latency() Latency {
+	ms := func(us float64) float64 { return math.Round(us) / 1000 }
+	q := func(p float64) float64 { return ms(float64(s.hist.ValueAtQuantile(p))) }
+	return Latency{Mean: ms(s.hist.Mean()), Stddev: ms(s.hist.StdDev()),
+		P50: q(50), P90: q(90), P95: q(95), P99: q(99)}
+}
+
+// WorkerShare is one worker serving a job, in the stats JSON.
+type WorkerShare struct {
+	Name  string  `json:"name"`
+	Share float64 `json:"share"`
+}
+
+// JobStatsReport is `idunno job stats --json`: exactly these keys.
+type JobStatsReport struct {
+	Job       string        `json:"job"`
+	Done      int           `json:"done"`
+	Total     int           `json:"total"`
+	Rate10s   float64       `json:"rate_10s"`
+	LatencyMS Latency       `json:"latency_ms"`
+	Workers   []WorkerShare `json:"workers"`
+}
+
+// doneQueries counts the queries of committed tasks.
+func doneQueries(j *JobState) int {
+	n := j.NDone * j.Spec.TaskSize
+	last := j.Spec.NumTasks() - 1
+	if last >= 0 && j.IsDone(last) {
+		f, t := j.Spec.TaskRange(last)
+		n -= j.Spec.TaskSize - (t - f)
+	}
+	return n
+}

@@ -1,0 +1,202 @@
+package sched
+
+import (
+	"slices"
+	"sort"
+	"time"
+)
+
+// Lease is a task handed to a worker and not yet reported done.
+type Lease struct {
+	Job    string    `json:"job"`
+	Task   int       `json:"task"`
+	Worker string    `json:"worker"`
+	Since  time.Time `json:"since"`
+}
+
+// TaskTable tracks which tasks of each job are leased to which worker. It is soft state:
+// the journal holds which tasks are done, and a new coordinator rebuilds leases from what
+// workers say they hold. Not safe for concurrent use (the Coordinator's mutex guards it).
+type TaskTable struct {
+	jobs     map[string]*taskQueue
+	byWorker map[string]map[taskKey]time.Time
+}
+
+type taskKey struct {
+	job  string
+	task int
+}
+
+type taskQueue struct {
+	js     *JobState
+	next   int   // tasks below next were leased at least once (or are done)
+	retry  []int // tasks given back by failed workers, ascending
+	leased map[int]string
+}
+
+// NewTaskTable returns an empty table.
+func NewTaskTable() *TaskTable {
+	return &TaskTable{jobs: map[string]*taskQueue{}, byWorker: map[string]map[taskKey]time.Time{}}
+}
+
+// AddJob starts tracking a job; its done tasks are read from js as they change.
+func (t *TaskTable) AddJob(js *JobState) {
+	t.jobs[js.Spec.Name] = &taskQueue{js: js, leased: map[int]string{}}
+}
+
+// RemoveJob forgets a job and its leases.
+func (t *TaskTable) RemoveJob(job string) {
+	q := t.jobs[job]
+	if q == nil {
+		return
+	}
+	for task, w := range q.leased {
+		delete(t.byWorker[w], taskKey{job, task})
+	}
+	delete(t.jobs, job)
+}
+
+// HasPending reports whether the job has a task that is neither done nor leased.
+func (t *TaskTable) HasPending(job string) bool {
+	q := t.jobs[job]
+	if q == nil {
+		return false
+	}
+	q.trimRetry()
+	if len(q.retry) > 0 {
+		return true
+	}
+	q.skip()
+	return q.next < q.js.Spec.NumTasks()
+}
+
+func (q *taskQueue) skip() {
+	n := q.js.Spec.NumTasks()
+	for q.next < n {
+		if _, l := q.leased[q.next]; !l && !q.js.IsDone(q.next) {
+			return
+		}
+		q.next++
+	}
+}
+
+func (q *taskQueue) trimRetry() {
+	q.retry = slices.DeleteFunc(q.retry, func(i int) bool {
+		_, l := q.leased[i]
+		return l || q.js.IsDone(i)
+	})
+}
+
+// Lease hands the job's next pending task to worker: first tasks given back by failed
+// workers, then the lowest never-leased task.
+func (t *TaskTable) Lease(job, worker string, now time.Time) (int, bool) {
+	if !t.HasPending(job) {
+		return 0, false
+	}
+	q := t.jobs[job]
+	var task int
+	if len(q.retry) > 0 {
+		task, q.retry = q.retry[0], q.retry[1:]
+	} else {
+		task = q.next
+		q.next++
+	}
+	t.hold(q, job, task, worker, now)
+	return task, true
+}
+
+func (t *TaskTable) hold(q *taskQueue, job string, task int, worker string, now time.Time) {
+	q.leased[task] = worker
+	m := t.byWorker[worker]
+	if m == nil {
+		m = map[taskKey]time.Time{}
+		t.byWorker[worker] = m
+	}
+	m[taskKey{job, task}] = now
+}
+
+// Adopt records that worker holds a task (a worker tells a new coordinator what it is
+// running). It returns false when the task is done, unknown or held by another worker.
+func (t *TaskTable) Adopt(job string, task int, worker string, now time.Time) bool {
+	q := t.jobs[job]
+	if q == nil || task < 0 || task >= q.js.Spec.NumTasks() || q.js.IsDone(task) {
+		return false
+	}
+	if w, ok := q.leased[task]; ok {
+		return w == worker
+	}
+	t.hold(q, job, task, worker, now)
+	return true
+}
+
+// Complete drops the lease of a finished task and returns who held it ("" if nobody).
+func (t *TaskTable) Complete(job string, task int) string {
+	q := t.jobs[job]
+	if q == nil {
+		return ""
+	}
+	w, ok := q.leased[task]
+	if !ok {
+		return ""
+	}
+	delete(q.leased, task)
+	delete(t.byWorker[w], taskKey{job, task})
+	return w
+}
+
+// ExpireWorker takes back every task leased to worker (it failed) and returns them.
+func (t *TaskTable) ExpireWorker(worker string) []Lease {
+	var out []Lease
+	for k, since := range t.byWorker[worker] {
+		q := t.jobs[k.job]
+		delete(q.leased, k.task)
+		if !q.js.IsDone(k.task) {
+			q.retry = append(q.retry, k.task)
+			sort.Ints(q.retry)
+		}
+		out = append(out, Lease{Job: k.job, Task: k.task, Worker: worker, Since: since})
+	}
+	delete(t.byWorker, worker)
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Job != out[j].Job {
+			return out[i].Job < out[j].Job
+		}
+		return out[i].Task < out[j].Task
+	})
+	return out
+}
+
+// Held returns how many tasks worker holds.
+func (t *TaskTable) Held(worker string) int { return len(t.byWorker[worker]) }
+
+// Workers returns the names of workers holding at least one task.
+func (t *TaskTable) Workers() []string {
+	var ws []string
+	for w, m := range t.byWorker {
+		if len(m) > 0 {
+			ws = append(ws, w)
+		}
+	}
+	sort.Strings(ws)
+	return ws
+}
+
+// Reconcile gives back the tasks leased to worker that it no longer holds (it gave up on
+// them) and did not just report done. held and done name what the worker still has.
+func (t *TaskTable) Reconcile(worker string, keep map[TaskRef]bool) []Lease {
+	var out []Lease
+	for k, since := range t.byWorker[worker] {
+		if keep[TaskRef{k.job, k.task}] {
+			continue
+		}
+		q := t.jobs[k.job]
+		delete(q.leased, k.task)
+		delete(t.byWorker[worker], k)
+		if !q.js.IsDone(k.task) {
+			q.retry = append(q.retry, k.task)
+			sort.Ints(q.retry)
+		}
+		out = append(out, Lease{Job: k.job, Task: k.task, Worker: worker, Since: since})
+	}
+	return out
+}
