@@ -1,0 +1,61 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"idunno/kernel/onnx"
+	"idunno/kernel/zoo"
+)
+
+func init() {
+	register("zoo", "zoo NAME --out FILE.onnx [--input-shape C,H,W] [--classes K] [--seed S]",
+		"write a standard network ("+strings.Join(zoo.Names(), ", ")+") as ONNX with seeded weights", runZoo)
+}
+
+func runZoo(args []string) error {
+	fs := flag.NewFlagSet("zoo", flag.ContinueOnError)
+	out := fs.String("out", "", "ONNX file to write")
+	shape := fs.String("input-shape", "", "input C,H,W (default: the architecture's)")
+	classes := fs.Int64("classes", 0, "number of output classes (default: the architecture's)")
+	seed := fs.Uint64("seed", 1, "seed of the weights")
+	// Accept the model name before or after the flags.
+	var name string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if name == "" && fs.NArg() > 0 {
+		name = fs.Arg(0)
+	} else if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %v", fs.Args())
+	}
+	if name == "" || *out == "" {
+		return fmt.Errorf("usage: idunno zoo NAME --out FILE.onnx (models: %s)", strings.Join(zoo.Names(), ", "))
+	}
+	opt := zoo.Options{Classes: *classes, Seed: *seed}
+	if *shape != "" {
+		for _, f := range strings.Split(*shape, ",") {
+			d, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+			if err != nil {
+				return fmt.Errorf("zoo: --input-shape %q: want C,H,W", *shape)
+			}
+			opt.InputShape = append(opt.InputShape, d)
+		}
+	}
+	m, err := zoo.Build(name, opt)
+	if err != nil {
+		return err
+	}
+	if err := onnx.WriteFile(*out, m); err != nil {
+		return err
+	}
+	in := m.Graph.Inputs[0].Dims
+	fmt.Printf("wrote %s: %s, input (N,%d,%d,%d), %d classes, %d parameters\n",
+		*out, name, in[1], in[2], in[3], m.Graph.Outputs[0].Dims[1], zoo.ParamCount(m))
+	return nil
+}

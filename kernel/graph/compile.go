@@ -1,0 +1,654 @@
+package graph
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"sort"
+
+	"idunno/kernel/onnx"
+)
+
+// Opset range the compiler accepts for the default domain.
+const (
+	MinOpset = 7
+	MaxOpset = 17
+)
+
+// compiler holds one compilation; it is used by one goroutine.
+type compiler struct {
+	opset     int64
+	nodes     []*onnx.Node               // kept nodes, topological order
+	consts    map[string]*onnx.Tensor    // every constant value by name
+	vals      map[string]*onnx.ValueInfo // dtype and dims of every value
+	outputs   map[string]bool            // graph output names
+	alias     map[string]string          // removed value -> value that replaces it
+	names     map[string]bool            // every name seen, for fresh names
+	runtime   []onnx.ValueInfo           // run-time graph inputs in model order
+	deferred  []*onnx.Node               // Identity nodes whose output is a graph output
+	usedNames map[string]bool            // every name some source node reads
+}
+
+// Compile returns a graph ready for the kernel, for these exact input shapes.
+func Compile(m *onnx.Model, shapes map[string][]int64, consts map[string]*onnx.Tensor) (*onnx.Graph, error) {
+	if m == nil || m.Graph == nil {
+		return nil, fmt.Errorf("graph: no model graph")
+	}
+	if m.Opset < MinOpset || m.Opset > MaxOpset {
+		return nil, fmt.Errorf("graph: opset %d not supported (want %d to %d)", m.Opset, MinOpset, MaxOpset)
+	}
+	c := &compiler{
+		opset:   m.Opset,
+		consts:  map[string]*onnx.Tensor{},
+		vals:    map[string]*onnx.ValueInfo{},
+		outputs: map[string]bool{},
+		alias:   map[string]string{},
+		names:   map[string]bool{},
+	}
+	src := m.Graph
+	if err := c.bindInputs(src, shapes, consts); err != nil {
+		return nil, err
+	}
+	nodes, err := c.sortNodes(src)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range src.Outputs {
+		if o.Name == "" {
+			return nil, fmt.Errorf("graph: graph output with empty name")
+		}
+		c.outputs[o.Name] = true
+	}
+	for _, n := range nodes {
+		if err := c.visit(n); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.finishIdentities(); err != nil {
+		return nil, err
+	}
+	c.pruneDead()
+	if err := c.foldBatchNorm(); err != nil {
+		return nil, err
+	}
+	c.fusePostOps()
+	c.pruneDead()
+	return c.build(src)
+}
+
+// bindInputs records the run-time inputs and every constant.
+func (c *compiler) bindInputs(src *onnx.Graph, shapes map[string][]int64, consts map[string]*onnx.Tensor) error {
+	declared := map[string]bool{}
+	for _, in := range src.Inputs {
+		declared[in.Name] = true
+	}
+	for name := range shapes {
+		if !declared[name] {
+			return fmt.Errorf("graph: shape given for %q, which is not a graph input", name)
+		}
+	}
+	for name := range consts {
+		if !declared[name] {
+			return fmt.Errorf("graph: value given for %q, which is not a graph input", name)
+		}
+		if _, ok := shapes[name]; ok {
+			return fmt.Errorf("graph: input %q given both a shape and a value", name)
+		}
+	}
+	for name, t := range src.Initializers {
+		if _, ok := shapes[name]; ok {
+			continue // a run-time input overrides its default
+		}
+		if err := c.addConst(name, t); err != nil {
+			return fmt.Errorf("graph: initializer %q: %w", name, err)
+		}
+	}
+	for _, in := range src.Inputs {
+		if in.Name == "" {
+			return fmt.Errorf("graph: graph input with empty name")
+		}
+		if in.NotTensor {
+			return fmt.Errorf("graph: input %q is not a tensor", in.Name)
+		}
+		if dims, ok := shapes[in.Name]; ok {
+			if err := c.bindRuntime(in, dims); err != nil {
+				return err
+			}
+			continue
+		}
+		if t, ok := consts[in.Name]; ok {
+			if t == nil {
+				return fmt.Errorf("graph: input %q: nil value", in.Name)
+			}
+			if in.DType != onnx.Undefined && t.DType != in.DType {
+				return fmt.Errorf("graph: input %q: value is %s, graph declares %s", in.Name, dtypeName(t.DType), dtypeName(in.DType))
+			}
+			if err := matchDeclared(in, t.Dims); err != nil {
+				return err
+			}
+			if err := c.addConst(in.Name, t); err != nil {
+				return fmt.Errorf("graph: input %q: %w", in.Name, err)
+			}
+			continue
+		}
+		if _, ok := c.consts[in.Name]; ok {
+			continue
+		}
+		return fmt.Errorf("graph: input %q (%s %v): no shape or value given", in.Name, dtypeName(in.DType), in.Dims)
+	}
+	return nil
+}
+
+func (c *compiler) bindRuntime(in onnx.ValueInfo, dims []int64) error {
+	if in.DType != onnx.Float {
+		return fmt.Errorf("graph: input %q is %s; run-time inputs must be float32 (pass its value as a constant)", in.Name, dtypeName(in.DType))
+	}
+	if err := checkDims(dims); err != nil {
+		return fmt.Errorf("graph: input %q: %w", in.Name, err)
+	}
+	if err := matchDeclared(in, dims); err != nil {
+		return err
+	}
+	if c.names[in.Name] {
+		return fmt.Errorf("graph: input %q declared twice", in.Name)
+	}
+	vi := onnx.ValueInfo{Name: in.Name, DType: onnx.Float, Dims: cloneDims(dims)}
+	c.runtime = append(c.runtime, vi)
+	c.vals[in.Name] = &onnx.ValueInfo{Name: in.Name, DType: onnx.Float, Dims: cloneDims(dims)}
+	c.names[in.Name] = true
+	return nil
+}
+
+// matchDeclared checks given dims against the graph's declaration (-1 matches anything).
+func matchDeclared(in onnx.ValueInfo, dims []int64) error {
+	if !in.HasShape && len(in.Dims) == 0 {
+		return nil // no declared shape
+	}
+	if len(in.Dims) != len(dims) {
+		return fmt.Errorf("graph: input %q: given dims %v, graph declares %v", in.Name, dims, in.Dims)
+	}
+	for i, d := range in.Dims {
+		if d >= 0 && d != dims[i] {
+			return fmt.Errorf("graph: input %q: given dims %v, graph declares %v", in.Name, dims, in.Dims)
+		}
+	}
+	return nil
+}
+
+func (c *compiler) addConst(name string, t *onnx.Tensor) error {
+	if t == nil {
+		return fmt.Errorf("nil tensor")
+	}
+	if _, err := tensorLen(t); err != nil {
+		return err
+	}
+	c.consts[name] = t
+	c.vals[name] = &onnx.ValueInfo{Name: name, DType: t.DType, Dims: cloneDims(t.Dims)}
+	c.names[name] = true
+	return nil
+}
+
+// nodeHeap orders ready nodes by their position in the file, so the sort is stable.
+type nodeHeap []int
+
+func (h nodeHeap) Len() int           { return len(h) }
+func (h nodeHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h nodeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *nodeHeap) Push(x any)        { *h = append(*h, x.(int)) }
+func (h *nodeHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// sortNodes clones the nodes and orders them topologically (stable in file order),
+// rejecting dangling names, values produced twice and cycles.
+func (c *compiler) sortNodes(src *onnx.Graph) ([]*onnx.Node, error) {
+	nodes := make([]*onnx.Node, len(src.Nodes))
+	producer := map[string]int{}
+	for i, sn := range src.Nodes {
+		if sn == nil {
+			return nil, fmt.Errorf("graph: node %d is nil", i)
+		}
+		n := cloneNode(sn)
+		if n.Name == "" {
+			n.Name = fmt.Sprintf("#%d", i)
+		}
+		if n.Domain != "" && n.Domain != "ai.onnx" {
+			return nil, fmt.Errorf("graph: node %s (%s): domain %q not supported", n.Name, n.OpType, n.Domain)
+		}
+		for _, o := range n.Outputs {
+			if o == "" {
+				continue
+			}
+			if _, dup := producer[o]; dup || c.names[o] {
+				return nil, fmt.Errorf("graph: node %s (%s): value %q is defined more than once", n.Name, n.OpType, o)
+			}
+			producer[o] = i
+		}
+		nodes[i] = n
+	}
+	for o := range producer {
+		c.names[o] = true
+	}
+	c.usedNames = map[string]bool{}
+	for _, n := range nodes {
+		for _, in := range n.Inputs {
+			c.usedNames[in] = true
+		}
+	}
+	indeg := make([]int, len(nodes))
+	users := make([][]int, len(nodes))
+	for i, n := range nodes {
+		seen := map[int]bool{}
+		for _, in := range n.Inputs {
+			if in == "" {
+				continue
+			}
+			p, ok := producer[in]
+			if !ok {
+				if _, ok := c.vals[in]; !ok {
+					return nil, fmt.Errorf("graph: node %s (%s): input %q is not defined", n.Name, n.OpType, in)
+				}
+				continue
+			}
+			if !seen[p] {
+				seen[p] = true
+				indeg[i]++
+				users[p] = append(users[p], i)
+			}
+		}
+	}
+	h := &nodeHeap{}
+	for i := range nodes {
+		if indeg[i] == 0 {
+			*h = append(*h, i)
+		}
+	}
+	heap.Init(h)
+	out := make([]*onnx.Node, 0, len(nodes))
+	for h.Len() > 0 {
+		i := heap.Pop(h).(int)
+		out = append(out, nodes[i])
+		for _, u := range users[i] {
+			indeg[u]--
+			if indeg[u] == 0 {
+				heap.Push(h, u)
+			}
+		}
+	}
+	if len(out) != len(nodes) {
+		for i, d := range indeg {
+			if d > 0 {
+				return nil, fmt.Errorf("graph: node %s (%s) is on a cycle or depends on one", nodes[i].Name, nodes[i].OpType)
+			}
+		}
+	}
+	return out, nil
+}
+
+func cloneNode(sn *onnx.Node) *onnx.Node {
+	n := &onnx.Node{Name: sn.Name, OpType: sn.OpType, Domain: sn.Domain}
+	n.Inputs = append([]string(nil), sn.Inputs...)
+	n.Outputs = append([]string(nil), sn.Outputs...)
+	n.Attrs = make(map[string]*onnx.Attribute, len(sn.Attrs))
+	for k, a := range sn.Attrs {
+		n.Attrs[k] = a
+	}
+	return n
+}
+
+func (c *compiler) resolve(name string) string {
+	for i := 0; i < 1000; i++ {
+		r, ok := c.alias[name]
+		if !ok {
+			return name
+		}
+		name = r
+	}
+	return name
+}
+
+// fresh returns an unused value name derived from base.
+func (c *compiler) fresh(base string) string {
+	name := base
+	for i := 1; c.names[name]; i++ {
+		name = fmt.Sprintf("%s_%d", base, i)
+	}
+	c.names[name] = true
+	return name
+}
+
+// visit folds, removes or shape-infers one node, in topological order.
+func (c *compiler) visit(n *onnx.Node) error {
+	for i, in := range n.Inputs {
+		if in != "" {
+			n.Inputs[i] = c.resolve(in)
+		}
+	}
+	spec, ok := ops[n.OpType]
+	if !ok {
+		return fmt.Errorf("graph: node %s (%s): operator not supported", n.Name, n.OpType)
+	}
+	x := &nodeCtx{c: c, n: n}
+	if err := x.checkArity(spec); err != nil {
+		return err
+	}
+	for name, a := range n.Attrs {
+		if a == nil {
+			return x.errf("attribute %q is empty", name)
+		}
+		if !spec.allows(name, c.opset) {
+			return x.errf("attribute %q not supported", name)
+		}
+	}
+	if spec.passThrough != nil {
+		through, err := spec.passThrough(x)
+		if err != nil {
+			return err
+		}
+		if through {
+			return c.passThrough(x)
+		}
+	}
+	allConst := true
+	for _, in := range n.Inputs {
+		if in != "" && c.consts[in] == nil {
+			allConst = false
+		}
+	}
+	if spec.eval != nil && (allConst || spec.alwaysFold) {
+		outs, err := spec.eval(x)
+		if err == nil {
+			return c.setConstOutputs(x, outs)
+		}
+		if !errors.Is(err, errFoldTooBig) || spec.infer == nil {
+			return err
+		}
+	}
+	infos, err := spec.infer(x)
+	if err != nil {
+		return err
+	}
+	return c.keep(x, infos)
+}
+
+// keep records inferred outputs of a run-time node and keeps the node.
+func (c *compiler) keep(x *nodeCtx, infos []onnx.ValueInfo) error {
+	n := x.n
+	if len(infos) < len(n.Outputs) {
+		// Optional outputs that the compiler does not compute must be unused.
+		for _, o := range n.Outputs[len(infos):] {
+			if o != "" && c.used(o) {
+				return x.errf("output %q is not supported", o)
+			}
+		}
+		n.Outputs = n.Outputs[:len(infos)]
+	}
+	for i, o := range n.Outputs {
+		if o == "" {
+			continue
+		}
+		vi := infos[i]
+		if err := checkDims(vi.Dims); err != nil {
+			return x.errf("output %q: %v", o, err)
+		}
+		if vi.DType != onnx.Float {
+			return x.errf("output %q is %s at run time; only float32 is supported", o, dtypeName(vi.DType))
+		}
+		vi.Name = o
+		c.vals[o] = &vi
+	}
+	// Trailing unused outputs are dropped so the kernel sees only what it computes.
+	for len(n.Outputs) > 1 && (n.Outputs[len(n.Outputs)-1] == "" || !c.used(n.Outputs[len(n.Outputs)-1])) {
+		n.Outputs = n.Outputs[:len(n.Outputs)-1]
+	}
+	c.nodes = append(c.nodes, n)
+	return nil
+}
+
+// used reports whether a value is read by any node of the source graph or is a graph
+// output.
+func (c *compiler) used(name string) bool {
+	if c.outputs[name] {
+		return true
+	}
+	return c.usedNames[name]
+}
+
+func (c *compiler) setConstOutputs(x *nodeCtx, outs []*onnx.Tensor) error {
+	n := x.n
+	for i, o := range n.Outputs {
+		if o == "" {
+			continue
+		}
+		if i >= len(outs) || outs[i] == nil {
+			if c.used(o) {
+				return x.errf("output %q is not supported", o)
+			}
+			continue
+		}
+		t := *outs[i]
+		t.Name = o
+		num, err := tensorLen(&t)
+		if err != nil {
+			return x.errf("output %q: %v", o, err)
+		}
+		if num > maxFoldElems {
+			return x.errf("folded constant %q has %d elements (limit %d)", o, num, maxFoldElems)
+		}
+		c.consts[o] = &t
+		c.vals[o] = &onnx.ValueInfo{Name: o, DType: t.DType, Dims: cloneDims(t.Dims)}
+	}
+	return nil
+}
+
+// passThrough removes an Identity-like node: its output becomes another name for its input.
+func (c *compiler) passThrough(x *nodeCtx) error {
+	n := x.n
+	in := n.Inputs[0]
+	for _, o := range n.Outputs[1:] {
+		if o != "" && c.used(o) {
+			return x.errf("output %q is not supported", o)
+		}
+	}
+	out := n.Outputs[0]
+	if out == "" {
+		return nil
+	}
+	src := c.vals[in]
+	if c.outputs[out] {
+		n.OpType, n.Inputs, n.Outputs, n.Attrs = "Identity", []string{in}, []string{out}, map[string]*onnx.Attribute{}
+		c.vals[out] = &onnx.ValueInfo{Name: out, DType: src.DType, Dims: cloneDims(src.Dims)}
+		c.deferred = append(c.deferred, n)
+		c.nodes = append(c.nodes, n)
+		return nil
+	}
+	c.alias[out] = in
+	return nil
+}
+
+// finishIdentities removes the Identity nodes kept for graph outputs where possible.
+func (c *compiler) finishIdentities() error {
+	for _, n := range c.deferred {
+		in, out := n.Inputs[0], n.Outputs[0]
+		if t, ok := c.consts[in]; ok {
+			ct := *t
+			ct.Name = out
+			c.consts[out] = &ct
+			c.removeNode(n)
+			continue
+		}
+		p := c.producer(in)
+		if p == nil || c.outputs[in] {
+			continue // graph input or another graph output: keep the copy
+		}
+		c.removeNode(n)
+		c.rename(in, out)
+	}
+	return nil
+}
+
+// rename replaces value name from with to in every node and in Values.
+func (c *compiler) rename(from, to string) {
+	for _, n := range c.nodes {
+		for i, s := range n.Inputs {
+			if s == from {
+				n.Inputs[i] = to
+			}
+		}
+		for i, s := range n.Outputs {
+			if s == from {
+				n.Outputs[i] = to
+			}
+		}
+		if a, ok := n.Attrs[postOpsAttr]; ok {
+			var changed []string
+			for i, s := range a.Strings {
+				if s == "sum:"+from {
+					if changed == nil {
+						changed = append([]string(nil), a.Strings...)
+					}
+					changed[i] = "sum:" + to
+				}
+			}
+			if changed != nil {
+				n.Attrs[postOpsAttr] = &onnx.Attribute{Name: postOpsAttr, Type: onnx.AttrStrings, Strings: changed}
+			}
+		}
+	}
+	if v, ok := c.vals[from]; ok {
+		nv := *v
+		nv.Name = to
+		c.vals[to] = &nv
+		delete(c.vals, from)
+	}
+}
+
+func (c *compiler) producer(name string) *onnx.Node {
+	for _, n := range c.nodes {
+		for _, o := range n.Outputs {
+			if o == name {
+				return n
+			}
+		}
+	}
+	return nil
+}
+
+func (c *compiler) removeNode(target *onnx.Node) {
+	for i, n := range c.nodes {
+		if n == target {
+			c.nodes = append(c.nodes[:i], c.nodes[i+1:]...)
+			return
+		}
+	}
+}
+
+// consumers counts, for every value, how many node inputs read it.
+func (c *compiler) consumers() map[string]int {
+	uses := map[string]int{}
+	for _, n := range c.nodes {
+		for _, in := range n.Inputs {
+			if in != "" {
+				uses[in]++
+			}
+		}
+		if a, ok := n.Attrs[postOpsAttr]; ok {
+			for _, s := range a.Strings {
+				if len(s) > 4 && s[:4] == "sum:" {
+					uses[s[4:]]++
+				}
+			}
+		}
+	}
+	return uses
+}
+
+// pruneDead drops nodes none of whose outputs is used.
+func (c *compiler) pruneDead() {
+	for {
+		uses := c.consumers()
+		kept := c.nodes[:0]
+		removed := false
+		for _, n := range c.nodes {
+			live := false
+			for _, o := range n.Outputs {
+				if o != "" && (uses[o] > 0 || c.outputs[o]) {
+					live = true
+				}
+			}
+			if live {
+				kept = append(kept, n)
+			} else {
+				removed = true
+			}
+		}
+		c.nodes = kept
+		if !removed {
+			return
+		}
+	}
+}
+
+// build assembles the result graph.
+func (c *compiler) build(src *onnx.Graph) (*onnx.Graph, error) {
+	g := &onnx.Graph{
+		Name:         src.Name,
+		Nodes:        c.nodes,
+		Initializers: map[string]*onnx.Tensor{},
+		Values:       map[string]*onnx.ValueInfo{},
+	}
+	need := map[string]bool{}
+	for _, n := range c.nodes {
+		for _, in := range n.Inputs {
+			if in != "" {
+				need[in] = true
+			}
+		}
+		for _, o := range n.Outputs {
+			if o != "" {
+				need[o] = true
+			}
+		}
+		if a, ok := n.Attrs[postOpsAttr]; ok {
+			for _, s := range a.Strings {
+				if len(s) > 4 && s[:4] == "sum:" {
+					need[s[4:]] = true
+				}
+			}
+		}
+	}
+	for _, in := range c.runtime {
+		need[in.Name] = true
+		g.Inputs = append(g.Inputs, *vinfo(in.Name, in.DType, in.Dims))
+	}
+	for _, o := range src.Outputs {
+		v, ok := c.vals[o.Name]
+		if !ok {
+			return nil, fmt.Errorf("graph: graph output %q is not computed by the graph", o.Name)
+		}
+		if o.DType != onnx.Undefined && o.DType != v.DType {
+			return nil, fmt.Errorf("graph: graph output %q is %s, graph declares %s", o.Name, dtypeName(v.DType), dtypeName(o.DType))
+		}
+		need[o.Name] = true
+		g.Outputs = append(g.Outputs, *vinfo(o.Name, v.DType, v.Dims))
+	}
+	names := make([]string, 0, len(need))
+	for name := range need {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		v, ok := c.vals[name]
+		if !ok {
+			return nil, fmt.Errorf("graph: internal: value %q has no shape", name)
+		}
+		g.Values[name] = vinfo(name, v.DType, v.Dims)
+		if t, ok := c.consts[name]; ok {
+			g.Initializers[name] = t
+		}
+	}
+	return g, nil
+}

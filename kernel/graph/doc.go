@@ -1,0 +1,36 @@
+// Package graph compiles a decoded ONNX model for the kernel: exact shapes, folded constants, fused post-ops.
+//
+// Compile takes a model and the exact dims of its float inputs and returns a new Graph in
+// which:
+//
+//   - every value (graph inputs, initializers, node outputs) has exact dims and dtype in
+//     g.Values; every value a node computes at run time is float32;
+//   - everything computable from constants is folded into g.Initializers (Constant, Shape,
+//     and any node whose inputs are all constant, for the ops this package can evaluate);
+//   - Identity, Dropout and float→float Cast are removed by renaming. One exception: when
+//     both the input and the output of an Identity/Dropout are graph inputs or outputs
+//     (e.g. a graph that is only an Identity), an Identity node is kept;
+//   - a graph output may be a constant (it is then in g.Initializers) or a graph input:
+//     the kernel copies such outputs;
+//   - BatchNormalization after a single-consumer Conv is folded into the Conv's weights;
+//   - Conv nodes may carry the attribute "idunno.post_ops" (AttrStrings), applied in order
+//     to the convolution's result: "sum:<value>" (add that same-shaped tensor, always
+//     first), "relu", "leaky_relu:<alpha>", "clip:<min>:<max>", "sigmoid", "tanh",
+//     "elu:<alpha>", "hard_sigmoid:<alpha>:<beta>", "hard_swish". Gemm and MatMul may carry
+//     activations only. Numbers are printed with strconv 'g' -1 (exact float32 round trip);
+//   - Conv, MaxPool and AveragePool have explicit attributes: kernel_shape, strides, pads
+//     (begin values then end values), dilations (Conv, MaxPool), group (Conv); auto_pad is
+//     resolved into pads and removed;
+//   - unused optional outputs (MaxPool Indices, Dropout mask, BatchNormalization training
+//     outputs) are dropped from Node.Outputs;
+//   - g.Inputs lists only the run-time inputs (in model order) and g.Outputs the model's
+//     outputs, both with exact dims; nodes are in topological order.
+//
+// Parameters that the kernel needs as numbers (Reshape shape, Slice starts/ends/axes/steps,
+// Squeeze/Unsqueeze axes, Pad pads and value, Clip min/max, Gather indices) must be
+// constant; ConstantInputs lists the graph inputs that feed such slots, so a caller that
+// feeds every input from files (the ONNX backend tests) knows which to pass as consts.
+//
+// Anything unsupported (an op, an attribute value, a dtype at run time) is an error
+// "graph: node <name> (<OpType>): ...", never a silently wrong graph.
+package graph

@@ -1,0 +1,212 @@
+package graph
+
+import (
+	"fmt"
+	"math"
+
+	"idunno/kernel/onnx"
+)
+
+// postOpsAttr is the attribute that carries fused post-ops on Conv, Gemm and MatMul.
+const postOpsAttr = "idunno.post_ops"
+
+// PostOpsAttr is the name of the fused post-op attribute (see the package comment).
+const PostOpsAttr = postOpsAttr
+
+// activation returns the post-op string of an activation node, or "" when the node is
+// not a fusable activation.
+func activation(x *nodeCtx) (string, error) {
+	switch x.n.OpType {
+	case "Relu":
+		return "relu", nil
+	case "Sigmoid":
+		return "sigmoid", nil
+	case "Tanh":
+		return "tanh", nil
+	case "HardSwish":
+		return "hard_swish", nil
+	case "LeakyRelu":
+		a, err := x.attrFloat("alpha", 0.01)
+		return "leaky_relu:" + fmtFloat(a), err
+	case "Elu":
+		a, err := x.attrFloat("alpha", 1)
+		return "elu:" + fmtFloat(a), err
+	case "HardSigmoid":
+		a, err := x.attrFloat("alpha", 0.2)
+		if err != nil {
+			return "", err
+		}
+		b, err := x.attrFloat("beta", 0.5)
+		return "hard_sigmoid:" + fmtFloat(a) + ":" + fmtFloat(b), err
+	case "Clip":
+		lo, hi, err := clipBounds(x)
+		return "clip:" + fmtFloat(lo) + ":" + fmtFloat(hi), err
+	}
+	return "", nil
+}
+
+// foldBatchNorm folds BatchNormalization nodes whose input is the only use of a Conv's
+// output into that Conv's weights and bias.
+func (c *compiler) foldBatchNorm() error {
+	uses := c.consumers()
+	for i := 0; i < len(c.nodes); i++ {
+		bn := c.nodes[i]
+		if bn.OpType != "BatchNormalization" {
+			continue
+		}
+		x := bn.Inputs[0]
+		if uses[x] != 1 || c.outputs[x] {
+			continue
+		}
+		conv := c.producer(x)
+		if conv == nil || conv.OpType != "Conv" {
+			continue
+		}
+		if _, fused := conv.Attrs[postOpsAttr]; fused {
+			continue
+		}
+		w := c.consts[conv.Inputs[1]]
+		var bias *onnx.Tensor
+		if len(conv.Inputs) > 2 && conv.Inputs[2] != "" {
+			if bias = c.consts[conv.Inputs[2]]; bias == nil {
+				continue
+			}
+		}
+		params := make([]*onnx.Tensor, 4)
+		ok := w != nil && w.DType == onnx.Float
+		for j := range params {
+			params[j] = c.consts[bn.Inputs[j+1]]
+			ok = ok && params[j] != nil && params[j].DType == onnx.Float
+		}
+		if !ok {
+			continue
+		}
+		eps := float32(1e-5)
+		if a, ok := bn.Attrs["epsilon"]; ok {
+			eps = a.F
+		}
+		nw, nb, err := foldBN(w, bias, params[0], params[1], params[2], params[3], eps)
+		if err != nil {
+			return fmt.Errorf("graph: node %s (%s): %w", bn.Name, bn.OpType, err)
+		}
+		wName, bName := c.fresh(conv.Name+".bn_w"), c.fresh(conv.Name+".bn_b")
+		nw.Name, nb.Name = wName, bName
+		c.consts[wName], c.consts[bName] = nw, nb
+		c.vals[wName] = &onnx.ValueInfo{Name: wName, DType: onnx.Float, Dims: cloneDims(nw.Dims)}
+		c.vals[bName] = &onnx.ValueInfo{Name: bName, DType: onnx.Float, Dims: cloneDims(nb.Dims)}
+		conv.Inputs = []string{conv.Inputs[0], wName, bName}
+		delete(c.vals, conv.Outputs[0])
+		conv.Outputs[0] = bn.Outputs[0]
+		c.removeNode(bn)
+		i--
+	}
+	return nil
+}
+
+// foldBN returns W' = W*s and b' = (b-mean)*s + beta with s = gamma/sqrt(var+eps).
+func foldBN(w, b, gamma, beta, mean, variance *onnx.Tensor, eps float32) (*onnx.Tensor, *onnx.Tensor, error) {
+	m := w.Dims[0]
+	if m == 0 {
+		return nil, nil, fmt.Errorf("empty weights")
+	}
+	per := int64(len(w.F32)) / m
+	nw := &onnx.Tensor{DType: onnx.Float, Dims: cloneDims(w.Dims), F32: make([]float32, len(w.F32))}
+	nb := &onnx.Tensor{DType: onnx.Float, Dims: []int64{m}, F32: make([]float32, m)}
+	for o := int64(0); o < m; o++ {
+		v := float64(variance.F32[o]) + float64(eps)
+		if !(v > 0) {
+			return nil, nil, fmt.Errorf("variance+epsilon %g is not positive for channel %d", v, o)
+		}
+		s := float64(gamma.F32[o]) / math.Sqrt(v)
+		for j := o * per; j < (o+1)*per; j++ {
+			nw.F32[j] = float32(float64(w.F32[j]) * s)
+		}
+		var bo float64
+		if b != nil {
+			bo = float64(b.F32[o])
+		}
+		nb.F32[o] = float32((bo-float64(mean.F32[o]))*s + float64(beta.F32[o]))
+	}
+	return nw, nb, nil
+}
+
+// fusePostOps moves residual Adds and activations after Conv (activations only after
+// Gemm and MatMul) into the producer's post-op list.
+func (c *compiler) fusePostOps() {
+	for i := 0; i < len(c.nodes); i++ {
+		n := c.nodes[i]
+		if n.OpType != "Conv" && n.OpType != "Gemm" && n.OpType != "MatMul" {
+			continue
+		}
+		pos := c.positions()
+		if _, done := n.Attrs[postOpsAttr]; done {
+			continue
+		}
+		var post []string
+		for {
+			out := n.Outputs[0]
+			uses := c.consumers()
+			if c.outputs[out] || uses[out] != 1 {
+				break
+			}
+			next := c.consumerOf(out)
+			if next == nil {
+				break
+			}
+			op := ""
+			if next.OpType == "Add" && n.OpType == "Conv" && len(post) == 0 {
+				other := next.Inputs[0]
+				if other == out {
+					other = next.Inputs[1]
+				}
+				p, known := pos[other]
+				ov, nv := c.vals[other], c.vals[next.Outputs[0]]
+				if other == out || !known || p >= i || c.consts[other] != nil ||
+					ov == nil || nv == nil || !dimsEqual(ov.Dims, c.vals[out].Dims) || !dimsEqual(nv.Dims, ov.Dims) {
+					break
+				}
+				op = "sum:" + other
+			} else {
+				a, err := activation(&nodeCtx{c: c, n: next})
+				if err != nil || a == "" || next.Inputs[0] != out {
+					break
+				}
+				op = a
+			}
+			post = append(post, op)
+			delete(c.vals, out)
+			n.Outputs[0] = next.Outputs[0]
+			c.removeNode(next)
+		}
+		if len(post) > 0 {
+			n.Attrs[postOpsAttr] = &onnx.Attribute{Name: postOpsAttr, Type: onnx.AttrStrings, Strings: post}
+		}
+	}
+}
+
+// positions maps every run-time value to the index of the node that computes it (-1 for
+// graph inputs).
+func (c *compiler) positions() map[string]int {
+	pos := map[string]int{}
+	for _, in := range c.runtime {
+		pos[in.Name] = -1
+	}
+	for i, n := range c.nodes {
+		for _, o := range n.Outputs {
+			pos[o] = i
+		}
+	}
+	return pos
+}
+
+// consumerOf returns the first node that reads name.
+func (c *compiler) consumerOf(name string) *onnx.Node {
+	for _, n := range c.nodes {
+		for _, in := range n.Inputs {
+			if in == name {
+				return n
+			}
+		}
+	}
+	return nil
+}

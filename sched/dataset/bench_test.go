@@ -1,0 +1,73 @@
+package dataset
+
+import (
+	"bytes"
+	"testing"
+)
+
+func benchFashion(b *testing.B) (Dataset, []byte) {
+	raw := gunzipBytes(b, readFile(b, fashionImages))
+	ds, err := OpenIDX(bytes.NewReader(raw))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return ds, raw
+}
+
+// benchBatch reports images/s of Batch for batches of 32 Fashion-MNIST images.
+func benchBatch(b *testing.B, p Preprocess, dims []int64) {
+	ds, _ := benchFashion(b)
+	const bs = 32
+	buf := make([]float32, 0)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		from := (i * bs) % (ds.Len() - bs)
+		t, err := BatchInto(buf, ds, from, from+bs, p, dims)
+		if err != nil {
+			b.Fatal(err)
+		}
+		buf = t.F32
+	}
+	b.ReportMetric(float64(b.N*bs)/b.Elapsed().Seconds(), "images/s")
+}
+
+// LeNet-style input: 28x28 grey, scaled.
+func BenchmarkBatch28(b *testing.B) {
+	benchBatch(b, Preprocess{Scale: 1.0 / 255, Mean: []float32{0.5}, Std: []float32{0.5}}, []int64{-1, 1, 28, 28})
+}
+
+// ResNet-style input: 28x28 grey resized to 224x224, grey to RGB, ImageNet normalisation.
+func BenchmarkBatch224(b *testing.B) {
+	benchBatch(b, Preprocess{Resize: [2]int{224, 224}, GreyToRGB: true, Scale: 1.0 / 255,
+		Mean: []float32{0.485, 0.456, 0.406}, Std: []float32{0.229, 0.224, 0.225}}, []int64{-1, 3, 224, 224})
+}
+
+// BenchmarkDataPath is a worker's whole data path for one task of 256 queries: decode the
+// dataset file from bytes (as read from SDFS), then batch the task's queries 32 at a time.
+func BenchmarkDataPath(b *testing.B) {
+	_, raw := benchFashion(b)
+	benchDataPath(b, raw)
+}
+
+// BenchmarkDataPathGzip is BenchmarkDataPath on the gzip-compressed file as Debian ships it.
+func BenchmarkDataPathGzip(b *testing.B) {
+	benchDataPath(b, readFile(b, fashionImages))
+}
+
+func benchDataPath(b *testing.B, raw []byte) {
+	const task, bs = 256, 32
+	p := Preprocess{Scale: 1.0 / 255}
+	dims := []int64{-1, 1, 28, 28}
+	b.SetBytes(int64(len(raw)))
+	for i := 0; i < b.N; i++ {
+		ds, err := OpenBytes(raw)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for from := 0; from < task; from += bs {
+			if _, err := Batch(ds, from, from+bs, p, dims); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}

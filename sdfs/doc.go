@@ -1,0 +1,45 @@
+package sdfs
+
+// Design
+//
+// Placement. A name's replicas are the first Replicas (4) live nodes in its rendezvous
+// order (Rank): every node ranks the nodes by SHA-256(name, node name) and takes the top.
+// Node names are stable across restarts, so a restarted node is again a replica of the
+// names it held.
+//
+// Versions. Every put writes a new version (Seq, Writer). The writer reads the newest
+// version from a read quorum and takes Seq+1, with a random 64-bit Writer; versions are
+// ordered by Seq then Writer, so two concurrent puts of one name get distinct versions
+// and every replica agrees on which is newest. A delete writes a tombstone version.
+// Each node keeps the newest MaxVersions data versions and the newest tombstone.
+//
+// Writes (W = N). A put streams the file in blocks of BlockSize bytes; each block goes to
+// every replica of the set, which checks its SHA-256 and fsyncs it into a staging
+// directory. When all blocks are everywhere, the writer sends the manifest (name,
+// version, size, block sums) to every replica, which checks it against the staged blocks,
+// fsyncs it and renames the staging directory into the store: only then is the version
+// visible there. The put returns success only after every replica committed, so an
+// acknowledged version is on the disks of 4 nodes and survives any 3 crashes. If a
+// replica fails, the write is aborted (staging discarded, and the version dropped where
+// it was already committed) and, when the source can be re-read, retried with the failed
+// nodes replaced by the next ones in the rendezvous order. A version that was committed
+// on a node which crashed before the drop reached it can reappear when that node
+// restarts; it is complete (all its blocks are checked), merely unacknowledged.
+//
+// Reads (R = ReadQuorum, W+R > N). A read asks the first 2N nodes of the rendezvous
+// order for their versions (where copies may still sit after membership changes; if none
+// has the name, everyone else), needs R answers, takes the newest version reported, and
+// streams its blocks from the nodes holding it, Pipeline blocks ahead. Each block is
+// checked against the manifest's sum by the node before sending and by the client after
+// receiving; a failing block is taken from the next holder, and the node that found it
+// corrupt repairs it from another replica. Memory stays bounded by Pipeline blocks per
+// transfer, whatever the file size.
+//
+// Repair. Each node scans what it holds every RepairInterval and soon after membership
+// changes. For every version it holds, the first node in the name's rendezvous order that
+// holds it copies it to the replica-set members lacking it (two-phase, as a put). A node
+// no longer in a name's replica set drops its copy once every member of the set holds all
+// its versions. A scrub reads every block every ScrubInterval and repairs bad ones.
+//
+// Disk. Everything lives under DATA_DIR/sdfs (see disk). User names never become paths.
+// The index is rebuilt from the committed manifests at start; staging is wiped.

@@ -1,0 +1,258 @@
+package sdfs
+
+import (
+	"context"
+	"io"
+	"sync"
+	"time"
+)
+
+// Run runs the store's background work until ctx ends: a re-replication and rebalancing
+// scan every RepairInterval and shortly after each membership change, expiry of abandoned
+// writes, and a gentle checksum scrub every ScrubInterval.
+func (s *Store) Run(ctx context.Context) error {
+	events, unsubscribe := s.mem.Subscribe(64)
+	defer unsubscribe()
+	tick := time.NewTicker(s.cfg.RepairInterval)
+	defer tick.Stop()
+	debounce := time.NewTimer(time.Hour)
+	debounce.Stop()
+	var scrub <-chan time.Time
+	if s.cfg.ScrubInterval > 0 {
+		t := time.NewTicker(s.cfg.ScrubInterval)
+		defer t.Stop()
+		scrub = t.C
+	}
+	scrubbing := make(chan struct{}, 1)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case _, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			debounce.Reset(s.cfg.RepairDebounce)
+		case <-s.kick:
+			s.Scan(ctx)
+		case <-debounce.C:
+			s.Scan(ctx)
+		case <-tick.C:
+			s.disk.expire(s.now())
+			s.Scan(ctx)
+		case <-scrub:
+			select {
+			case scrubbing <- struct{}{}:
+				go func() {
+					defer func() { <-scrubbing }()
+					if r := s.Verify(ctx, 5*time.Millisecond); r.Corrupt > 0 {
+						s.Logf("scrub: %d blocks checked, %d corrupt, %d repaired", r.Blocks, r.Corrupt, r.Repaired)
+					}
+				}()
+			default:
+			}
+		}
+	}
+}
+
+// Kick asks Run for a scan soon.
+func (s *Store) Kick() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// push is one version to copy to some nodes.
+type push struct {
+	m       *Manifest
+	targets []Peer
+}
+
+// Scan compares what this node holds with what each name's replica set holds, pushes the
+// versions the set lacks, and drops this node's copies of names it no longer places here
+// once the set covers them. For each version, only the first node in the name's
+// rendezvous order that holds it pushes it, so copies are not sent twice.
+func (s *Store) Scan(ctx context.Context) {
+	peers := s.Peers()
+	local := s.disk.manifests()
+	if len(local) == 0 {
+		return
+	}
+	ranks := make(map[string][]Peer, len(local))
+	ask := map[Peer][]string{}
+	for name := range local {
+		r := Rank(name, peers)
+		ranks[name] = r
+		upto := max(s.cfg.Replicas, s.pos(r))
+		for _, p := range firstN(r, upto) {
+			if p.Name != s.self.Name {
+				ask[p] = append(ask[p], name)
+			}
+		}
+	}
+	views := s.statAll(ctx, ask)
+	var pushes []push
+	for name, mine := range local {
+		r := ranks[name]
+		pos := s.pos(r)
+		desired := firstN(r, s.cfg.Replicas)
+		for _, m := range mine {
+			if s.someoneEarlierHolds(r[:pos], name, m.Version, views) {
+				continue
+			}
+			var to []Peer
+			for _, d := range desired {
+				if d.Name == s.self.Name || !answered(views, d.Name) {
+					continue
+				}
+				if !covered(views[d.Name][name], m.Version, s.cfg.MaxVersions) {
+					to = append(to, d)
+				}
+			}
+			if len(to) > 0 {
+				pushes = append(pushes, push{m: m, targets: to})
+			}
+		}
+		if pos >= s.cfg.Replicas && s.setCovers(desired, name, mine, views) {
+			for _, m := range mine {
+				s.disk.drop(name, m.Version)
+			}
+			s.Logf("rebalance: dropped local copy of %s, now held by its replica set", name)
+		}
+	}
+	s.runPushes(ctx, pushes)
+}
+
+func (s *Store) pos(r []Peer) int {
+	for i, p := range r {
+		if p.Name == s.self.Name {
+			return i
+		}
+	}
+	return len(r)
+}
+
+func answered(views map[string]map[string][]VersionInfo, node string) bool {
+	_, ok := views[node]
+	return ok
+}
+
+func (s *Store) someoneEarlierHolds(earlier []Peer, name string, v Version, views map[string]map[string][]VersionInfo) bool {
+	for _, p := range earlier {
+		for _, vi := range views[p.Name][name] {
+			if vi.Version == v {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (s *Store) setCovers(desired []Peer, name string, mine []*Manifest, views map[string]map[string][]VersionInfo) bool {
+	if len(desired) < s.cfg.Replicas {
+		return false
+	}
+	for _, d := range desired {
+		if !answered(views, d.Name) {
+			return false
+		}
+		for _, m := range mine {
+			if !covered(views[d.Name][name], m.Version, s.cfg.MaxVersions) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// covered reports whether a node holding vs needs no copy of version v: it has v, or a
+// tombstone newer than v, or maxVersions newer data versions (so it would prune v).
+func covered(vs []VersionInfo, v Version, maxVersions int) bool {
+	newer := 0
+	for _, vi := range vs {
+		switch {
+		case vi.Version == v:
+			return true
+		case v.Less(vi.Version) && vi.Deleted:
+			return true
+		case v.Less(vi.Version):
+			newer++
+		}
+	}
+	return newer >= maxVersions
+}
+
+// statAll asks each node for the versions of its list of names, in chunks. A node that
+// does not answer is absent from the result.
+func (s *Store) statAll(ctx context.Context, ask map[Peer][]string) map[string]map[string][]VersionInfo {
+	out := map[string]map[string][]VersionInfo{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for p, names := range ask {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got := map[string][]VersionInfo{}
+			for len(names) > 0 {
+				chunk := names[:min(len(names), maxStatNames)]
+				names = names[len(chunk):]
+				replies, ok := s.client.stat(ctx, []Peer{p}, chunk)
+				if !ok[0] {
+					return
+				}
+				for n, vs := range replies[0] {
+					got[n] = vs
+				}
+			}
+			mu.Lock()
+			out[p.Name] = got
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// runPushes copies versions from the local disk, RepairPushes at a time.
+func (s *Store) runPushes(ctx context.Context, pushes []push) {
+	sem := make(chan struct{}, max(s.cfg.RepairPushes, 1))
+	var wg sync.WaitGroup
+	for _, p := range pushes {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := s.pushVersion(ctx, p.m, p.targets); err != nil {
+				s.Logf("re-replicate %s version %s: %v", p.m.Name, p.m.Version, err)
+				return
+			}
+			names := make([]string, len(p.targets))
+			for i, t := range p.targets {
+				names[i] = t.Name
+			}
+			s.Logf("re-replicated %s version %s to %v", p.m.Name, p.m.Version, names)
+		}()
+	}
+	wg.Wait()
+}
+
+func (s *Store) pushVersion(ctx context.Context, m *Manifest, targets []Peer) error {
+	tmpl := *m
+	tmpl.Sums, tmpl.Size = nil, 0
+	i := 0
+	next := func([]byte) ([]byte, error) {
+		if i >= len(m.Sums) {
+			return nil, io.EOF
+		}
+		b, err := s.disk.readBlock(m.Name, m.Version, i)
+		if err != nil && s.repairBlock(m.Name, m.Version, i) {
+			b, err = s.disk.readBlock(m.Name, m.Version, i)
+		}
+		i++
+		return b, err
+	}
+	_, _, err := s.client.writeVersion(ctx, targets, tmpl, next)
+	return err
+}

@@ -1,0 +1,258 @@
+package sdfs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"idunno/fd"
+	"idunno/rpc"
+)
+
+// Membership is what the store needs from the failure detector.
+type Membership interface {
+	Members() []fd.Member
+	Subscribe(buf int) (<-chan fd.Event, func())
+}
+
+// Store is one node's part of SDFS: its replica store on disk, the "sdfs.*" RPC methods,
+// and the background loops that re-replicate, rebalance and scrub. The index on disk is
+// guarded by the disk's mutex; the repair loop runs on the goroutine that calls Run.
+type Store struct {
+	cfg    Config
+	self   Peer
+	disk   *disk
+	mem    Membership
+	rc     *rpc.Client
+	client *Client
+	Logf   func(format string, args ...any)
+	now    func() time.Time
+
+	mu        sync.Mutex
+	repairing map[string]chan struct{} // blocks being repaired, by "name\x00version\x00index"
+	kick      chan struct{}
+}
+
+// New opens the store under dataDir/sdfs (rebuilding its index from disk). self is this
+// node's name and RPC address; rc is the node's RPC client.
+func New(cfg Config, dataDir string, self Peer, mem Membership, rc *rpc.Client) (*Store, error) {
+	d, err := openDisk(filepath.Join(dataDir, "sdfs"), cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{cfg: cfg, self: self, disk: d, mem: mem, rc: rc, Logf: log.Printf, now: time.Now,
+		repairing: map[string]chan struct{}{}, kick: make(chan struct{}, 1)}
+	s.client = NewClient(cfg, rc, func(context.Context) ([]Peer, error) { return s.Peers(), nil })
+	return s, nil
+}
+
+// Client returns a client that uses this node's membership view.
+func (s *Store) Client() *Client { return s.client }
+
+// Usage reports how many names and bytes of data versions this node holds.
+func (s *Store) Usage() (files int, bytes int64) { return s.disk.usage() }
+
+// Peers returns the live members (alive or suspect) with this node among them.
+func (s *Store) Peers() []Peer {
+	out := []Peer{s.self}
+	for _, m := range s.mem.Members() {
+		if m.Name == s.self.Name || m.RPCAddr == "" || (m.State != fd.Alive && m.State != fd.Suspect) {
+			continue
+		}
+		out = append(out, Peer{Name: m.Name, Addr: m.RPCAddr})
+	}
+	return out
+}
+
+// RPC argument and result types.
+type (
+	statArgs struct {
+		Names []string `json:"names"`
+	}
+	statReply struct {
+		Versions map[string][]VersionInfo `json:"versions"`
+	}
+	beginArgs struct {
+		Txn     string  `json:"txn"`
+		Name    string  `json:"name"`
+		Version Version `json:"version"`
+	}
+	blockArgs struct {
+		Txn   string `json:"txn"`
+		Index int    `json:"index"`
+		Sum   string `json:"sum"`
+	}
+	commitArgs struct {
+		Txn      string   `json:"txn"`
+		Manifest Manifest `json:"manifest"`
+	}
+	versionArgs struct {
+		Name    string  `json:"name"`
+		Version Version `json:"version"`
+		Index   int     `json:"index,omitempty"`
+	}
+	listArgs struct {
+		Prefix string `json:"prefix"`
+	}
+	// StoredFile is one name a node holds, with its versions oldest first.
+	StoredFile struct {
+		Name     string        `json:"name"`
+		Versions []VersionInfo `json:"versions"`
+	}
+	// VerifyReport is the result of checking every block a node holds.
+	VerifyReport struct {
+		Blocks   int `json:"blocks"`
+		Corrupt  int `json:"corrupt"`
+		Repaired int `json:"repaired"`
+	}
+	empty struct{}
+)
+
+const maxStatNames = 4096
+
+// Register adds the "sdfs.*" methods to srv.
+func (s *Store) Register(srv *rpc.Server) {
+	rpc.HandleJSON(srv, "sdfs.members", func(ctx context.Context, _ empty) ([]Peer, error) {
+		return s.Peers(), nil
+	})
+	rpc.HandleJSON(srv, "sdfs.stat", func(ctx context.Context, a statArgs) (statReply, error) {
+		if len(a.Names) > maxStatNames {
+			return statReply{}, fmt.Errorf("sdfs: stat of %d names (limit %d)", len(a.Names), maxStatNames)
+		}
+		r := statReply{Versions: map[string][]VersionInfo{}}
+		for _, n := range a.Names {
+			if vs := s.disk.versions(n); len(vs) > 0 {
+				r.Versions[n] = vs
+			}
+		}
+		return r, nil
+	})
+	rpc.HandleJSON(srv, "sdfs.begin", func(ctx context.Context, a beginArgs) (empty, error) {
+		return empty{}, s.disk.begin(a.Txn, a.Name, a.Version, s.now())
+	})
+	srv.Handle("sdfs.putblock", func(ctx context.Context, m *rpc.Message) (*rpc.Message, error) {
+		var a blockArgs
+		if err := json.Unmarshal(m.Args, &a); err != nil {
+			return nil, fmt.Errorf("sdfs: putblock: bad arguments: %w", err)
+		}
+		return &rpc.Message{}, s.disk.putBlock(a.Txn, a.Index, a.Sum, m.Body, s.now())
+	})
+	rpc.HandleJSON(srv, "sdfs.commit", func(ctx context.Context, a commitArgs) (empty, error) {
+		return empty{}, s.disk.commit(a.Txn, &a.Manifest, s.now())
+	})
+	rpc.HandleJSON(srv, "sdfs.abort", func(ctx context.Context, a beginArgs) (empty, error) {
+		s.disk.abort(a.Txn)
+		return empty{}, nil
+	})
+	rpc.HandleJSON(srv, "sdfs.manifest", func(ctx context.Context, a versionArgs) (*Manifest, error) {
+		m := s.disk.manifest(a.Name, a.Version)
+		if m == nil {
+			return nil, fmt.Errorf("sdfs: %s version %s not held by %s", a.Name, a.Version, s.self.Name)
+		}
+		return m, nil
+	})
+	srv.Handle("sdfs.getblock", func(ctx context.Context, m *rpc.Message) (*rpc.Message, error) {
+		var a versionArgs
+		if err := json.Unmarshal(m.Args, &a); err != nil {
+			return nil, fmt.Errorf("sdfs: getblock: bad arguments: %w", err)
+		}
+		b, err := s.disk.readBlock(a.Name, a.Version, a.Index)
+		if errors.Is(err, errCorrupt) {
+			s.Logf("%v; repairing from a replica", err)
+			go s.repairBlock(a.Name, a.Version, a.Index)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &rpc.Message{Body: b}, nil
+	})
+	rpc.HandleJSON(srv, "sdfs.drop", func(ctx context.Context, a versionArgs) (empty, error) {
+		s.disk.drop(a.Name, a.Version)
+		return empty{}, nil
+	})
+	rpc.HandleJSON(srv, "sdfs.store", func(ctx context.Context, a listArgs) ([]StoredFile, error) {
+		return s.stored(a.Prefix), nil
+	})
+	rpc.HandleJSON(srv, "sdfs.verify", func(ctx context.Context, _ empty) (VerifyReport, error) {
+		return s.Verify(ctx, 0), nil
+	})
+}
+
+func (s *Store) stored(prefix string) []StoredFile {
+	var out []StoredFile
+	for _, n := range s.disk.names(prefix) {
+		if vs := s.disk.versions(n); len(vs) > 0 {
+			out = append(out, StoredFile{Name: n, Versions: vs})
+		}
+	}
+	return out
+}
+
+// repairBlock fetches a good copy of a corrupt block from another replica.
+func (s *Store) repairBlock(name string, v Version, idx int) bool {
+	key := fmt.Sprintf("%s\x00%s\x00%d", name, v, idx)
+	s.mu.Lock()
+	if done, busy := s.repairing[key]; busy {
+		s.mu.Unlock()
+		<-done // someone else is repairing it: wait, then see whether it worked
+		_, err := s.disk.readBlock(name, v, idx)
+		return err == nil
+	}
+	done := make(chan struct{})
+	s.repairing[key] = done
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.repairing, key)
+		s.mu.Unlock()
+		close(done)
+	}()
+	for _, p := range Rank(name, s.Peers()) {
+		if p.Name == s.self.Name {
+			continue
+		}
+		b, err := s.client.getBlock(context.Background(), p, name, v, idx, "")
+		if err != nil {
+			continue
+		}
+		if err := s.disk.repairBlock(name, v, idx, b); err == nil {
+			s.Logf("repaired block %d of %s version %s from %s", idx, name, v, p.Name)
+			return true
+		}
+	}
+	s.Logf("no good replica of block %d of %s version %s to repair from", idx, name, v)
+	return false
+}
+
+// Verify reads every block this node holds and repairs the corrupt ones. pause is slept
+// between blocks to keep a background scrub gentle.
+func (s *Store) Verify(ctx context.Context, pause time.Duration) VerifyReport {
+	var r VerifyReport
+	for _, vs := range s.disk.manifests() {
+		for _, m := range vs {
+			for i := range m.Sums {
+				if ctx.Err() != nil {
+					return r
+				}
+				r.Blocks++
+				_, err := s.disk.readBlock(m.Name, m.Version, i)
+				if errors.Is(err, errCorrupt) {
+					r.Corrupt++
+					s.Logf("scrub: %v", err)
+					if s.repairBlock(m.Name, m.Version, i) {
+						r.Repaired++
+					}
+				}
+				if pause > 0 {
+					time.Sleep(pause)
+				}
+			}
+		}
+	}
+	return r
+}

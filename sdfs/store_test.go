@@ -1,0 +1,387 @@
+package sdfs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"idunno/fd"
+)
+
+func randBytes(n int, seed int64) []byte {
+	b := make([]byte, n)
+	rand.New(rand.NewSource(seed)).Read(b)
+	return b
+}
+
+func mustGet(t *testing.T, c *Client, name string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if _, err := c.Get(context.Background(), name, &buf); err != nil {
+		t.Fatalf("get %s: %v", name, err)
+	}
+	return buf.Bytes()
+}
+
+func TestPutGetVersionsDeleteList(t *testing.T) {
+	tc := newTestCluster(t, 6, testConfig())
+	c := tc.client()
+	ctx := context.Background()
+	data := randBytes(10*1024+17, 1) // 11 blocks of 1 KiB
+	v1, err := c.Put(ctx, "ds/a.bin", bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGet(t, c, "ds/a.bin"); !bytes.Equal(got, data) {
+		t.Fatal("get returned different bytes")
+	}
+	if h := tc.holders("ds/a.bin", v1); len(h) != 4 {
+		t.Fatalf("version on %v, want 4 nodes", h)
+	}
+	// Every put makes a new version; the read returns the newest.
+	data2 := randBytes(3000, 2)
+	v2, err := c.Put(ctx, "ds/a.bin", bytes.NewReader(data2))
+	if err != nil || !v1.Less(v2) {
+		t.Fatalf("second put: %v %v", v2, err)
+	}
+	if got := mustGet(t, c, "ds/a.bin"); !bytes.Equal(got, data2) {
+		t.Fatal("get did not return the newest version")
+	}
+	var out bytes.Buffer
+	n, err := c.GetVersions(ctx, "ds/a.bin", 5, &out)
+	if err != nil || n != 2 {
+		t.Fatalf("get-versions: %d %v", n, err)
+	}
+	s := out.String()
+	i2, i1 := strings.Index(s, string(data2)), strings.Index(s, string(data))
+	if i2 < 0 || i1 < 0 || i2 > i1 || !strings.Contains(s, "==== sdfs ds/a.bin version "+v2.String()) {
+		t.Fatal("get-versions output not newest-first with headers")
+	}
+	// Empty file.
+	if _, err := c.Put(ctx, "ds/empty", bytes.NewReader(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGet(t, c, "ds/empty"); len(got) != 0 {
+		t.Fatal("empty file not empty")
+	}
+	// Ls, List, Store.
+	hs, err := c.Ls(ctx, "ds/a.bin")
+	if err != nil || len(hs) != 4 {
+		t.Fatalf("ls: %v %v", hs, err)
+	}
+	files, err := c.List(ctx, "ds/")
+	if err != nil || len(files) != 2 || files[0].Name != "ds/a.bin" || files[0].Version != v2 {
+		t.Fatalf("list: %+v %v", files, err)
+	}
+	st, err := c.Store(ctx, hs[0].Node)
+	if err != nil || len(st) == 0 {
+		t.Fatalf("store: %+v %v", st, err)
+	}
+	// Delete hides every version and lists no more.
+	if err := c.Delete(ctx, "ds/a.bin"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(ctx, "ds/a.bin", io.Discard); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("get after delete: %v", err)
+	}
+	if files, _ := c.List(ctx, "ds/"); len(files) != 1 {
+		t.Fatalf("list after delete: %+v", files)
+	}
+	if err := c.Delete(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("delete of a missing file: %v", err)
+	}
+	// A put after a delete brings the name back.
+	if _, err := c.Put(ctx, "ds/a.bin", bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGet(t, c, "ds/a.bin"); !bytes.Equal(got, data) {
+		t.Fatal("put after delete")
+	}
+	// Bad names never reach a node.
+	if _, err := c.Put(ctx, "../etc/passwd", bytes.NewReader(data)); err == nil || !strings.HasPrefix(err.Error(), "sdfs: ") {
+		t.Fatalf("bad name: %v", err)
+	}
+}
+
+func TestSizeLimit(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxFileSize = 4000
+	tc := newTestCluster(t, 4, cfg)
+	c := tc.client()
+	if _, err := c.Put(context.Background(), "big", bytes.NewReader(randBytes(5000, 1))); err == nil {
+		t.Fatal("oversized put succeeded")
+	}
+	if _, err := c.Get(context.Background(), "big", io.Discard); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("failed put left a version: %v", err)
+	}
+}
+
+// Concurrent puts of one name end with one newest version that every replica holds.
+func TestConcurrentPutsConverge(t *testing.T) {
+	tc := newTestCluster(t, 5, testConfig())
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	payloads := make([][]byte, 6)
+	for i := range payloads {
+		payloads[i] = randBytes(4096+i, int64(i))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := tc.client().Put(ctx, "same", bytes.NewReader(payloads[i])); err != nil {
+				t.Errorf("put %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	var newestSeen Version
+	for _, nd := range tc.nodes {
+		vs := nd.store.disk.versions("same")
+		if len(vs) == 0 {
+			continue
+		}
+		top := vs[len(vs)-1].Version
+		if newestSeen.IsZero() {
+			newestSeen = top
+		} else if top != newestSeen {
+			t.Fatalf("replicas disagree on the newest version: %v vs %v", top, newestSeen)
+		}
+	}
+	got := mustGet(t, tc.client(), "same")
+	found := false
+	for _, p := range payloads {
+		found = found || bytes.Equal(got, p)
+	}
+	if !found {
+		t.Fatal("read returned bytes no writer wrote")
+	}
+}
+
+// failingReader fails after n bytes, like a client that dies midway.
+type failingReader struct {
+	r io.Reader
+	n int
+}
+
+func (f *failingReader) Read(p []byte) (int, error) {
+	if f.n <= 0 {
+		return 0, errors.New("source broke")
+	}
+	if len(p) > f.n {
+		p = p[:f.n]
+	}
+	n, err := f.r.Read(p)
+	f.n -= n
+	return n, err
+}
+
+func TestFailedPutLeavesNoVersion(t *testing.T) {
+	tc := newTestCluster(t, 5, testConfig())
+	c := tc.client()
+	ctx := context.Background()
+	data := randBytes(8000, 3)
+	if _, err := c.Put(ctx, "f", &failingReader{r: bytes.NewReader(data), n: 5000}); err == nil {
+		t.Fatal("put from a broken source succeeded")
+	}
+	for _, nd := range tc.nodes {
+		if vs := nd.store.disk.versions("f"); len(vs) != 0 {
+			t.Fatalf("%s shows a version of a failed put", nd.name)
+		}
+		if len(nd.store.disk.txns) != 0 {
+			t.Fatalf("%s kept the aborted transaction", nd.name)
+		}
+	}
+}
+
+// A replica that dies during a put (before the detector notices) is replaced: the put
+// retries on the next nodes and the acknowledged version is on 4 live nodes.
+func TestPutReplacesReplicaThatDies(t *testing.T) {
+	tc := newTestCluster(t, 8, testConfig())
+	c := tc.client()
+	ctx := context.Background()
+	data := randBytes(64*1024, 4)
+	target := firstN(Rank("victim", mustPeers(t, c)), 4)
+	r := &hookReader{r: bytes.NewReader(data), at: 20 * 1024, hook: func() {
+		for _, p := range target[:3] {
+			tc.node(p.Name).srv.Close() // crashed, but membership still says alive
+			tc.node(p.Name).up = false
+		}
+	}}
+	v, err := c.Put(ctx, "victim", r)
+	if err != nil {
+		t.Fatalf("put: %v", err)
+	}
+	if h := tc.holders("victim", v); len(h) != 4 {
+		t.Fatalf("acknowledged version on %v", h)
+	}
+	if got := mustGet(t, c, "victim"); !bytes.Equal(got, data) {
+		t.Fatal("bytes differ")
+	}
+}
+
+type hookReader struct {
+	r    *bytes.Reader
+	at   int64
+	hook func()
+	done bool
+}
+
+func (h *hookReader) Read(p []byte) (int, error) {
+	pos, _ := h.r.Seek(0, io.SeekCurrent)
+	if !h.done && pos >= h.at {
+		h.done = true
+		h.hook()
+	}
+	return h.r.Read(p)
+}
+
+func (h *hookReader) Seek(off int64, whence int) (int64, error) { return h.r.Seek(off, whence) }
+
+func mustPeers(t *testing.T, c *Client) []Peer {
+	p, err := c.members(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// After 3 of a file's 4 replicas crash, the survivor re-creates 4 replicas.
+func TestReReplicationAfterThreeCrashes(t *testing.T) {
+	tc := newTestCluster(t, 8, testConfig())
+	c := tc.client()
+	ctx := context.Background()
+	data := randBytes(20*1024, 5)
+	v, err := c.Put(ctx, "x", bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := tc.holders("x", v)
+	for _, n := range h[:3] {
+		tc.crash(tc.node(n))
+	}
+	tc.scanAll(2)
+	if h2 := tc.holders("x", v); len(h2) != 4 {
+		t.Fatalf("after repair the version is on %v", h2)
+	}
+	if got := mustGet(t, tc.client(), "x"); !bytes.Equal(got, data) {
+		t.Fatal("bytes differ after re-replication")
+	}
+}
+
+// Joins move names to their new replica sets without losing a version, and the old
+// holders drop their copies.
+func TestRebalanceOnJoin(t *testing.T) {
+	tc := newTestCluster(t, 4, testConfig())
+	c := tc.client()
+	ctx := context.Background()
+	want := map[string][]byte{}
+	vers := map[string][]Version{}
+	for i := 0; i < 30; i++ {
+		name := fmt.Sprintf("r/%d", i)
+		for k := 0; k < 2; k++ {
+			want[name] = randBytes(1500+i, int64(i*10+k))
+			v, err := c.Put(ctx, name, bytes.NewReader(want[name]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			vers[name] = append(vers[name], v)
+		}
+	}
+	for i := 0; i < 4; i++ {
+		tc.add()
+	}
+	tc.scanAll(3)
+	ps := mustPeers(t, tc.client())
+	for name, data := range want {
+		desired := names(firstN(Rank(name, ps), 4))
+		for _, v := range vers[name] {
+			if h := tc.holders(name, v); strings.Join(h, ",") != strings.Join(sortedCopy(desired), ",") {
+				t.Fatalf("%s %v on %v, want %v", name, v, h, desired)
+			}
+		}
+		if got := mustGet(t, tc.client(), name); !bytes.Equal(got, data) {
+			t.Fatalf("%s differs after rebalance", name)
+		}
+	}
+}
+
+func sortedCopy(s []string) []string {
+	out := append([]string(nil), s...)
+	for i := range out {
+		for j := i + 1; j < len(out); j++ {
+			if out[j] < out[i] {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+	}
+	return out
+}
+
+func TestCorruptBlockDetectedAndRepaired(t *testing.T) {
+	tc := newTestCluster(t, 5, testConfig())
+	c := tc.client()
+	ctx := context.Background()
+	data := randBytes(5000, 6)
+	v, err := c.Put(ctx, "c", bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := tc.node(tc.holders("c", v)[0])
+	path := blockFile(victim.store.disk.versionDir("c", v), 2)
+	orig, _ := os.ReadFile(path)
+	bad := append([]byte(nil), orig...)
+	bad[10] ^= 0xff
+	if err := os.WriteFile(path, bad, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The corrupt node refuses to serve the block.
+	if _, err := c.getBlock(ctx, Peer{Name: victim.name, Addr: victim.addr}, "c", v, 2, ""); err == nil {
+		t.Fatal("corrupt block was served")
+	}
+	// Reads still return the right bytes, from other replicas.
+	for i := 0; i < 4; i++ {
+		if got := mustGet(t, c, "c"); !bytes.Equal(got, data) {
+			t.Fatal("read returned wrong bytes")
+		}
+	}
+	r := victim.store.Verify(ctx, 0)
+	if now, _ := os.ReadFile(path); !bytes.Equal(now, orig) {
+		t.Fatalf("block not repaired on disk (verify %+v)", r)
+	}
+}
+
+func TestRestartAllNodesFindsEveryFile(t *testing.T) {
+	tc := newTestCluster(t, 5, testConfig())
+	c := tc.client()
+	ctx := context.Background()
+	want := map[string][]byte{}
+	for i := 0; i < 10; i++ {
+		name := fmt.Sprintf("keep/%d", i)
+		want[name] = randBytes(3000+i*100, int64(i))
+		if _, err := c.Put(ctx, name, bytes.NewReader(want[name])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, nd := range tc.nodes {
+		tc.crash(nd)
+	}
+	for _, nd := range tc.nodes {
+		tc.start(nd)
+	}
+	for name, data := range want {
+		if got := mustGet(t, tc.client(), name); !bytes.Equal(got, data) {
+			t.Fatalf("%s differs after restart", name)
+		}
+	}
+	if files, err := tc.client().List(ctx, "keep/"); err != nil || len(files) != 10 {
+		t.Fatalf("list after restart: %d %v", len(files), err)
+	}
+}
+
+var _ = fd.Alive
