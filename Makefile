@@ -5,7 +5,7 @@ GO        ?= go
 CC        ?= gcc
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BUILD_PKGS := libdnnl-dev
-TEST_PKGS  := libonnx-testdata dataset-fashion-mnist python3-torch python3-torchvision python3-onnx
+TEST_PKGS  := libonnx-testdata dataset-fashion-mnist python3-torch python3-torchvision python3-onnx chromium chromium-driver
 KERNEL_SRC := $(wildcard kernel/*.c) $(wildcard kernel/*.h) $(wildcard kernel/include/*.h)
 GO_SRC     := $(shell find . -name '*.go' -not -path './third_party/*') go.mod
 FUZZTIME  ?= 10s
