@@ -13,6 +13,7 @@ import (
 	"idunno/fd"
 	"idunno/rpc"
 	"idunno/sched/logquery"
+	"idunno/sdfs"
 )
 
 // Component is one subsystem a Node runs (file store, coordinator, worker, HTTP server).
@@ -36,6 +37,7 @@ type Node struct {
 	RPC    *rpc.Server // register methods before Run
 	Client *rpc.Client // shared by every subsystem
 	FD     *fd.Detector
+	SDFS   *sdfs.Store // this node's replica store; SDFS.Client() reads and writes files
 	// FDConfig is the detector's config; adjust it between NewNode and Run.
 	FDConfig fd.Config
 
@@ -72,6 +74,10 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	n.FDConfig.Logf = n.Logger("fd")
 	n.registerFD()
 	logquery.Register(n.RPC, f.Name(), cfg.Name)
+	if err := n.addStore(); err != nil {
+		f.Close()
+		return nil, err
+	}
 	return n, nil
 }
 
