@@ -11,15 +11,12 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
 	"idunno/fd"
-	"idunno/rpc"
 	"idunno/sched"
 	"idunno/sched/httpapi"
-	"idunno/sdfs"
 )
 
 func init() {
@@ -37,17 +34,6 @@ func addHTTP(n *sched.Node) error {
 		}
 		return n.FD.Alive()
 	}
-	members := func(ctx context.Context) ([]sdfs.Peer, error) {
-		var ps []sdfs.Peer
-		for _, m := range live() {
-			ps = append(ps, sdfs.Peer{Name: m.Name, Addr: m.RPCAddr})
-		}
-		if len(ps) == 0 {
-			return nil, errors.New("httpapi: no live members yet")
-		}
-		return ps, nil
-	}
-	store := sdfs.NewClient(sdfs.DefaultConfig(), n.Client, members)
 	svc := httpapi.NewNodeService(httpapi.NodeOptions{
 		Config:  httpapi.Config{Node: n.Cfg.Name, Logf: n.Logger("http")},
 		Addr:    n.Cfg.HTTPAddr(),
@@ -57,9 +43,12 @@ func addHTTP(n *sched.Node) error {
 		Client:  n.Client,
 		SelfRPC: n.Cfg.RPCAddr(),
 		Peers:   nodePeers{self: n.Cfg.Name, live: live},
-		Gauges:  &nodeGauges{client: n.Client, self: n.Cfg.RPCAddr(), live: live},
+		Gauges:  nodeGauges{n: n, live: live},
 		Fetch: func(ctx context.Context, name string, w io.Writer) error {
-			_, err := store.Get(ctx, name, w)
+			if n.SDFS == nil {
+				return errors.New("this node runs no SDFS store")
+			}
+			_, err := n.SDFS.Client().Get(ctx, name, w)
 			return err
 		},
 	})
@@ -83,42 +72,19 @@ func (p nodePeers) Peers() []httpapi.Peer {
 	return r
 }
 
-// nodeGauges reads the membership size from fd and the bytes this node stores from its
-// file store ("sdfs.store", cached for a second). SDFS does not expose a replication
-// backlog yet, so that gauge is reported unknown (-1).
+// nodeGauges reads the membership size from fd and the bytes stored and replication
+// backlog from this node's SDFS store.
 type nodeGauges struct {
-	client *rpc.Client
-	self   string
-	live   func() []fd.Member
-
-	mu    sync.Mutex // guards at and bytes
-	at    time.Time
-	bytes int64
+	n    *sched.Node
+	live func() []fd.Member
 }
 
-func (g *nodeGauges) Gauges() httpapi.ClusterGauges {
+func (g nodeGauges) Gauges() httpapi.ClusterGauges {
 	r := httpapi.ClusterGauges{Members: len(g.live()), SDFSBytesStored: -1, ReplicationBacklog: -1}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if time.Since(g.at) > time.Second {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		var files []sdfs.StoredFile
-		err := g.client.CallJSON(ctx, g.self, "sdfs.store", map[string]string{"prefix": ""}, &files)
-		cancel()
-		g.bytes = -1
-		if err == nil {
-			g.bytes = 0
-			for _, f := range files {
-				for _, v := range f.Versions {
-					if !v.Deleted {
-						g.bytes += v.Size
-					}
-				}
-			}
-		}
-		g.at = time.Now()
+	if st := g.n.SDFS; st != nil {
+		_, r.SDFSBytesStored = st.Usage()
+		r.ReplicationBacklog = st.Backlog()
 	}
-	r.SDFSBytesStored = g.bytes
 	return r
 }
 
