@@ -70,4 +70,5 @@ func benchDataPath(b *testing.B, raw []byte) {
 			}
 		}
 	}
+	b.ReportMetric(float64(b.N*task)/b.Elapsed().Seconds(), "images/s")
 }
