@@ -1,6 +1,7 @@
 package logquery_test
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,7 +59,9 @@ func (e *buildError) Error() string { return "build idunno: " + e.out }
 
 func grep(t *testing.T, bin string, args ...string) (string, error) {
 	t.Helper()
-	out, err := exec.Command(bin, append([]string{"grep"}, args...)...).CombinedOutput()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, append([]string{"grep"}, args...)...).CombinedOutput()
 	return string(out), err
 }
 
