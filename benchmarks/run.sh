@@ -3,5 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p benchmarks/out
-echo "benchmarks: not yet written"
+./benchmarks/kernel.sh
 ./benchmarks/fd/run.sh

@@ -291,19 +291,29 @@ func (w *scratch) resize(dst []float32, im Image, sc, h, wd int) {
 		w.rows = make([]float32, im.H*wd)
 	}
 	rows := w.rows[:im.H*wd]
-	for y := 0; y < im.H; y++ {
-		r := rows[y*wd : (y+1)*wd]
-		base := y * im.W * im.C
-		for x := range r {
-			a, b := im.at(base+t.x0[x]*im.C+sc), im.at(base+t.x1[x]*im.C+sc)
-			r[x] = a + float32(t.fx[x]*(b-a))
-		}
+	if im.U8 != nil {
+		hpass(rows, im.U8, im, sc, t)
+	} else {
+		hpass(rows, im.F32, im, sc, t)
 	}
 	for y := 0; y < h; y++ {
 		r0, r1 := rows[t.y0[y]*wd:(t.y0[y]+1)*wd], rows[t.y1[y]*wd:(t.y1[y]+1)*wd]
 		d, fy := dst[y*wd:(y+1)*wd], t.fy[y]
 		for x := range d {
 			d[x] = r0[x] + float32(fy*(r1[x]-r0[x]))
+		}
+	}
+}
+
+// hpass resamples every row of channel sc of src (im's values) horizontally into rows.
+func hpass[T uint8 | float32](rows []float32, src []T, im Image, sc int, t *resizeTaps) {
+	wd := len(t.x0)
+	for y := 0; y < im.H; y++ {
+		r := rows[y*wd : (y+1)*wd]
+		row := src[y*im.W*im.C : (y+1)*im.W*im.C]
+		for x := range r {
+			a, b := float32(row[t.x0[x]*im.C+sc]), float32(row[t.x1[x]*im.C+sc])
+			r[x] = a + float32(t.fx[x]*(b-a))
 		}
 	}
 }

@@ -33,14 +33,6 @@ type Image struct {
 // Len is the number of values the image holds.
 func (im Image) Len() int { return im.H * im.W * im.C }
 
-// at returns value k (HWC index) as float32.
-func (im Image) at(k int) float32 {
-	if im.U8 != nil {
-		return float32(im.U8[k])
-	}
-	return im.F32[k]
-}
-
 // Dataset is an ordered list of images; sample i is query i.
 type Dataset interface {
 	Len() int

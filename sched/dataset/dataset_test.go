@@ -502,3 +502,30 @@ func TestFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteIDXRoundTrip(t *testing.T) {
+	data := make([]uint8, 3*4*5)
+	for i := range data {
+		data[i] = uint8(i)
+	}
+	var buf bytes.Buffer
+	if err := WriteIDX(&buf, []int{3, 4, 5}, data); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := OpenBytes(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, _ := ds.Sample(2)
+	if ds.Len() != 3 || im.H != 4 || im.W != 5 || !bytes.Equal(im.U8, data[40:]) {
+		t.Fatalf("round trip: %d samples, %dx%d", ds.Len(), im.H, im.W)
+	}
+	buf.Reset()
+	WriteIDX(&buf, []int{3}, []uint8{7, 8, 9})
+	if l, err := ReadIDXLabels(&buf); err != nil || !bytes.Equal(l, []uint8{7, 8, 9}) {
+		t.Fatalf("labels: %v %v", l, err)
+	}
+	if err := WriteIDX(&buf, []int{2, 2}, []uint8{1}); err == nil {
+		t.Fatal("short data accepted")
+	}
+}
