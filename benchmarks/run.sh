@@ -3,6 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p benchmarks/out
-echo "benchmarks: not yet written"
+./benchmarks/kernel.sh
 # sdfs: put/get throughput (1 MB, 1 GB) vs cp, node peak RSS, restore time after 3 kills
 go run ./benchmarks/sdfs --bin bin/idunno --out benchmarks/out/sdfs.csv | tee benchmarks/out/sdfs.txt

@@ -207,7 +207,7 @@ func (s *Scheduler) apiJobAdd(ctx context.Context, spec JobSpec) (JobAddReply, e
 	if s.st.Phase != PhaseInference {
 		phase := s.st.Phase
 		s.mu.Unlock()
-		return fail(fmt.Errorf("sched: inference jobs need the inference phase (idunno infer start); phase is %s", phase))
+		return fail(fmt.Errorf("sched: inference jobs need the inference phase (idunno inference start); phase is %s", phase))
 	}
 	if _, dup := s.st.Jobs[spec.Name]; dup {
 		s.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -72,6 +73,12 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	n.FDConfig.RPCAddr, n.FDConfig.HTTPAddr = cfg.RPCAddr(), cfg.HTTPAddr()
 	n.FDConfig.Secret, n.FDConfig.Introducers = secret, cfg.Introducers
 	n.FDConfig.Logf = n.Logger("fd")
+	if v := os.Getenv("IDUNNO_FD_LOSS"); v != "" {
+		// Fault injection for tests and benchmarks: drop this fraction of fd packets.
+		if p, err := strconv.ParseFloat(v, 64); err == nil {
+			n.FDConfig.InjectLoss = p
+		}
+	}
 	n.registerFD()
 	logquery.Register(n.RPC, f.Name(), cfg.Name)
 	if err := n.addStore(); err != nil {
