@@ -5,8 +5,8 @@ GO        ?= go
 CC        ?= gcc
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BUILD_PKGS := libdnnl-dev
-TEST_PKGS  := libonnx-testdata dataset-fashion-mnist python3-torch python3-torchvision python3-onnx
-KERNEL_SRC := $(wildcard kernel/*.c) $(wildcard kernel/include/*.h)
+TEST_PKGS  := libonnx-testdata dataset-fashion-mnist python3-torch python3-torchvision python3-onnx chromium chromium-driver
+KERNEL_SRC := $(wildcard kernel/*.c) $(wildcard kernel/*.h) $(wildcard kernel/include/*.h)
 GO_SRC     := $(shell find . -name '*.go' -not -path './third_party/*') go.mod
 FUZZTIME  ?= 10s
 
@@ -34,7 +34,7 @@ bin/idunno: $(GO_SRC)
 bin/libidunno_kernel.so: $(KERNEL_SRC) | deps
 	@mkdir -p bin
 	@if [ -n "$(wildcard kernel/*.c)" ]; then \
-	  $(CC) -std=c11 -O3 -fPIC -shared -Wall -Wextra -Werror -fvisibility=hidden \
+	  $(CC) -std=c11 -O3 -fPIC -shared -Wall -Wextra -Werror -fvisibility=hidden -fopenmp \
 	    -Ikernel/include -o $@ $(wildcard kernel/*.c) -ldnnl -lm; \
 	else touch $@; fi
 

@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p benchmarks/out
-echo "benchmarks: not yet written"
+./benchmarks/kernel.sh

@@ -12,7 +12,7 @@ import (
 )
 
 func init() {
-	register("node", "node --config FILE | --name N --host H --base-port P --data-dir D [--introducers A,B] [--secret S] [--threads T]",
+	register("node", "node --config FILE [--nice N] | --name N --host H --base-port P --data-dir D [--introducers A,B] [--secret S] [--threads T]",
 		"run one node until SIGTERM or SIGINT (then leave the cluster)", runNode)
 }
 
@@ -32,6 +32,7 @@ func runNode(args []string) error {
 	fs.StringVar(&intro, "introducers", "", "comma-separated fd addresses (host:port) to join through")
 	fs.StringVar(&c.Secret, "secret", "", "cluster secret (default $IDUNNO_SECRET)")
 	fs.IntVar(&c.Threads, "threads", 1, "kernel threads per model instance")
+	nice := fs.Int("nice", -10, "scheduling priority to run at, so heartbeats survive a saturated CPU (0: leave as is)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -47,6 +48,7 @@ func runNode(args []string) error {
 	if err != nil {
 		return err
 	}
+	raisePriority(*nice, n.Logger("node"))
 	for _, setup := range nodeSetup {
 		if err := setup(n); err != nil {
 			return err

@@ -37,10 +37,15 @@ type Config struct {
 	PauseThreshold    time.Duration // a gap between ticks longer than this means we were paused: restart silence timers (default 200ms)
 	JoinRetry         time.Duration // while alone, how often to ask the introducers again (default 500ms)
 	RetainDead        time.Duration // how long failed and left members stay listed (default 60s)
+	DeadProbeInterval time.Duration // how often to heartbeat one failed member, to heal partitions (default 1s)
 	Fanout            int           // members each fresh update is pushed to at once (default 3)
 	RetransmitMult    int           // piggyback each update RetransmitMult*ceil(log2(n+1)) times (default 3)
 	MaxPiggyback      int           // updates carried per packet (default 12)
 	RecvQueue         int           // packets buffered between socket and protocol (default 1024)
+
+	// InjectLoss drops this fraction of outgoing packets on purpose (fault injection for
+	// tests and benchmarks; nodes read it from IDUNNO_FD_LOSS). Zero in production.
+	InjectLoss float64
 
 	// Logf receives joins, leaves, suspicions, failures and refutations. Nil discards.
 	Logf func(format string, args ...any)
@@ -59,6 +64,7 @@ func DefaultConfig() Config {
 		PauseThreshold:    200 * time.Millisecond,
 		JoinRetry:         500 * time.Millisecond,
 		RetainDead:        60 * time.Second,
+		DeadProbeInterval: time.Second,
 		Fanout:            3,
 		RetransmitMult:    3,
 		MaxPiggyback:      12,
@@ -73,6 +79,7 @@ func (c Config) withDefaults() Config {
 		{&c.TickInterval, &d.TickInterval}, {&c.HeartbeatInterval, &d.HeartbeatInterval},
 		{&c.SuspectTimeout, &d.SuspectTimeout}, {&c.SuspicionTimeout, &d.SuspicionTimeout},
 		{&c.PauseThreshold, &d.PauseThreshold}, {&c.JoinRetry, &d.JoinRetry}, {&c.RetainDead, &d.RetainDead},
+		{&c.DeadProbeInterval, &d.DeadProbeInterval},
 	}
 	for _, x := range durs {
 		if *x.v <= 0 {

@@ -40,6 +40,7 @@ type Stats struct {
 	DroppedOtherCluster      uint64 // another cluster's tag
 	DroppedQueue             uint64 // receive queue full
 	EventsDropped            uint64 // events not delivered to a full subscriber
+	InjectedLoss             uint64 // outgoing packets dropped by Config.InjectLoss
 }
 
 // Start binds the transport (UDP on cfg.Addr unless transport is given through StartOn)
@@ -56,6 +57,14 @@ func Start(cfg Config) (*Detector, error) {
 	return StartOn(cfg, tr)
 }
 
+// Injected counts packets dropped by Config.InjectLoss.
+func (d *Detector) injected() uint64 {
+	if l, ok := d.tr.(*LossyTransport); ok {
+		return l.Injected()
+	}
+	return 0
+}
+
 // StartOn starts the protocol over an existing transport (for example a MemNetwork endpoint).
 // The detector owns tr and closes it on Stop.
 func StartOn(cfg Config, tr Transport) (*Detector, error) {
@@ -63,6 +72,9 @@ func StartOn(cfg Config, tr Transport) (*Detector, error) {
 	if err := cfg.validate(); err != nil {
 		tr.Close()
 		return nil, err
+	}
+	if cfg.InjectLoss > 0 {
+		tr = NewLossy(tr, cfg.InjectLoss, uint64(time.Now().UnixNano()))
 	}
 	d := &Detector{cfg: cfg, tr: tr, codec: NewCodec(cfg.Secret), subs: map[int]chan Event{},
 		quit: make(chan struct{}), done: make(chan struct{})}
@@ -204,7 +216,7 @@ func (d *Detector) Stats() Stats {
 		BytesSent: d.bytesSent.Load(), BytesRecv: d.bytesRecv.Load(), SendErrors: d.sendErrors.Load(),
 		DroppedMalformed: d.malformed.Load(), DroppedBadMAC: d.badMAC.Load(),
 		DroppedOtherCluster: d.otherCluster.Load(), DroppedQueue: d.tr.Dropped(),
-		EventsDropped: d.eventsDropped.Load(),
+		EventsDropped: d.eventsDropped.Load(), InjectedLoss: d.injected(),
 	}
 }
 

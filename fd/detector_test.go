@@ -52,6 +52,7 @@ func TestDetectorMemNetworkCrashAndLeave(t *testing.T) {
 		}
 		return true
 	})
+	time.Sleep(300 * time.Millisecond) // let every monitor hear its predecessors once
 	ch, cancel := ds[0].Subscribe(16)
 	defer cancel()
 	ds[5].Stop()

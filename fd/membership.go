@@ -31,14 +31,20 @@ type Membership struct {
 	events  []Event
 	leaving bool
 
-	lastTick, lastBeat, lastJoin, lastSweep time.Time
+	lastTick, lastBeat, lastJoin, lastSweep, lastProbe time.Time
 }
 
 type entry struct {
 	Member
 	changed time.Time // when State last changed here
 	heard   time.Time // last packet from this member (liveness evidence)
+	// armed: a heartbeat arrived since we started watching this member, so its view agrees
+	// that we are its successor. Until then its silence may mean that views still differ
+	// (a join in flight), and we allow it unarmedFactor times longer before suspecting.
+	armed bool
 }
+
+const unarmedFactor = 2
 
 type broadcast struct {
 	m     Member
@@ -111,25 +117,48 @@ func (m *Membership) Tick(now time.Time) {
 			m.send(a, MsgHeartbeat, m.piggyback())
 		}
 	}
+	if now.Sub(m.lastProbe) >= m.cfg.DeadProbeInterval {
+		m.lastProbe = now
+		m.probeDead()
+	}
 	m.checkTimeouts(now)
 	m.flushFresh("")
 }
 
+// probeDead heartbeats one random failed member: if it is in fact alive on the other side of
+// a healed partition, the two sides learn of each other again (it refutes, we rejoin it).
+func (m *Membership) probeDead() {
+	var dead []string
+	for a, e := range m.members {
+		if e.State == Failed {
+			dead = append(dead, a)
+		}
+	}
+	if len(dead) > 0 {
+		sort.Strings(dead)
+		m.send(dead[m.rng.IntN(len(dead))], MsgHeartbeat, nil)
+	}
+}
+
 func (m *Membership) checkTimeouts(now time.Time) {
-	for a := range m.watched {
+	for _, a := range sortedKeys(m.watched) {
 		e := m.members[a]
-		if e != nil && e.State == Alive && now.Sub(e.heard) > m.cfg.SuspectTimeout {
+		limit := m.cfg.SuspectTimeout
+		if e != nil && !e.armed {
+			limit *= unarmedFactor
+		}
+		if e != nil && e.State == Alive && now.Sub(e.heard) > limit {
 			m.cfg.Logf("suspect %s (%s): silent for %v", e.Name, e.Addr, now.Sub(e.heard).Round(time.Millisecond))
 			m.apply(now, Member{Name: e.Name, Addr: e.Addr, RPCAddr: e.RPCAddr, HTTPAddr: e.HTTPAddr,
-				Incarnation: e.Incarnation, State: Suspect}, true)
+				Incarnation: e.Incarnation, State: Suspect}, eager)
 			m.send(e.Addr, MsgGossip, []Member{e.Member}) // let it refute at once
 		}
 	}
-	for a := range m.suspects {
+	for _, a := range sortedKeys(m.suspects) {
 		if e := m.members[a]; now.Sub(e.changed) > m.cfg.SuspicionTimeout {
 			f := e.Member
 			f.State = Failed
-			m.apply(now, f, true)
+			m.apply(now, f, eager)
 		}
 	}
 	if now.Sub(m.lastSweep) < time.Second {
@@ -150,10 +179,17 @@ func (m *Membership) Receive(now time.Time, msg *Message) {
 	}
 	from := msg.From
 	from.State = Alive
-	m.apply(now, from, msg.Kind != MsgJoinAck)
+	mode := eager
+	if msg.Kind == MsgJoinAck {
+		mode = piggyback // a whole membership list: pass it on, but at heartbeat pace
+	}
+	m.apply(now, from, mode)
 	if e := m.members[from.Addr]; e != nil {
 		if (e.State == Alive || e.State == Suspect) && from.Incarnation >= e.Incarnation {
 			e.heard = now
+			if msg.Kind == MsgHeartbeat {
+				e.armed = true
+			}
 		}
 		if e.State != Alive && e.Incarnation >= from.Incarnation {
 			// The sender is suspected or declared dead here: tell it, so it refutes or rejoins.
@@ -161,7 +197,7 @@ func (m *Membership) Receive(now time.Time, msg *Message) {
 		}
 	}
 	for _, u := range msg.Updates {
-		m.apply(now, u, msg.Kind != MsgJoinAck)
+		m.apply(now, u, mode)
 	}
 	if msg.Kind == MsgJoin {
 		m.answerJoin(from.Addr)
@@ -177,9 +213,9 @@ func (m *Membership) Leave(now time.Time) {
 	m.self.Incarnation++
 	m.self.State = Left
 	m.self.changed = now
-	for _, e := range m.members {
-		if e != m.self && (e.State == Alive || e.State == Suspect) {
-			m.send(e.Addr, MsgGossip, []Member{m.self.Member})
+	for _, a := range m.ring {
+		if a != m.self.Addr {
+			m.send(a, MsgGossip, []Member{m.self.Member})
 		}
 	}
 	m.leaving = true
@@ -195,9 +231,17 @@ func (m *Membership) answerJoin(to string) {
 	}
 }
 
+// spread says how a change to our view is passed on.
+type spread int
+
+const (
+	quiet     spread = iota // not at all
+	piggyback               // on heartbeats only
+	eager                   // pushed to Fanout members at once, and on heartbeats
+)
+
 // apply merges one record using incarnation precedence and reports whether it changed our view.
-// spread says whether a change should be disseminated.
-func (m *Membership) apply(now time.Time, u Member, spread bool) bool {
+func (m *Membership) apply(now time.Time, u Member, mode spread) bool {
 	if u.Addr == m.self.Addr {
 		m.refute(now, u)
 		return false
@@ -213,7 +257,7 @@ func (m *Membership) apply(now time.Time, u Member, spread bool) bool {
 		case Alive, Suspect:
 			m.emit(Joined, u)
 		}
-		m.changed(now, u, spread)
+		m.changed(now, u, mode)
 		return true
 	}
 	if !supersedes(u, e.Member) {
@@ -236,7 +280,7 @@ func (m *Membership) apply(now time.Time, u Member, spread bool) bool {
 		e.heard = now
 	}
 	m.transition(old, e.Member)
-	m.changed(now, e.Member, spread)
+	m.changed(now, e.Member, mode)
 	return true
 }
 
@@ -293,12 +337,29 @@ func (m *Membership) refute(now time.Time, u Member) {
 	}
 	m.self.Incarnation = u.Incarnation + 1
 	m.cfg.Logf("refuting %s at incarnation %d with %d", u.State, u.Incarnation, m.self.Incarnation)
-	m.changed(now, m.self.Member, true)
+	m.changed(now, m.self.Member, eager)
+	// Everyone may be counting down its suspicion timer: tell them all directly, not by
+	// gossip. Refutations are rare, so n packets is cheap.
+	for _, a := range m.ring {
+		if a != m.self.Addr {
+			m.send(a, MsgGossip, []Member{m.self.Member})
+		}
+	}
 }
 
-func (m *Membership) changed(now time.Time, u Member, spread bool) {
+// seed adds members known from elsewhere (a simulation's bootstrap) without events or gossip.
+func (m *Membership) seed(now time.Time, ms []Member) {
+	for _, u := range ms {
+		if u.Addr != m.self.Addr && m.members[u.Addr] == nil {
+			m.members[u.Addr] = &entry{Member: u, changed: now, heard: now}
+		}
+	}
 	m.rebuildRing(now)
-	if !spread {
+}
+
+func (m *Membership) changed(now time.Time, u Member, mode spread) {
+	m.rebuildRing(now)
+	if mode == quiet {
 		return
 	}
 	for i, b := range m.queue {
@@ -308,7 +369,9 @@ func (m *Membership) changed(now time.Time, u Member, spread bool) {
 		}
 	}
 	m.queue = append([]*broadcast{{m: u}}, m.queue...)
-	m.fresh = append(m.fresh, u)
+	if mode == eager {
+		m.fresh = append(m.fresh, u)
+	}
 }
 
 // flushFresh pushes this step's new updates to Fanout random live members other than skip.
@@ -379,7 +442,7 @@ func (m *Membership) rebuildRing(now time.Time) {
 	for _, a := range m.neighbours(-1) {
 		watched[a] = true
 		if !m.watched[a] {
-			m.members[a].heard = now
+			m.members[a].heard, m.members[a].armed = now, false
 		}
 	}
 	m.watched = watched
@@ -398,5 +461,14 @@ func (m *Membership) neighbours(dir int) []string {
 	for k := 1; k < n && k <= m.cfg.Monitors; k++ {
 		out = append(out, m.ring[((i+dir*k)%n+n)%n])
 	}
+	return out
+}
+
+func sortedKeys(set map[string]bool) []string {
+	out := make([]string, 0, len(set))
+	for k := range set {
+		out = append(out, k)
+	}
+	sort.Strings(out)
 	return out
 }

@@ -71,10 +71,15 @@ func NewCodec(secret []byte) *Codec {
 
 // Encode returns the sealed packet for m.
 func (c *Codec) Encode(m *Message) []byte {
-	b := make([]byte, 0, 128+64*len(m.Updates))
+	return c.seal(appendBody(make([]byte, 0, 128+64*len(m.Updates)), m))
+}
+
+// seal frames and authenticates a body.
+func (c *Codec) seal(body []byte) []byte {
+	b := make([]byte, 0, magicLen+tagLen+len(body)+macLen)
 	b = append(b, magic[:]...)
 	b = append(b, c.tag[:]...)
-	b = appendBody(b, m)
+	b = append(b, body...)
 	h := hmac.New(sha256.New, c.secret)
 	h.Write(b)
 	return h.Sum(b)

@@ -2,6 +2,7 @@ package fd
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -111,3 +112,33 @@ func (t *UDPTransport) Close() error {
 	t.wg.Wait()
 	return err
 }
+
+// LossyTransport drops a fraction of outgoing packets: fault injection for tests and
+// benchmarks on real sockets (tc netem is not available everywhere).
+type LossyTransport struct {
+	Transport
+	loss     float64
+	mu       sync.Mutex
+	rng      *rand.Rand
+	injected atomic.Uint64
+}
+
+// NewLossy wraps tr so that each Send is dropped with probability loss.
+func NewLossy(tr Transport, loss float64, seed uint64) *LossyTransport {
+	return &LossyTransport{Transport: tr, loss: loss, rng: rand.New(rand.NewPCG(seed, 3))}
+}
+
+// Send drops b with the configured probability, else sends it.
+func (t *LossyTransport) Send(addr string, b []byte) error {
+	t.mu.Lock()
+	drop := t.rng.Float64() < t.loss
+	t.mu.Unlock()
+	if drop {
+		t.injected.Add(1)
+		return nil
+	}
+	return t.Transport.Send(addr, b)
+}
+
+// Injected counts the packets dropped on purpose.
+func (t *LossyTransport) Injected() uint64 { return t.injected.Load() }

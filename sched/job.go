@@ -2,6 +2,7 @@ package sched
 
 import (
 	"fmt"
+	"idunno/sched/dataset"
 	"regexp"
 	"strconv"
 )
@@ -16,27 +17,17 @@ const (
 	PhaseInference Phase = "inference"
 )
 
-// Preprocess says how raw data becomes the model's input. The worker hands it to the
-// dataset package; the coordinator only stores it with the job.
-type Preprocess struct {
-	Resize  []int     `json:"resize,omitempty"`   // H,W to resize images to (0 = keep)
-	GreyRGB bool      `json:"grey_rgb,omitempty"` // replicate one grey channel to three
-	Scale   float32   `json:"scale,omitempty"`    // multiply raw values first (0 = 1/255)
-	Mean    []float32 `json:"mean,omitempty"`     // per channel, subtracted after scaling
-	Std     []float32 `json:"std,omitempty"`      // per channel, divided after the mean
-}
-
 // JobSpec is what a client asks for. Queries and TaskSize are filled in by the coordinator
 // when it accepts the job (from the dataset's length and the batch size).
 type JobSpec struct {
-	Name     string     `json:"name"`
-	Model    string     `json:"model"`  // SDFS name of the ONNX file
-	Data     string     `json:"data"`   // SDFS name of the dataset
-	Format   string     `json:"format"` // idx, npy, images ("" = guess from the name)
-	Batch    int        `json:"batch"`
-	Pre      Preprocess `json:"pre"`
-	Queries  int        `json:"queries"`   // number of queries (dataset length)
-	TaskSize int        `json:"task_size"` // queries per task, a multiple of Batch
+	Name     string             `json:"name"`
+	Model    string             `json:"model"`  // SDFS name of the ONNX file
+	Data     string             `json:"data"`   // SDFS name of the dataset
+	Format   string             `json:"format"` // idx, npy, images ("" = guess from the name)
+	Batch    int                `json:"batch"`
+	Pre      dataset.Preprocess `json:"pre"`
+	Queries  int                `json:"queries"`   // number of queries (dataset length)
+	TaskSize int                `json:"task_size"` // queries per task, a multiple of Batch
 }
 
 // MaxTasks bounds the number of tasks of one job, and with it the journal's size.
@@ -57,6 +48,9 @@ func (s JobSpec) ValidateRequest() error {
 		return fmt.Errorf("sched: job %s: batch size must be at least 1 (got %d)", s.Name, s.Batch)
 	case s.Batch > 4096:
 		return fmt.Errorf("sched: job %s: batch size %d is over the limit 4096", s.Name, s.Batch)
+	}
+	if err := s.Pre.Validate(); err != nil {
+		return fmt.Errorf("sched: job %s: %w", s.Name, err)
 	}
 	return nil
 }

@@ -7,12 +7,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
 	"idunno/fd"
 	"idunno/rpc"
 	"idunno/sched/logquery"
+	"idunno/sdfs"
 )
 
 // Component is one subsystem a Node runs (file store, coordinator, worker, HTTP server).
@@ -36,6 +38,7 @@ type Node struct {
 	RPC    *rpc.Server // register methods before Run
 	Client *rpc.Client // shared by every subsystem
 	FD     *fd.Detector
+	SDFS   *sdfs.Store // this node's replica store; SDFS.Client() reads and writes files
 	// FDConfig is the detector's config; adjust it between NewNode and Run.
 	FDConfig fd.Config
 
@@ -70,8 +73,18 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	n.FDConfig.RPCAddr, n.FDConfig.HTTPAddr = cfg.RPCAddr(), cfg.HTTPAddr()
 	n.FDConfig.Secret, n.FDConfig.Introducers = secret, cfg.Introducers
 	n.FDConfig.Logf = n.Logger("fd")
+	if v := os.Getenv("IDUNNO_FD_LOSS"); v != "" {
+		// Fault injection for tests and benchmarks: drop this fraction of fd packets.
+		if p, err := strconv.ParseFloat(v, 64); err == nil {
+			n.FDConfig.InjectLoss = p
+		}
+	}
 	n.registerFD()
 	logquery.Register(n.RPC, f.Name(), cfg.Name)
+	if err := n.addStore(); err != nil {
+		f.Close()
+		return nil, err
+	}
 	return n, nil
 }
 

@@ -15,7 +15,8 @@ type TaskReport struct {
 	Queries   int     `json:"queries"`
 	BusyNanos int64   `json:"busy_ns"`  // worker time the task took, read to write
 	BatchUS   []int64 `json:"batch_us"` // latency of each batch, preprocessing and kernel
-	Epoch     uint64  `json:"epoch"`    // the epoch that leased it
+	Epoch      uint64  `json:"epoch"`    // the epoch that leased it
+	StartNanos int64   `json:"start_ns"` // when the worker started it, unix nanoseconds
 }
 
 // rateWindow is the window of stats' query rate.

@@ -180,3 +180,23 @@ func (t *TaskTable) Workers() []string {
 	sort.Strings(ws)
 	return ws
 }
+
+// Reconcile gives back the tasks leased to worker that it no longer holds (it gave up on
+// them) and did not just report done. held and done name what the worker still has.
+func (t *TaskTable) Reconcile(worker string, keep map[TaskRef]bool) []Lease {
+	var out []Lease
+	for k, since := range t.byWorker[worker] {
+		if keep[TaskRef{k.job, k.task}] {
+			continue
+		}
+		q := t.jobs[k.job]
+		delete(q.leased, k.task)
+		delete(t.byWorker[worker], k)
+		if !q.js.IsDone(k.task) {
+			q.retry = append(q.retry, k.task)
+			sort.Ints(q.retry)
+		}
+		out = append(out, Lease{Job: k.job, Task: k.task, Worker: worker, Since: since})
+	}
+	return out
+}

@@ -105,12 +105,18 @@ func (c *Client) each(peers []Peer, f func(i int, p Peer) error) []error {
 // replica set and where copies may linger after membership changes), and everyone else
 // when none of those holds a version. It needs ReadQuorum answers.
 func (c *Client) query(ctx context.Context, name string, exclude map[string]bool) ([]view, []Peer, error) {
+	views, live, _, err := c.queryN(ctx, name, exclude)
+	return views, live, err
+}
+
+// queryN is query that also returns how many live members the membership lists.
+func (c *Client) queryN(ctx context.Context, name string, exclude map[string]bool) ([]view, []Peer, int, error) {
 	if err := ValidateName(name); err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	all, err := c.members(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	var peers []Peer
 	for _, p := range all {
@@ -119,13 +125,13 @@ func (c *Client) query(ctx context.Context, name string, exclude map[string]bool
 		}
 	}
 	if len(peers) == 0 {
-		return nil, nil, errors.New("sdfs: no live nodes")
+		return nil, nil, 0, errors.New("sdfs: no live nodes")
 	}
 	ranked := Rank(name, peers)
 	first := firstN(ranked, 2*c.cfg.Replicas)
 	views, answered := c.views(ctx, first, name)
 	if need := min(c.cfg.ReadQuorum, len(first)); answered < need {
-		return nil, nil, fmt.Errorf("sdfs: %s: read quorum not reached (%d of %d nodes answered)", name, answered, need)
+		return nil, nil, 0, fmt.Errorf("sdfs: %s: read quorum not reached (%d of %d nodes answered)", name, answered, need)
 	}
 	if newest(views).IsZero() && len(ranked) > len(first) {
 		more, _ := c.views(ctx, ranked[len(first):], name)
@@ -135,7 +141,7 @@ func (c *Client) query(ctx context.Context, name string, exclude map[string]bool
 	for _, v := range views {
 		live = append(live, v.peer)
 	}
-	return views, live, nil
+	return views, live, len(all), nil
 }
 
 func (c *Client) views(ctx context.Context, peers []Peer, name string) ([]view, int) {
@@ -243,11 +249,16 @@ func (c *Client) Delete(ctx context.Context, name string) error {
 // put picks the version (one above the newest a read quorum reports) and the replica set
 // (the first N live nodes of the name's rendezvous order, minus exclude) and writes.
 func (c *Client) put(ctx context.Context, name string, exclude map[string]bool, deleted bool, r io.Reader) (*Manifest, []Peer, error) {
-	views, live, err := c.query(ctx, name, exclude)
+	views, live, members, err := c.queryN(ctx, name, exclude)
 	if err != nil {
 		return nil, nil, err
 	}
+	// W is the replication factor, or every member when the cluster is smaller. Nodes that
+	// failed this put or did not answer are not members the write can count on.
 	targets := firstN(Rank(name, live), c.cfg.Replicas)
+	if w := min(c.cfg.Replicas, members); len(targets) < w {
+		return nil, nil, fmt.Errorf("sdfs: put %s: only %d reachable nodes for a write to %d replicas", name, len(targets), w)
+	}
 	tmpl := Manifest{Name: name, Version: Version{Seq: newest(views).Seq + 1, Writer: randHex(8)},
 		BlockSize: c.cfg.BlockSize, Deleted: deleted, Created: time.Now().UnixNano()}
 	var next func([]byte) ([]byte, error)
@@ -284,7 +295,7 @@ func (c *Client) writeVersion(ctx context.Context, targets []Peer, tmpl Manifest
 	fail := func(p Peer, err error) {
 		mu.Lock()
 		defer mu.Unlock()
-		if p.Name != "" {
+		if p.Name != "" && ctx.Err() == nil { // not a call we cancelled ourselves
 			bad[p.Name] = p
 		}
 		if firstErr == nil {

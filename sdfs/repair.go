@@ -47,7 +47,7 @@ func (s *Store) Run(ctx context.Context) error {
 				go func() {
 					defer func() { <-scrubbing }()
 					if r := s.Verify(ctx, 5*time.Millisecond); r.Corrupt > 0 {
-						s.Logf("sdfs: scrub: %d blocks checked, %d corrupt, %d repaired", r.Blocks, r.Corrupt, r.Repaired)
+						s.Logf("scrub: %d blocks checked, %d corrupt, %d repaired", r.Blocks, r.Corrupt, r.Repaired)
 					}
 				}()
 			default:
@@ -119,7 +119,7 @@ func (s *Store) Scan(ctx context.Context) {
 			for _, m := range mine {
 				s.disk.drop(name, m.Version)
 			}
-			s.Logf("sdfs: rebalance: dropped local copy of %s, now held by its replica set", name)
+			s.Logf("rebalance: dropped local copy of %s, now held by its replica set", name)
 		}
 	}
 	s.runPushes(ctx, pushes)
@@ -225,14 +225,14 @@ func (s *Store) runPushes(ctx context.Context, pushes []push) {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			if err := s.pushVersion(ctx, p.m, p.targets); err != nil {
-				s.Logf("sdfs: re-replicate %s version %s: %v", p.m.Name, p.m.Version, err)
+				s.Logf("re-replicate %s version %s: %v", p.m.Name, p.m.Version, err)
 				return
 			}
 			names := make([]string, len(p.targets))
 			for i, t := range p.targets {
 				names[i] = t.Name
 			}
-			s.Logf("sdfs: re-replicated %s version %s to %v", p.m.Name, p.m.Version, names)
+			s.Logf("re-replicated %s version %s to %v", p.m.Name, p.m.Version, names)
 		}()
 	}
 	wg.Wait()

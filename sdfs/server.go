@@ -34,7 +34,7 @@ type Store struct {
 	now    func() time.Time
 
 	mu        sync.Mutex
-	repairing map[string]bool // blocks being repaired, by "name\x00version\x00index"
+	repairing map[string]chan struct{} // blocks being repaired, by "name\x00version\x00index"
 	kick      chan struct{}
 }
 
@@ -46,7 +46,7 @@ func New(cfg Config, dataDir string, self Peer, mem Membership, rc *rpc.Client) 
 		return nil, err
 	}
 	s := &Store{cfg: cfg, self: self, disk: d, mem: mem, rc: rc, Logf: log.Printf, now: time.Now,
-		repairing: map[string]bool{}, kick: make(chan struct{}, 1)}
+		repairing: map[string]chan struct{}{}, kick: make(chan struct{}, 1)}
 	s.client = NewClient(cfg, rc, func(context.Context) ([]Peer, error) { return s.Peers(), nil })
 	return s, nil
 }
@@ -163,7 +163,7 @@ func (s *Store) Register(srv *rpc.Server) {
 		}
 		b, err := s.disk.readBlock(a.Name, a.Version, a.Index)
 		if errors.Is(err, errCorrupt) {
-			s.Logf("sdfs: %v; repairing from a replica", err)
+			s.Logf("%v; repairing from a replica", err)
 			go s.repairBlock(a.Name, a.Version, a.Index)
 		}
 		if err != nil {
@@ -197,16 +197,20 @@ func (s *Store) stored(prefix string) []StoredFile {
 func (s *Store) repairBlock(name string, v Version, idx int) bool {
 	key := fmt.Sprintf("%s\x00%s\x00%d", name, v, idx)
 	s.mu.Lock()
-	if s.repairing[key] {
+	if done, busy := s.repairing[key]; busy {
 		s.mu.Unlock()
-		return false
+		<-done // someone else is repairing it: wait, then see whether it worked
+		_, err := s.disk.readBlock(name, v, idx)
+		return err == nil
 	}
-	s.repairing[key] = true
+	done := make(chan struct{})
+	s.repairing[key] = done
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		delete(s.repairing, key)
 		s.mu.Unlock()
+		close(done)
 	}()
 	for _, p := range Rank(name, s.Peers()) {
 		if p.Name == s.self.Name {
@@ -217,11 +221,11 @@ func (s *Store) repairBlock(name string, v Version, idx int) bool {
 			continue
 		}
 		if err := s.disk.repairBlock(name, v, idx, b); err == nil {
-			s.Logf("sdfs: repaired block %d of %s version %s from %s", idx, name, v, p.Name)
+			s.Logf("repaired block %d of %s version %s from %s", idx, name, v, p.Name)
 			return true
 		}
 	}
-	s.Logf("sdfs: no good replica of block %d of %s version %s to repair from", idx, name, v)
+	s.Logf("no good replica of block %d of %s version %s to repair from", idx, name, v)
 	return false
 }
 
@@ -239,7 +243,7 @@ func (s *Store) Verify(ctx context.Context, pause time.Duration) VerifyReport {
 				_, err := s.disk.readBlock(m.Name, m.Version, i)
 				if errors.Is(err, errCorrupt) {
 					r.Corrupt++
-					s.Logf("sdfs: scrub: %v", err)
+					s.Logf("scrub: %v", err)
 					if s.repairBlock(m.Name, m.Version, i) {
 						r.Repaired++
 					}

@@ -2,6 +2,7 @@ package graph
 
 import (
 	"container/heap"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -16,16 +17,16 @@ const (
 
 // compiler holds one compilation; it is used by one goroutine.
 type compiler struct {
-	opset    int64
-	nodes    []*onnx.Node             // kept nodes, topological order
-	consts   map[string]*onnx.Tensor  // every constant value by name
-	vals     map[string]*onnx.ValueInfo // dtype and dims of every value
-	outputs  map[string]bool          // graph output names
-	alias    map[string]string        // removed value -> value that replaces it
-	names    map[string]bool          // every name seen, for fresh names
-	runtime  []onnx.ValueInfo         // run-time graph inputs in model order
-	deferred []*onnx.Node             // Identity nodes whose output is a graph output
-	usedNames map[string]bool         // every name some source node reads
+	opset     int64
+	nodes     []*onnx.Node               // kept nodes, topological order
+	consts    map[string]*onnx.Tensor    // every constant value by name
+	vals      map[string]*onnx.ValueInfo // dtype and dims of every value
+	outputs   map[string]bool            // graph output names
+	alias     map[string]string          // removed value -> value that replaces it
+	names     map[string]bool            // every name seen, for fresh names
+	runtime   []onnx.ValueInfo           // run-time graph inputs in model order
+	deferred  []*onnx.Node               // Identity nodes whose output is a graph output
+	usedNames map[string]bool            // every name some source node reads
 }
 
 // Compile returns a graph ready for the kernel, for these exact input shapes.
@@ -334,8 +335,13 @@ func (c *compiler) visit(n *onnx.Node) error {
 	if err := x.checkArity(spec); err != nil {
 		return err
 	}
-	for name, a := range n.Attrs {
-		if a == nil {
+	attrNames := make([]string, 0, len(n.Attrs))
+	for name := range n.Attrs {
+		attrNames = append(attrNames, name)
+	}
+	sort.Strings(attrNames) // deterministic errors
+	for _, name := range attrNames {
+		if a := n.Attrs[name]; a == nil {
 			return x.errf("attribute %q is empty", name)
 		}
 		if !spec.allows(name, c.opset) {
@@ -359,10 +365,12 @@ func (c *compiler) visit(n *onnx.Node) error {
 	}
 	if spec.eval != nil && (allConst || spec.alwaysFold) {
 		outs, err := spec.eval(x)
-		if err != nil {
+		if err == nil {
+			return c.setConstOutputs(x, outs)
+		}
+		if !errors.Is(err, errFoldTooBig) || spec.infer == nil {
 			return err
 		}
-		return c.setConstOutputs(x, outs)
 	}
 	infos, err := spec.infer(x)
 	if err != nil {

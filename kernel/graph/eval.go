@@ -1,6 +1,8 @@
 package graph
 
 import (
+	"errors"
+	"fmt"
 	"math"
 
 	"idunno/kernel/onnx"
@@ -20,13 +22,18 @@ func (x *nodeCtx) evalIn(i int) (*onnx.Tensor, error) {
 	return t, nil
 }
 
+// errFoldTooBig marks a fold whose result would exceed maxFoldElems; the node then runs
+// at run time instead.
+var errFoldTooBig = errors.New("folded constant too large")
+
 func checkFoldSize(x *nodeCtx, dims []int64) (int64, error) {
 	n, err := numel(dims)
 	if err != nil {
 		return 0, x.errf("%v", err)
 	}
 	if n > maxFoldElems {
-		return 0, x.errf("folded constant would have %d elements (limit %d)", n, maxFoldElems)
+		return 0, fmt.Errorf("graph: node %s (%s): folded constant would have %d elements (limit %d): %w",
+			x.n.Name, x.n.OpType, n, maxFoldElems, errFoldTooBig)
 	}
 	return n, nil
 }

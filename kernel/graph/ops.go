@@ -877,6 +877,11 @@ func inferReduce(x *nodeCtx) ([]onnx.ValueInfo, error) {
 }
 
 func dropoutThrough(x *nodeCtx) (bool, error) {
+	if t, err := x.attrInt("is_test", 1); err != nil {
+		return false, err
+	} else if t != 1 {
+		return false, x.errf("is_test=%d (training) not supported", t)
+	}
 	if _, err := x.attrFloat("ratio", 0.5); err != nil {
 		return false, err
 	}

@@ -13,7 +13,7 @@ import (
 const maxElems = int64(1) << 31
 
 // maxFoldElems caps a constant that folding may create.
-const maxFoldElems = int64(1) << 26
+const maxFoldElems = int64(1) << 24
 
 // maxRank caps tensor rank.
 const maxRank = 16

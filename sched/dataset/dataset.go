@@ -28,18 +28,24 @@ type Image struct {
 	H, W, C int
 	U8      []uint8
 	F32     []float32
+
+	chw bool // internal views only: values stored channels first
+}
+
+// plane returns channel c of a channels-first view as a one-channel image.
+func (im Image) plane(c int) Image {
+	n := im.H * im.W
+	out := Image{H: im.H, W: im.W, C: 1}
+	if im.U8 != nil {
+		out.U8 = im.U8[c*n : (c+1)*n]
+	} else {
+		out.F32 = im.F32[c*n : (c+1)*n]
+	}
+	return out
 }
 
 // Len is the number of values the image holds.
 func (im Image) Len() int { return im.H * im.W * im.C }
-
-// at returns value k (HWC index) as float32.
-func (im Image) at(k int) float32 {
-	if im.U8 != nil {
-		return float32(im.U8[k])
-	}
-	return im.F32[k]
-}
 
 // Dataset is an ordered list of images; sample i is query i.
 type Dataset interface {
@@ -118,13 +124,60 @@ func Open(r io.Reader) (Dataset, error) {
 	head, _ := br.Peek(8)
 	switch {
 	case bytes.HasPrefix(head, npyMagic):
-		return openNPY(br)
+		return openNPY(stream{br})
 	case len(head) >= 4 && head[0] == 0 && head[1] == 0:
-		return openIDX(br)
+		return openIDX(stream{br})
 	case bytes.HasPrefix(head, pngMagic), bytes.HasPrefix(head, jpegMagic):
 		return nil, errors.New("dataset: a single image is not a dataset: use a folder of images (OpenImages)")
 	}
 	return nil, errors.New("dataset: unknown format (want IDX or .npy, optionally gzip-compressed)")
+}
+
+// OpenBytes is Open over a file already in memory. Uncompressed uint8 data is used in
+// place, not copied: b must not change while the dataset is in use.
+func OpenBytes(b []byte) (Dataset, error) {
+	if bytes.HasPrefix(b, gzipMagic) {
+		return Open(bytes.NewReader(b))
+	}
+	if int64(len(b)) > MaxFileBytes+64<<10 {
+		return nil, fmt.Errorf("dataset: file of %d bytes over the %d-byte limit", len(b), MaxFileBytes)
+	}
+	src := memory{bytes.NewReader(b), b}
+	switch {
+	case bytes.HasPrefix(b, npyMagic):
+		return openNPY(src)
+	case len(b) >= 4 && b[0] == 0 && b[1] == 0:
+		return openIDX(src)
+	}
+	return Open(bytes.NewReader(b))
+}
+
+// source is what the decoders read: a header through io.Reader, then the data in one piece.
+type source interface {
+	io.Reader
+	body(want int64) ([]byte, error)
+}
+
+// stream reads the data from a reader, allocating as it arrives.
+type stream struct{ io.Reader }
+
+func (s stream) body(want int64) ([]byte, error) { return readBody(s.Reader, want) }
+
+// memory hands out the rest of an in-memory file without copying.
+type memory struct {
+	*bytes.Reader
+	b []byte
+}
+
+func (m memory) body(want int64) ([]byte, error) {
+	rest := m.b[len(m.b)-m.Len():]
+	switch n := int64(len(rest)); {
+	case n < want:
+		return nil, fmt.Errorf("dataset: truncated: header declares %d data bytes, file holds %d", want, n)
+	case n > want:
+		return nil, fmt.Errorf("dataset: %d trailing bytes after the declared data", n-want)
+	}
+	return rest, nil
 }
 
 // gunzip returns a buffered reader of r's content, decompressed when r is gzip, limited to
@@ -193,6 +246,21 @@ type dense struct {
 }
 
 func (d *dense) Len() int { return d.n }
+
+// view returns sample i without copying: channels-first data comes back as a planar view.
+func (d *dense) view(i int) (Image, error) {
+	if !d.chw || d.c == 1 || i < 0 || i >= d.n {
+		return d.Sample(i)
+	}
+	per := d.h * d.w * d.c
+	im := Image{H: d.h, W: d.w, C: d.c, chw: true}
+	if d.u8 != nil {
+		im.U8 = d.u8[i*per : (i+1)*per : (i+1)*per]
+	} else {
+		im.F32 = d.f32[i*per : (i+1)*per : (i+1)*per]
+	}
+	return im, nil
+}
 
 func (d *dense) Sample(i int) (Image, error) {
 	if i < 0 || i >= d.n {

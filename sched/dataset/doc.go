@@ -6,10 +6,13 @@
 // A Dataset is a fixed, ordered list of images; sample i is query i of a job.
 //
 //	ds, err := dataset.Open(r)                  // IDX or .npy, gzip-compressed or not (sniffed)
+//	ds, err := dataset.OpenBytes(b)             // the same from memory; raw uint8 data is not copied
 //	ds, err := dataset.OpenIDX(r)               // idx3-ubyte images ([N,H,W]) or [N,H,W,C]
 //	ds, err := dataset.OpenNPY(r)               // uint8/float32/float64, C order
 //	ds, err := dataset.OpenImages(names, open)  // PNG/JPEG files, ordered by name
 //	labels, err := dataset.ReadIDXLabels(r)     // idx1-ubyte labels
+//
+// WriteNPY and WriteIDX make such files (for tests and tools).
 //
 // IDX and .npy files are read whole into memory (at most MaxFileBytes after decompression);
 // the header's declared size is checked against that limit and against the bytes actually

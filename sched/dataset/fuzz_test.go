@@ -30,6 +30,27 @@ func exercise(t *testing.T, ds Dataset) {
 	}
 }
 
+// sameAsBytes checks that OpenBytes agrees with the streaming reader on the same file.
+func sameAsBytes(t *testing.T, b []byte, ds Dataset, err error) {
+	ds2, err2 := OpenBytes(b)
+	if (err == nil) != (err2 == nil) {
+		t.Fatalf("stream: %v, bytes: %v", err, err2)
+	}
+	if err != nil {
+		return
+	}
+	if ds.Len() != ds2.Len() {
+		t.Fatalf("stream: %d samples, bytes: %d", ds.Len(), ds2.Len())
+	}
+	if ds.Len() > 0 {
+		a, _ := ds.Sample(ds.Len() - 1)
+		c, _ := ds2.Sample(ds.Len() - 1)
+		if a.H != c.H || a.W != c.W || a.C != c.C || !bytes.Equal(a.U8, c.U8) || !equalF32(a.F32, c.F32) {
+			t.Fatal("stream and bytes give different samples")
+		}
+	}
+}
+
 func FuzzIDX(f *testing.F) {
 	f.Add(idxFile(0x08, []uint32{2, 2, 3}, make([]byte, 12)))
 	f.Add(idxFile(0x08, []uint32{1, 2, 2, 3}, make([]byte, 12)))
@@ -38,9 +59,11 @@ func FuzzIDX(f *testing.F) {
 	f.Add(idxFile(0x08, []uint32{3}, make([]byte, 3)))
 	f.Add(idxFile(0x08, []uint32{0xffffffff, 28, 28}, nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if ds, err := OpenIDX(bytes.NewReader(b)); err == nil {
+		ds, err := OpenIDX(bytes.NewReader(b))
+		if err == nil {
 			exercise(t, ds)
 		}
+		sameAsBytes(t, b, ds, err)
 		ReadIDXLabels(bytes.NewReader(b))
 	})
 }
@@ -62,8 +85,10 @@ func FuzzNPY(f *testing.F) {
 	f.Add(npyWithHeader("{'descr': '<f4', 'fortran_order': True, 'shape': (1, 2, 2), }", make([]byte, 16)))
 	f.Add(npyWithHeader("{'descr': '>f8', 'fortran_order': False, 'shape': (1L, 1L, 1L), }", make([]byte, 8)))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if ds, err := OpenNPY(bytes.NewReader(b)); err == nil {
+		ds, err := OpenNPY(bytes.NewReader(b))
+		if err == nil {
 			exercise(t, ds)
 		}
+		sameAsBytes(t, b, ds, err)
 	})
 }

@@ -68,10 +68,10 @@ func OpenIDX(r io.Reader) (Dataset, error) {
 	if err != nil {
 		return nil, err
 	}
-	return openIDX(br)
+	return openIDX(stream{br})
 }
 
-func openIDX(r io.Reader) (Dataset, error) {
+func openIDX(r source) (Dataset, error) {
 	typ, dims, err := idxHeader(r)
 	if err != nil {
 		return nil, err
@@ -92,7 +92,7 @@ func openIDX(r io.Reader) (Dataset, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dataset: idx: %w", unprefix(err))
 	}
-	body, err := readBody(r, total*size)
+	body, err := r.body(total * size)
 	if err != nil {
 		return nil, fmt.Errorf("dataset: idx: %w", unprefix(err))
 	}

@@ -27,10 +27,10 @@ func OpenNPY(r io.Reader) (Dataset, error) {
 	if err != nil {
 		return nil, err
 	}
-	return openNPY(br)
+	return openNPY(stream{br})
 }
 
-func openNPY(r io.Reader) (Dataset, error) {
+func openNPY(r source) (Dataset, error) {
 	h, err := readNPYHeader(r)
 	if err != nil {
 		return nil, err
@@ -50,7 +50,7 @@ func openNPY(r io.Reader) (Dataset, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dataset: npy: %w", unprefix(err))
 	}
-	body, err := readBody(r, total*size)
+	body, err := r.body(total * size)
 	if err != nil {
 		return nil, fmt.Errorf("dataset: npy: %w", unprefix(err))
 	}

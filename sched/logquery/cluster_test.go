@@ -80,7 +80,7 @@ func TestGrepLocalCluster(t *testing.T) {
 	}
 	for _, n := range []string{"node0", "node1", "node2"} {
 		// The node's own start line, prefixed with its name, then its count.
-		if !regexp.MustCompile(`(?m)^` + n + `: \S+ ` + n + ` node: started`).MatchString(out) ||
+		if !regexp.MustCompile(`(?m)^`+n+`: \S+ `+n+` node: started`).MatchString(out) ||
 			!strings.Contains(out, "\n"+n+": 1 matching lines\n") {
 			t.Fatalf("no start line or count for %s in:\n%s", n, out)
 		}

@@ -1,0 +1,424 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"idunno/kernel/onnx"
+	"idunno/kernel/zoo"
+	"idunno/rpc"
+	"idunno/sched"
+	"idunno/sdfs"
+)
+
+func init() {
+	nodeSetup = append(nodeSetup, func(n *sched.Node) error { return n.AddScheduler() })
+	register("train", "train start|stop | train add --name N --model FILE.onnx|zoo:NAME [--input-shape C,H,W] [--classes K]",
+		"training phase: start or stop it; add a training job (validates the model, stores it in SDFS)", runTrain)
+	register("inference", "inference start|stop",
+		"inference phase: start it (jobs run) or stop it (jobs pause, nothing is lost)", runInference)
+	register("job", "job add|result|wait|remove|list|stats ... (idunno job help)",
+		"inference jobs: add, fetch results, wait, remove, list, statistics", runJob)
+	register("top", "top [--once] [--interval D]",
+		"live view of every job: progress, rate, latency percentiles, shares; refreshed every second", runTop)
+}
+
+// schedCall runs a scheduler method on the cluster (any node forwards to the coordinator),
+// retrying briefly while a new coordinator is being elected.
+func schedCall(t *target, method string, args, reply any) error {
+	cl, err := t.client()
+	if err != nil {
+		return err
+	}
+	addrs, _, err := t.candidates()
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var last error
+		for _, a := range addrs {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := cl.CallJSON(ctx, a, method, args, reply)
+			cancel()
+			if err == nil {
+				return nil
+			}
+			last = err
+			if rpc.IsRemote(err) && !strings.Contains(err.Error(), "retry") {
+				return err
+			}
+			if rpc.IsRemote(err) {
+				break // an election is under way: wait and ask again
+			}
+		}
+		if time.Now().After(deadline) {
+			return last
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// jobSDFS returns an SDFS client that finds the membership through the cluster's nodes.
+func jobSDFS(t *target) (*sdfs.Client, error) {
+	cl, err := t.client()
+	if err != nil {
+		return nil, err
+	}
+	addrs, _, err := t.candidates()
+	if err != nil {
+		return nil, err
+	}
+	return sdfs.NewClient(sdfs.DefaultConfig(), cl, sdfs.GatewayMembers(cl, addrs)), nil
+}
+
+func runPhase(args []string, cmd string, phase sched.Phase) error {
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	t := addTargetFlags(fs)
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || (pos[0] != "start" && pos[0] != "stop") {
+		return fmt.Errorf("usage: idunno %s start|stop", cmd)
+	}
+	var info sched.ClusterInfo
+	if pos[0] == "stop" {
+		if err := schedCall(t, "sched.info", struct{}{}, &info); err != nil {
+			return err
+		}
+		if info.Phase != phase {
+			return fmt.Errorf("the %s phase is not running (phase: %s)", phase, info.Phase)
+		}
+		phase = sched.PhaseIdle
+	}
+	if err := schedCall(t, "sched.phase", sched.PhaseArgs{Phase: phase}, &info); err != nil {
+		return err
+	}
+	fmt.Printf("phase: %s (coordinator %s, epoch %d)\n", info.Phase, info.Coordinator, info.Epoch)
+	return nil
+}
+
+func runInference(args []string) error { return runPhase(args, "inference", sched.PhaseInference) }
+
+func runTrain(args []string) error {
+	if len(args) > 0 && args[0] == "add" {
+		return runTrainAdd(args[1:])
+	}
+	return runPhase(args, "train", sched.PhaseTraining)
+}
+
+// runTrainAdd is a training job: until real training lands it takes a model (a file or a
+// zoo architecture), checks it with the kernel, and stores it in SDFS for inference.
+func runTrainAdd(args []string) error {
+	fs := flag.NewFlagSet("train add", flag.ContinueOnError)
+	t := addTargetFlags(fs)
+	name := fs.String("name", "", "model name jobs refer to")
+	model := fs.String("model", "", "FILE.onnx, or zoo:NAME for a zoo architecture")
+	shape := fs.String("input-shape", "", "zoo models: input C,H,W")
+	classes := fs.Int64("classes", 0, "zoo models: number of classes")
+	seed := fs.Uint64("seed", 1, "zoo models: seed of the weights")
+	if _, err := parseInterleaved(fs, args); err != nil {
+		return err
+	}
+	if *name == "" || *model == "" {
+		return errors.New("usage: idunno train add --name N --model FILE.onnx|zoo:NAME")
+	}
+	var data []byte
+	if arch, ok := strings.CutPrefix(*model, "zoo:"); ok {
+		opt := zoo.Options{Classes: *classes, Seed: *seed}
+		if *shape != "" {
+			for _, f := range strings.Split(*shape, ",") {
+				var d int64
+				if _, err := fmt.Sscan(strings.TrimSpace(f), &d); err != nil {
+					return fmt.Errorf("--input-shape %q: want C,H,W", *shape)
+				}
+				opt.InputShape = append(opt.InputShape, d)
+			}
+		}
+		m, err := zoo.Build(arch, opt)
+		if err != nil {
+			return err
+		}
+		data = onnx.Encode(m)
+	} else {
+		b, err := os.ReadFile(*model)
+		if err != nil {
+			return err
+		}
+		if _, err := onnx.Decode(b); err != nil {
+			return fmt.Errorf("%s: %w", *model, err)
+		}
+		data = b
+	}
+	sc, err := jobSDFS(t)
+	if err != nil {
+		return err
+	}
+	sdfsName := "idunno/models/" + *name + ".onnx"
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if _, err := sc.Put(ctx, sdfsName, bytes.NewReader(data)); err != nil {
+		return err
+	}
+	var info sched.ClusterInfo
+	if err := schedCall(t, "sched.model.add", sched.ModelArgs{Name: *name, Model: sdfsName}, &info); err != nil {
+		return err
+	}
+	fmt.Printf("model %s stored in SDFS as %s (%d bytes) and checked by the kernel\n", *name, sdfsName, len(data))
+	return nil
+}
+
+func runJob(args []string) error {
+	if len(args) == 0 {
+		args = []string{"help"}
+	}
+	sub, rest := args[0], args[1:]
+	switch sub {
+	case "add":
+		return runJobAdd(rest)
+	case "result", "wait", "remove", "stats", "get":
+		return runJobNamed(sub, rest)
+	case "list":
+		return runJobList(rest)
+	}
+	fmt.Fprint(os.Stderr, `usage:
+  idunno job add --name J --model SDFSNAME|MODEL --data SDFSNAME --batch B [--format idx|npy] [--task-size Q]
+                 [--resize HxW] [--grey-to-rgb] [--scale S] [--mean a,b,c] [--std a,b,c]
+  idunno job result J LOCAL     fetch the result CSV (query,top1,score) of a finished job
+  idunno job wait J [--timeout D]
+  idunno job remove J
+  idunno job list [--json]
+  idunno job stats J [--json]   queries done, rate over 10 s, latency percentiles, workers and shares
+`)
+	if sub == "help" {
+		return nil
+	}
+	return fmt.Errorf("unknown job command %q", sub)
+}
+
+func runJobAdd(args []string) error {
+	fs := flag.NewFlagSet("job add", flag.ContinueOnError)
+	t := addTargetFlags(fs)
+	var spec sched.JobSpec
+	fs.StringVar(&spec.Name, "name", "", "job name")
+	fs.StringVar(&spec.Model, "model", "", "trained model name, or the SDFS name of an ONNX file")
+	fs.StringVar(&spec.Data, "data", "", "SDFS name of the dataset (IDX or .npy, optionally gzip)")
+	fs.StringVar(&spec.Format, "format", "", "dataset format (default: detected)")
+	fs.IntVar(&spec.Batch, "batch", 0, "batch size (fixed for the job's life)")
+	fs.IntVar(&spec.TaskSize, "task-size", 0, "queries per task, a multiple of the batch (default: chosen)")
+	spec.Pre.Flags(fs)
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("unexpected arguments %v", pos)
+	}
+	if err := spec.ValidateRequest(); err != nil {
+		return err
+	}
+	var r sched.JobAddReply
+	if err := schedCall(t, "sched.job.add", spec, &r); err != nil {
+		return err
+	}
+	fmt.Printf("job %s added: %d queries in %d tasks of %d; shares %s\n", spec.Name, r.Queries, r.Tasks, r.TaskSize, r.Split)
+	return nil
+}
+
+func runJobNamed(sub string, args []string) error {
+	fs := flag.NewFlagSet("job "+sub, flag.ContinueOnError)
+	t := addTargetFlags(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	timeout := fs.Duration("timeout", 0, "job wait: give up after this long (0: never)")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	want := 1
+	if sub == "result" {
+		want = 2
+	}
+	if len(pos) != want {
+		return fmt.Errorf("usage: idunno job %s J%s", sub, map[bool]string{true: " LOCAL"}[want == 2])
+	}
+	name := pos[0]
+	switch sub {
+	case "remove":
+		if err := schedCall(t, "sched.job.remove", sched.NameArgs{Name: name}, nil); err != nil {
+			return err
+		}
+		fmt.Printf("job %s removed\n", name)
+		return nil
+	case "stats":
+		var r sched.JobStatsReport
+		if err := schedCall(t, "sched.job.stats", sched.NameArgs{Name: name}, &r); err != nil {
+			return err
+		}
+		if *asJSON {
+			return json.NewEncoder(os.Stdout).Encode(r)
+		}
+		printStats(os.Stdout, r)
+		return nil
+	case "get":
+		var js sched.JobSummary
+		if err := schedCall(t, "sched.job.get", sched.NameArgs{Name: name}, &js); err != nil {
+			return err
+		}
+		return json.NewEncoder(os.Stdout).Encode(js)
+	case "wait":
+		var stop time.Time
+		if *timeout > 0 {
+			stop = time.Now().Add(*timeout)
+		}
+		for {
+			var js sched.JobSummary
+			err := schedCall(t, "sched.job.get", sched.NameArgs{Name: name}, &js)
+			if err != nil && rpc.IsRemote(err) && strings.Contains(err.Error(), "no job") {
+				return err
+			}
+			if err == nil && js.Complete {
+				fmt.Printf("job %s complete: %d queries in %.2f s; result %s\n", name, js.Queries, js.Seconds, js.Result)
+				return nil
+			}
+			if !stop.IsZero() && time.Now().After(stop) {
+				return fmt.Errorf("job %s not complete after %v (%d/%d queries)", name, *timeout, js.Done, js.Queries)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+	// result
+	var js sched.JobSummary
+	if err := schedCall(t, "sched.job.get", sched.NameArgs{Name: name}, &js); err != nil {
+		return err
+	}
+	if !js.Complete {
+		return fmt.Errorf("job %s is not complete (%d/%d queries); idunno job wait %s", name, js.Done, js.Queries, name)
+	}
+	sc, err := jobSDFS(t)
+	if err != nil {
+		return err
+	}
+	local := pos[1]
+	tmp, err := os.CreateTemp(filepath.Dir(local), ".idunno-result-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if _, err := sc.Get(ctx, js.Result, tmp); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), local); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s: %d queries of job %s\n", local, js.Queries, name)
+	return nil
+}
+
+func printStats(w io.Writer, r sched.JobStatsReport) {
+	l := r.LatencyMS
+	fmt.Fprintf(w, "job %s: %d/%d queries, %.1f queries/s over the last 10 s\n", r.Job, r.Done, r.Total, r.Rate10s)
+	fmt.Fprintf(w, "latency per query (ms): mean %.2f stddev %.2f p50 %.2f p90 %.2f p95 %.2f p99 %.2f\n",
+		l.Mean, l.Stddev, l.P50, l.P90, l.P95, l.P99)
+	var ws []string
+	for _, x := range r.Workers {
+		ws = append(ws, fmt.Sprintf("%s(%.2f)", x.Name, x.Share))
+	}
+	fmt.Fprintf(w, "workers: %s\n", strings.Join(ws, " "))
+}
+
+func runJobList(args []string) error {
+	fs := flag.NewFlagSet("job list", flag.ContinueOnError)
+	t := addTargetFlags(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if _, err := parseInterleaved(fs, args); err != nil {
+		return err
+	}
+	var list []sched.JobSummary
+	if err := schedCall(t, "sched.job.list", struct{}{}, &list); err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(os.Stdout).Encode(list)
+	}
+	printJobList(os.Stdout, list)
+	return nil
+}
+
+func printJobList(w io.Writer, list []sched.JobSummary) {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tMODEL\tDATA\tBATCH\tDONE\tSTATE\tSHARE\tRATE/s\tFIRST QUERY")
+	for _, j := range list {
+		state := "running"
+		if j.Complete {
+			state = fmt.Sprintf("complete (%.1fs)", j.Seconds)
+		}
+		first := "-"
+		if j.FirstQueryMS >= 0 {
+			first = fmt.Sprintf("%.0f ms", j.FirstQueryMS)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d/%d\t%s\t%.3f\t%.1f\t%s\n", j.Name, j.Model, j.Data, j.Batch,
+			j.Done, j.Queries, state, j.Share, j.Rate10s, first)
+	}
+	tw.Flush()
+}
+
+func runTop(args []string) error {
+	fs := flag.NewFlagSet("top", flag.ContinueOnError)
+	t := addTargetFlags(fs)
+	once := fs.Bool("once", false, "print one screen and exit")
+	every := fs.Duration("interval", time.Second, "refresh interval")
+	if _, err := parseInterleaved(fs, args); err != nil {
+		return err
+	}
+	for {
+		var buf bytes.Buffer
+		var info sched.ClusterInfo
+		var list []sched.JobSummary
+		err := schedCall(t, "sched.info", struct{}{}, &info)
+		if err == nil {
+			err = schedCall(t, "sched.job.list", struct{}{}, &list)
+		}
+		if !*once {
+			buf.WriteString("\x1b[H\x1b[2J")
+		}
+		fmt.Fprintf(&buf, "IDunno  %s  ", time.Now().Format("15:04:05"))
+		if err != nil {
+			fmt.Fprintf(&buf, "no coordinator: %v\n", err)
+		} else {
+			fmt.Fprintf(&buf, "phase %s  coordinator %s (epoch %d)  standby %s\n\n", info.Phase, info.Coordinator, info.Epoch, info.Standby)
+			printJobList(&buf, list)
+			for _, j := range list {
+				if j.Complete {
+					continue
+				}
+				var r sched.JobStatsReport
+				if schedCall(t, "sched.job.stats", sched.NameArgs{Name: j.Name}, &r) == nil {
+					buf.WriteString("\n")
+					printStats(&buf, r)
+				}
+			}
+		}
+		os.Stdout.Write(buf.Bytes())
+		if *once {
+			return err
+		}
+		time.Sleep(*every)
+	}
+}

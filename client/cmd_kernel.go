@@ -1,0 +1,190 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"idunno/kernel"
+	"idunno/kernel/onnx"
+)
+
+func init() {
+	register("infer", "infer --model M.onnx --input input_0.pb [--input ...] --output-dir DIR [--threads N]",
+		"run a model through the kernel on TensorProto inputs; writes DIR/output_<i>.pb", runInfer)
+	register("bench", "bench kernel --model M.onnx --batch B --threads T --seconds S [--json]",
+		"measure kernel throughput, latency and fraction of the FP32 FMA peak", runBench)
+}
+
+// multiFlag collects a repeated string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func runInfer(args []string) error {
+	fs := flag.NewFlagSet("infer", flag.ContinueOnError)
+	model := fs.String("model", "", "ONNX model file")
+	var inputs multiFlag
+	fs.Var(&inputs, "input", "input TensorProto file (repeat, in the model's input order)")
+	outDir := fs.String("output-dir", "", "directory for output_<i>.pb")
+	threads := fs.Int("threads", 0, "kernel threads (0: one per CPU)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *model == "" || *outDir == "" || fs.NArg() > 0 {
+		return fmt.Errorf("usage: idunno infer --model M.onnx --input input_0.pb [--input ...] --output-dir DIR [--threads N]")
+	}
+	m, err := kernel.Load(*model, kernel.Options{Threads: *threads})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	var ins []*onnx.Tensor
+	for _, p := range inputs {
+		t, err := onnx.ReadTensorFile(p)
+		if err != nil {
+			return err
+		}
+		ins = append(ins, t)
+	}
+	outs, err := m.Run(ins)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(*outDir, 0o755); err != nil {
+		return err
+	}
+	for i, t := range outs {
+		p := filepath.Join(*outDir, fmt.Sprintf("output_%d.pb", i))
+		if err := onnx.WriteTensorFile(p, t); err != nil {
+			return err
+		}
+		fmt.Printf("%s: %s %v\n", p, t.Name, t.Dims)
+	}
+	return nil
+}
+
+// benchResult is what `idunno bench kernel --json` prints.
+type benchResult struct {
+	Model          string  `json:"model"`
+	ImagesPerSec   float64 `json:"images_per_sec"`
+	P50ms          float64 `json:"p50_ms"`
+	P99ms          float64 `json:"p99_ms"`
+	Batch          int     `json:"batch"`
+	Threads        int     `json:"threads"`
+	GFLOPPerImage  float64 `json:"gflop_per_image"`
+	PeakGFLOPS     float64 `json:"peak_gflops"`
+	FractionOfPeak float64 `json:"fraction_of_peak"`
+	Runs           int     `json:"runs"`
+}
+
+func runBench(args []string) error {
+	if len(args) == 0 || args[0] != "kernel" {
+		return fmt.Errorf("usage: idunno bench kernel --model M.onnx --batch B --threads T --seconds S [--json]")
+	}
+	fs := flag.NewFlagSet("bench kernel", flag.ContinueOnError)
+	model := fs.String("model", "", "ONNX model file")
+	batch := fs.Int("batch", 1, "batch size")
+	threads := fs.Int("threads", 2, "kernel threads")
+	seconds := fs.Float64("seconds", 10, "how long to run")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if *model == "" || *batch < 1 || *threads < 1 || *seconds <= 0 || fs.NArg() > 0 {
+		return fmt.Errorf("usage: idunno bench kernel --model M.onnx --batch B --threads T --seconds S [--json]")
+	}
+	r, err := benchKernel(*model, *batch, *threads, time.Duration(*seconds*float64(time.Second)))
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(os.Stdout).Encode(r)
+	}
+	fmt.Printf("model %s, batch %d, threads %d, %d runs\n", r.Model, r.Batch, r.Threads, r.Runs)
+	fmt.Printf("throughput      %.1f images/s\n", r.ImagesPerSec)
+	fmt.Printf("batch latency   p50 %.2f ms, p99 %.2f ms\n", r.P50ms, r.P99ms)
+	fmt.Printf("work            %.3f GFLOP/image\n", r.GFLOPPerImage)
+	fmt.Printf("FP32 FMA peak   %.1f GFLOP/s (%d threads, measured now)\n", r.PeakGFLOPS, r.Threads)
+	fmt.Printf("reached         %.1f GFLOP/s = %.1f%% of peak\n", r.ImagesPerSec*r.GFLOPPerImage, 100*r.FractionOfPeak)
+	return nil
+}
+
+// benchInputs makes seeded inputs of the model's shapes at this batch size.
+func benchInputs(m *kernel.Model, batch int) ([]*onnx.Tensor, error) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var ins []*onnx.Tensor
+	for _, vi := range m.Inputs() {
+		dims := append([]int64(nil), vi.Dims...)
+		if len(dims) == 0 {
+			return nil, fmt.Errorf("input %s has no shape", vi.Name)
+		}
+		dims[0] = int64(batch)
+		n := int64(1)
+		for i, d := range dims {
+			if d < 0 {
+				return nil, fmt.Errorf("input %s: dim %d is symbolic", vi.Name, i)
+			}
+			n *= d
+		}
+		t := &onnx.Tensor{Name: vi.Name, DType: vi.DType, Dims: dims}
+		if vi.DType == onnx.Float {
+			t.F32 = make([]float32, n)
+			for i := range t.F32 {
+				t.F32[i] = rng.Float32()
+			}
+		} else {
+			t.I64 = make([]int64, n)
+		}
+		ins = append(ins, t)
+	}
+	return ins, nil
+}
+
+func benchKernel(path string, batch, threads int, dur time.Duration) (*benchResult, error) {
+	m, err := kernel.Load(path, kernel.Options{Threads: threads})
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	ins, err := benchInputs(m, batch)
+	if err != nil {
+		return nil, err
+	}
+	for range 2 { // warm up: builds the plan for this batch, faults in the arena
+		if _, err := m.Run(ins); err != nil {
+			return nil, err
+		}
+	}
+	var lat []float64
+	start := time.Now()
+	for time.Since(start) < dur || len(lat) < 3 {
+		t0 := time.Now()
+		if _, err := m.Run(ins); err != nil {
+			return nil, err
+		}
+		lat = append(lat, float64(time.Since(t0))/1e6)
+	}
+	total := time.Since(start).Seconds()
+	sort.Float64s(lat)
+	pct := func(p float64) float64 { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
+	r := &benchResult{
+		Model: filepath.Base(path), Batch: batch, Threads: threads, Runs: len(lat),
+		ImagesPerSec:  float64(len(lat)*batch) / total,
+		P50ms:         pct(0.50),
+		P99ms:         pct(0.99),
+		GFLOPPerImage: m.FLOPs(batch) / float64(batch) / 1e9,
+		PeakGFLOPS:    kernel.PeakGFLOPS(threads),
+	}
+	if r.PeakGFLOPS > 0 {
+		r.FractionOfPeak = r.ImagesPerSec * r.GFLOPPerImage / r.PeakGFLOPS
+	}
+	return r, nil
+}

@@ -1,0 +1,223 @@
+package fd
+
+import (
+	"testing"
+	"time"
+)
+
+func newSim(n int, seed uint64, loss float64, bootstrap bool) *Sim {
+	return NewSim(SimConfig{N: n, Seed: seed, Loss: loss, Latency: time.Millisecond, Jitter: 2 * time.Millisecond, Bootstrap: bootstrap})
+}
+
+// requireView checks that every up node sees exactly want (index -> state) for the listed nodes.
+func requireView(t *testing.T, s *Sim, want map[int]State) {
+	t.Helper()
+	for _, n := range s.Nodes {
+		if !n.Up || n.Paused {
+			continue
+		}
+		v := s.View(n.Index)
+		for i, st := range want {
+			if i != n.Index && v[i] != st {
+				t.Fatalf("at %v node %d sees node %d %v, want %v", s.Now, n.Index, i, v[i], st)
+			}
+		}
+	}
+}
+
+func allAlive(s *Sim, except ...int) map[int]State {
+	w := map[int]State{}
+	for i := range s.Nodes {
+		w[i] = Alive
+	}
+	for _, i := range except {
+		delete(w, i)
+	}
+	return w
+}
+
+// detectionTimes returns, for every live node, how long after crash it declared target failed.
+func detectionWorst(t *testing.T, s *Sim, crashed []int, at time.Time) time.Duration {
+	t.Helper()
+	isCrashed := map[int]bool{}
+	for _, c := range crashed {
+		isCrashed[c] = true
+	}
+	var worst time.Duration
+	for _, n := range s.Nodes {
+		if isCrashed[n.Index] {
+			continue
+		}
+		for _, c := range crashed {
+			when, ok := s.FirstEvent(n.Index, c, FailedDetected, at)
+			if !ok {
+				t.Fatalf("node %d never declared node %d failed", n.Index, c)
+			}
+			worst = max(worst, when.Sub(at))
+		}
+	}
+	return worst
+}
+
+func TestSimJoinFromScratch(t *testing.T) {
+	s := newSim(10, 1, 0, false)
+	s.Run(3 * time.Second)
+	requireView(t, s, allAlive(s))
+}
+
+func TestSimJoinWithFirstIntroducerDown(t *testing.T) {
+	s := newSim(10, 2, 0, false)
+	s.Crash(0)
+	s.Run(3 * time.Second)
+	requireView(t, s, allAlive(s, 0))
+	for _, e := range s.Events {
+		if e.Event.Kind == FailedDetected || e.Event.Kind == Suspected {
+			t.Fatalf("unexpected %v", e)
+		}
+	}
+}
+
+func TestSimOneCrashDetectedEverywhereWithinASecond(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		s := newSim(10, seed, 0, true)
+		s.Run(2 * time.Second)
+		at := s.Now
+		s.Crash(int(seed % 10))
+		s.Run(2 * time.Second)
+		if w := detectionWorst(t, s, []int{int(seed % 10)}, at); w > time.Second {
+			t.Fatalf("seed %d: detection took %v", seed, w)
+		}
+		want := allAlive(s, int(seed%10))
+		want[int(seed%10)] = Failed
+		requireView(t, s, want)
+	}
+}
+
+func TestSimThreeSimultaneousCrashes(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		s := newSim(10, seed, 0.03, true)
+		s.Run(2 * time.Second)
+		// Adjacent crashes are the hard case: they remove monitors of each other.
+		c := []int{int(seed % 10), int(seed+1) % 10, int(seed+2) % 10}
+		at := s.Now
+		for _, i := range c {
+			s.Crash(i)
+		}
+		s.Run(3 * time.Second)
+		if w := detectionWorst(t, s, c, at); w > time.Second {
+			t.Fatalf("seed %d: detection took %v", seed, w)
+		}
+		want := allAlive(s, c...)
+		for _, i := range c {
+			want[i] = Failed
+		}
+		requireView(t, s, want)
+	}
+}
+
+// TestSimNoFalseFailureUnderLossAndStarvation runs 10 simulated minutes with 3% loss while
+// node 4 is frozen for bursts of 100-450 ms every second or two. (A freeze much longer than
+// about SuspectTimeout+SuspicionTimeout-HeartbeatInterval is indistinguishable from a crash.)
+func TestSimNoFalseFailureUnderLossAndStarvation(t *testing.T) {
+	for _, seed := range []uint64{42, 7, 1234} {
+		s := newSim(10, seed, 0.03, true)
+		s.Run(time.Second)
+		end := s.Now.Add(10 * time.Minute)
+		for s.Now.Before(end) {
+			s.Run(time.Duration(1000+s.rng.IntN(1000)) * time.Millisecond)
+			s.Pause(4)
+			s.Run(time.Duration(100+s.rng.IntN(350)) * time.Millisecond)
+			s.Resume(4)
+		}
+		s.Run(2 * time.Second)
+		suspicions := 0
+		for _, e := range s.Events {
+			switch e.Event.Kind {
+			case FailedDetected, LeftVoluntarily:
+				t.Fatalf("seed %d: false %v at %v", seed, e, e.At)
+			case Suspected:
+				suspicions++
+			}
+		}
+		t.Logf("seed %d: suspicions raised and refuted: %d", seed, suspicions)
+		requireView(t, s, allAlive(s))
+	}
+}
+
+func TestSimSuspicionRefutedByIncarnation(t *testing.T) {
+	s := newSim(5, 3, 0, true)
+	s.Run(time.Second)
+	inc := s.Nodes[2].M.Self().Incarnation
+	s.Pause(2)
+	s.Run(600 * time.Millisecond) // longer than SuspectTimeout, shorter than both timeouts
+	s.Resume(2)
+	s.Run(time.Second)
+	if _, ok := s.FirstEvent(0, 2, Suspected, time.Time{}); !ok {
+		t.Fatal("node 2 was never suspected; the test does not exercise refutation")
+	}
+	if got := s.Nodes[2].M.Self().Incarnation; got <= inc {
+		t.Fatalf("incarnation %d not raised above %d", got, inc)
+	}
+	requireView(t, s, allAlive(s))
+}
+
+func TestSimRestartRejoinsWithHigherIncarnation(t *testing.T) {
+	s := newSim(6, 4, 0, true)
+	s.Run(time.Second)
+	old := s.Nodes[5].M.Self().Incarnation
+	s.Crash(5)
+	s.Run(2 * time.Second)
+	s.Restart(5)
+	s.Run(2 * time.Second)
+	requireView(t, s, allAlive(s))
+	for _, m := range s.Nodes[0].M.Members() {
+		if m.Addr == SimAddr(5) && m.Incarnation <= old {
+			t.Fatalf("node 5 incarnation %d not above %d", m.Incarnation, old)
+		}
+	}
+}
+
+func TestSimVoluntaryLeave(t *testing.T) {
+	s := newSim(6, 5, 0, true)
+	s.Run(time.Second)
+	at := s.Now
+	s.Leave(3)
+	s.Run(100 * time.Millisecond)
+	want := allAlive(s, 3)
+	want[3] = Left
+	requireView(t, s, want)
+	s.Run(3 * time.Second)
+	for _, e := range s.Events {
+		if e.Event.Kind == FailedDetected && e.At.After(at) {
+			t.Fatalf("leave turned into failure: %v", e)
+		}
+	}
+}
+
+func TestSimPartitionHeals(t *testing.T) {
+	s := newSim(8, 6, 0, true)
+	s.Run(time.Second)
+	a, b := []int{0, 1, 2, 3}, []int{4, 5, 6, 7}
+	s.Partition(a, b)
+	s.Run(3 * time.Second)
+	v := s.View(0)
+	if v[5] != Failed || s.View(5)[0] != Failed {
+		t.Fatalf("partition not detected: %v", v)
+	}
+	s.Heal()
+	s.Run(5 * time.Second)
+	requireView(t, s, allAlive(s))
+}
+
+func TestSimDeterministic(t *testing.T) {
+	run := func() int {
+		s := newSim(10, 9, 0.05, false)
+		s.Run(5 * time.Second)
+		s.Crash(3)
+		s.Run(2 * time.Second)
+		return len(s.Events)*1000 + int(s.Nodes[0].PacketsSent%1000)
+	}
+	if a, b := run(), run(); a != b {
+		t.Fatalf("two runs differ: %d vs %d", a, b)
+	}
+}

@@ -1,0 +1,49 @@
+package kernel
+
+import (
+	"fmt"
+
+	"github.com/ebitengine/purego"
+)
+
+// Function variables bound to the C ABI (kernel/include/idunno_kernel.h) by register.
+var (
+	idkStatusStr      func(s int32) string
+	idkPlanCreate     func(out *uintptr, threads int32) int32
+	idkPlanDestroy    func(p uintptr)
+	idkPlanError      func(p uintptr) string
+	idkPlanAddTensor  func(p uintptr, dtype, ndims int32, dims *int64, data uintptr, nbytes int64, out *int32) int32
+	idkPlanAddOp      func(p uintptr, kind, nin int32, in *int32, nout int32, out *int32, ni int32, ia *int64, nf int32, fa *float32) int32
+	idkPlanAddPostOp  func(p uintptr, kind, alg int32, alpha, beta float32, tensor int32) int32
+	idkPlanSetIO      func(p uintptr, nin int32, in *int32, nout int32, out *int32) int32
+	idkPlanCompile    func(p uintptr) int32
+	idkPlanRun        func(p uintptr, in *uintptr, out *uintptr) int32
+	idkPlanArenaBytes func(p uintptr) int64
+	idkPlanLastRunNs  func(p uintptr) int64
+	idkPeakGflops     func(threads int32, seconds float64) float64
+	idkNoop           func(x int32) int32
+)
+
+func register(h uintptr) (err error) {
+	defer func() {
+		// purego panics when a symbol is missing: report it as a load error.
+		if r := recover(); r != nil {
+			err = fmt.Errorf("binding: %v (library older than the Go code? rebuild with make)", r)
+		}
+	}()
+	purego.RegisterLibFunc(&idkStatusStr, h, "idk_status_str")
+	purego.RegisterLibFunc(&idkPlanCreate, h, "idk_plan_create")
+	purego.RegisterLibFunc(&idkPlanDestroy, h, "idk_plan_destroy")
+	purego.RegisterLibFunc(&idkPlanError, h, "idk_plan_error")
+	purego.RegisterLibFunc(&idkPlanAddTensor, h, "idk_plan_add_tensor")
+	purego.RegisterLibFunc(&idkPlanAddOp, h, "idk_plan_add_op")
+	purego.RegisterLibFunc(&idkPlanAddPostOp, h, "idk_plan_add_post_op")
+	purego.RegisterLibFunc(&idkPlanSetIO, h, "idk_plan_set_io")
+	purego.RegisterLibFunc(&idkPlanCompile, h, "idk_plan_compile")
+	purego.RegisterLibFunc(&idkPlanRun, h, "idk_plan_run")
+	purego.RegisterLibFunc(&idkPlanArenaBytes, h, "idk_plan_arena_bytes")
+	purego.RegisterLibFunc(&idkPlanLastRunNs, h, "idk_plan_last_run_ns")
+	purego.RegisterLibFunc(&idkPeakGflops, h, "idk_peak_gflops")
+	purego.RegisterLibFunc(&idkNoop, h, "idk_noop")
+	return nil
+}

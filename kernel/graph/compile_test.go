@@ -1,0 +1,526 @@
+package graph
+
+import (
+	"bytes"
+	"math"
+	"math/rand"
+	"strings"
+	"testing"
+
+	"idunno/kernel/onnx"
+)
+
+func opTypes(g *onnx.Graph) string {
+	var s []string
+	for _, n := range g.Nodes {
+		s = append(s, n.OpType)
+	}
+	return strings.Join(s, ",")
+}
+
+func postOps(n *onnx.Node) string {
+	a, ok := n.Attrs[PostOpsAttr]
+	if !ok {
+		return ""
+	}
+	return strings.Join(a.Strings, " ")
+}
+
+// TestFoldTorchFlattenChain folds the Shape→Gather→Unsqueeze→Concat chain that
+// torch.onnx.export writes for x.view(x.size(0), -1) into one Reshape.
+func TestFoldTorchFlattenChain(t *testing.T) {
+	b := newBuilder(11).input("x", 2, 3, 4, 5).
+		node("Shape", ss("x"), ss("s")).
+		node("Constant", nil, ss("zero"), aTensor("value", &onnx.Tensor{DType: onnx.Int64, Dims: []int64{}, I64: []int64{0}})).
+		node("Gather", ss("s", "zero"), ss("g"), aInt("axis", 0)).
+		node("Unsqueeze", ss("g"), ss("u"), aInts("axes", 0)).
+		node("Constant", nil, ss("minus1"), aTensor("value", ints(-1))).
+		node("Concat", ss("u", "minus1"), ss("shape"), aInt("axis", 0)).
+		node("Reshape", ss("x", "shape"), ss("y")).
+		output("y")
+	g, err := b.compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opTypes(g) != "Reshape" {
+		t.Fatalf("nodes %s; want only Reshape", opTypes(g))
+	}
+	shape := g.Initializers[g.Nodes[0].Inputs[1]]
+	if shape == nil || !dimsEqual(shape.I64, []int64{2, -1}) {
+		t.Fatalf("folded shape %+v; want [2 -1]", shape)
+	}
+	if !dimsEqual(g.Values["y"].Dims, []int64{2, 60}) {
+		t.Fatalf("y dims %v", g.Values["y"].Dims)
+	}
+	if len(g.Initializers) != 1 {
+		t.Fatalf("unused initializers kept: %d", len(g.Initializers))
+	}
+	checkComplete(t, g)
+}
+
+// TestFoldArithmeticChain folds shape arithmetic (Gather, Mul, Slice, Cast, Concat) at opset 13.
+func TestFoldArithmeticChain(t *testing.T) {
+	b := newBuilder(13).input("x", 2, 3, 4, 5).
+		node("Shape", ss("x"), ss("s")).
+		init("i1", &onnx.Tensor{DType: onnx.Int64, Dims: []int64{}, I64: []int64{1}}).
+		init("i2", &onnx.Tensor{DType: onnx.Int64, Dims: []int64{}, I64: []int64{2}}).
+		init("ax0", ints(0)).
+		node("Gather", ss("s", "i1"), ss("a")).
+		node("Gather", ss("s", "i2"), ss("c")).
+		node("Mul", ss("a", "c"), ss("p")).
+		node("Unsqueeze", ss("p", "ax0"), ss("pu")).
+		init("st", ints(0)).init("en", ints(1)).
+		node("Slice", ss("s", "st", "en"), ss("head")).
+		init("st3", ints(-1)).init("en3", ints(math.MaxInt64)).
+		node("Slice", ss("s", "st3", "en3"), ss("tail")).
+		node("Cast", ss("tail"), ss("tailf"), aInt("to", int64(onnx.Float))).
+		node("Cast", ss("tailf"), ss("tail64"), aInt("to", int64(onnx.Int64))).
+		node("Concat", ss("head", "pu", "tail64"), ss("shape"), aInt("axis", 0)).
+		node("Reshape", ss("x", "shape"), ss("r")).
+		node("Relu", ss("r"), ss("y")).
+		output("y")
+	g, err := b.compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opTypes(g) != "Reshape,Relu" {
+		t.Fatalf("nodes %s", opTypes(g))
+	}
+	if got := g.Initializers[g.Nodes[0].Inputs[1]].I64; !dimsEqual(got, []int64{2, 12, 5}) {
+		t.Fatalf("folded shape %v; want [2 12 5]", got)
+	}
+	checkComplete(t, g)
+}
+
+// TestFoldConstantInputs treats int64 graph inputs given as values as constants.
+func TestFoldConstantInputs(t *testing.T) {
+	b := newBuilder(13).input("x", 4, 6).constInput("shape", 3, 8).
+		node("Reshape", ss("x", "shape"), ss("y")).output("y")
+	g, err := b.compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Inputs) != 1 || g.Inputs[0].Name != "x" {
+		t.Fatalf("run-time inputs %+v; want only x", g.Inputs)
+	}
+	if g.Initializers["shape"] == nil || !dimsEqual(g.Values["y"].Dims, []int64{3, 8}) {
+		t.Fatalf("shape not constant or y dims wrong: %+v", g.Values["y"])
+	}
+}
+
+// TestFoldAllConstant folds a graph with no run-time work: the output is an initializer.
+func TestFoldAllConstant(t *testing.T) {
+	b := newBuilder(13).init("a", &onnx.Tensor{DType: onnx.Float, Dims: []int64{2, 2}, F32: []float32{1, 2, 3, 4}}).
+		init("b", &onnx.Tensor{DType: onnx.Float, Dims: []int64{2}, F32: []float32{10, 20}}).
+		node("Add", ss("a", "b"), ss("s")).
+		node("Transpose", ss("s"), ss("y")).output("y")
+	g, err := b.compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Nodes) != 0 {
+		t.Fatalf("nodes left: %s", opTypes(g))
+	}
+	y := g.Initializers["y"]
+	if y == nil || !dimsEqual(y.Dims, []int64{2, 2}) || y.F32[0] != 11 || y.F32[1] != 13 || y.F32[2] != 22 || y.F32[3] != 24 {
+		t.Fatalf("y = %+v; want [[11 13] [22 24]]", y)
+	}
+}
+
+// TestIdentityAndDropoutRemoved renames through Identity and Dropout and keeps output names.
+func TestIdentityAndDropoutRemoved(t *testing.T) {
+	b := newBuilder(13).input("x", 2, 3).
+		node("Relu", ss("x"), ss("a")).
+		node("Identity", ss("a"), ss("b")).
+		node("Dropout", ss("b"), ss("c", "mask")).
+		node("Sigmoid", ss("c"), ss("d")).
+		node("Identity", ss("d"), ss("y")).
+		output("y")
+	g, err := b.compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opTypes(g) != "Relu,Sigmoid" {
+		t.Fatalf("nodes %s", opTypes(g))
+	}
+	if g.Nodes[1].Inputs[0] != "a" || g.Nodes[1].Outputs[0] != "y" {
+		t.Fatalf("sigmoid %v -> %v; want a -> y", g.Nodes[1].Inputs, g.Nodes[1].Outputs)
+	}
+	checkComplete(t, g)
+
+	// A graph that is only an Identity keeps one copy node.
+	b = newBuilder(13).input("x", 2).node("Identity", ss("x"), ss("y")).output("y")
+	if g, err = b.compile(); err != nil {
+		t.Fatal(err)
+	}
+	if opTypes(g) != "Identity" {
+		t.Fatalf("nodes %s; want Identity", opTypes(g))
+	}
+}
+
+// naiveConv is a reference 2-D convolution (NCHW, groups, strides, pads).
+func naiveConv(x, w, bias *onnx.Tensor, group, stride, pad int64) *onnx.Tensor {
+	n, c, h, wd := x.Dims[0], x.Dims[1], x.Dims[2], x.Dims[3]
+	m, cg, kh, kw := w.Dims[0], w.Dims[1], w.Dims[2], w.Dims[3]
+	oh, ow := (h+2*pad-kh)/stride+1, (wd+2*pad-kw)/stride+1
+	out := &onnx.Tensor{DType: onnx.Float, Dims: []int64{n, m, oh, ow}, F32: make([]float32, n*m*oh*ow)}
+	mg := m / group
+	_ = c
+	for b := int64(0); b < n; b++ {
+		for o := int64(0); o < m; o++ {
+			g := o / mg
+			for i := int64(0); i < oh; i++ {
+				for j := int64(0); j < ow; j++ {
+					var s float64
+					if bias != nil {
+						s = float64(bias.F32[o])
+					}
+					for ci := int64(0); ci < cg; ci++ {
+						for u := int64(0); u < kh; u++ {
+							for v := int64(0); v < kw; v++ {
+								y, xx := i*stride-pad+u, j*stride-pad+v
+								if y < 0 || y >= h || xx < 0 || xx >= wd {
+									continue
+								}
+								s += float64(x.F32[((b*c+g*cg+ci)*h+y)*wd+xx]) * float64(w.F32[((o*cg+ci)*kh+u)*kw+v])
+							}
+						}
+					}
+					out.F32[((b*m+o)*oh+i)*ow+j] = float32(s)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestBatchNormFold checks numerically that Conv+BN equals the folded Conv.
+func TestBatchNormFold(t *testing.T) {
+	r := rand.New(rand.NewSource(7))
+	for _, group := range []int64{1, 2} {
+		x := randTensor(r, 2, 4, 6, 6)
+		w := randTensor(r, 6, 4/group, 3, 3)
+		bias := randTensor(r, 6)
+		gamma, beta, mean := randTensor(r, 6), randTensor(r, 6), randTensor(r, 6)
+		variance := randTensor(r, 6)
+		for i := range variance.F32 {
+			variance.F32[i] = variance.F32[i]*variance.F32[i] + 0.1
+		}
+		const eps = 1e-3
+		b := newBuilder(13).input("x", 2, 4, 6, 6).init("w", w).init("b", bias).
+			init("gamma", gamma).init("beta", beta).init("mean", mean).init("var", variance).
+			node("Conv", ss("x", "w", "b"), ss("c"), aInt("group", group), aInts("pads", 1, 1, 1, 1), aInts("strides", 2, 2)).
+			node("BatchNormalization", ss("c", "gamma", "beta", "mean", "var"), ss("y"), aFloat("epsilon", eps)).
+			output("y")
+		g, err := b.compile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if opTypes(g) != "Conv" || g.Nodes[0].Outputs[0] != "y" {
+			t.Fatalf("group %d: nodes %s, output %v", group, opTypes(g), g.Nodes[0].Outputs)
+		}
+		conv := g.Nodes[0]
+		got := naiveConv(x, g.Initializers[conv.Inputs[1]], g.Initializers[conv.Inputs[2]], group, 2, 1)
+		ref := naiveConv(x, w, bias, group, 2, 1)
+		hw := int64(len(ref.F32)) / (2 * 6)
+		var maxAbs, maxErr float64
+		for i, v := range ref.F32 {
+			ch := (int64(i) / hw) % 6
+			bn := (float64(v)-float64(mean.F32[ch]))/math.Sqrt(float64(variance.F32[ch])+eps)*float64(gamma.F32[ch]) + float64(beta.F32[ch])
+			maxAbs = math.Max(maxAbs, math.Abs(bn))
+			maxErr = math.Max(maxErr, math.Abs(bn-float64(got.F32[i])))
+		}
+		if maxErr > 1e-5*math.Max(1, maxAbs) {
+			t.Fatalf("group %d: folded conv differs by %g (max magnitude %g)", group, maxErr, maxAbs)
+		}
+		if !dimsEqual(g.Values["y"].Dims, []int64{2, 6, 3, 3}) {
+			t.Fatalf("y dims %v", g.Values["y"].Dims)
+		}
+	}
+}
+
+// TestBatchNormNotFoldedWhenShared keeps BN when the conv output has another consumer.
+func TestBatchNormNotFoldedWhenShared(t *testing.T) {
+	r := rand.New(rand.NewSource(3))
+	b := newBuilder(13).input("x", 1, 2, 4, 4).init("w", randTensor(r, 2, 2, 1, 1)).
+		init("s", randTensor(r, 2)).init("bb", randTensor(r, 2)).init("m", randTensor(r, 2)).init("v", randTensor(r, 2)).
+		node("Conv", ss("x", "w"), ss("c")).
+		node("BatchNormalization", ss("c", "s", "bb", "m", "v"), ss("y")).
+		node("Relu", ss("c"), ss("z")).output("y", "z")
+	g, err := b.compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opTypes(g) != "Conv,BatchNormalization,Relu" {
+		t.Fatalf("nodes %s", opTypes(g))
+	}
+}
+
+// resnetBlock builds conv-bn-relu-conv-bn-add-relu with an optional downsample branch.
+func resnetBlock(r *rand.Rand, downsample bool) *builder {
+	bn := func(b *builder, p string) {
+		b.init(p+"s", randTensor(r, 4)).init(p+"b", randTensor(r, 4)).init(p+"m", randTensor(r, 4))
+		v := randTensor(r, 4)
+		for i := range v.F32 {
+			v.F32[i] = v.F32[i]*v.F32[i] + 1
+		}
+		b.init(p+"v", v)
+	}
+	b := newBuilder(13).input("x", 1, 4, 8, 8).init("w1", randTensor(r, 4, 4, 3, 3)).init("w2", randTensor(r, 4, 4, 3, 3))
+	bn(b, "bn1")
+	bn(b, "bn2")
+	pads := aInts("pads", 1, 1, 1, 1)
+	b.node("Conv", ss("x", "w1"), ss("c1"), pads).
+		node("BatchNormalization", ss("c1", "bn1s", "bn1b", "bn1m", "bn1v"), ss("b1")).
+		node("Relu", ss("b1"), ss("r1")).
+		node("Conv", ss("r1", "w2"), ss("c2"), pads).
+		node("BatchNormalization", ss("c2", "bn2s", "bn2b", "bn2m", "bn2v"), ss("b2"))
+	skip := "x"
+	if downsample {
+		b.init("wd", randTensor(r, 4, 4, 1, 1))
+		bn(b, "bnd")
+		b.node("Conv", ss("x", "wd"), ss("cd")).
+			node("BatchNormalization", ss("cd", "bnds", "bndb", "bndm", "bndv"), ss("d"))
+		skip = "d"
+	}
+	return b.node("Add", ss("b2", skip), ss("sum")).node("Relu", ss("sum"), ss("out")).output("out")
+}
+
+// TestFuseResNetBlock fuses BN, the residual Add and ReLU into the convolutions.
+func TestFuseResNetBlock(t *testing.T) {
+	r := rand.New(rand.NewSource(5))
+	g, err := resnetBlock(r, false).compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opTypes(g) != "Conv,Conv" {
+		t.Fatalf("nodes %s; want Conv,Conv", opTypes(g))
+	}
+	if p := postOps(g.Nodes[0]); p != "relu" {
+		t.Fatalf("conv1 post-ops %q; want relu", p)
+	}
+	if p := postOps(g.Nodes[1]); p != "sum:x relu" {
+		t.Fatalf("conv2 post-ops %q; want sum:x relu", p)
+	}
+	if g.Nodes[1].Outputs[0] != "out" || g.Nodes[1].Inputs[0] != g.Nodes[0].Outputs[0] {
+		t.Fatalf("wiring: %v -> %v -> %v", g.Nodes[0].Outputs, g.Nodes[1].Inputs, g.Nodes[1].Outputs)
+	}
+	checkComplete(t, g)
+
+	// With a downsample branch computed after conv2, the sum goes into the downsample conv.
+	g, err = resnetBlock(r, true).compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opTypes(g) != "Conv,Conv,Conv" {
+		t.Fatalf("nodes %s", opTypes(g))
+	}
+	c2 := g.Nodes[1].Outputs[0]
+	if p := postOps(g.Nodes[1]); p != "" {
+		t.Fatalf("conv2 post-ops %q; want none", p)
+	}
+	if p := postOps(g.Nodes[2]); p != "sum:"+c2+" relu" {
+		t.Fatalf("downsample post-ops %q; want sum:%s relu", p, c2)
+	}
+	checkComplete(t, g)
+}
+
+// TestFuseActivations covers every activation's post-op string and the cases that must not fuse.
+func TestFuseActivations(t *testing.T) {
+	r := rand.New(rand.NewSource(9))
+	cases := []struct {
+		op    string
+		opset int64
+		attrs []*onnx.Attribute
+		extra []string
+		want  string
+	}{
+		{"Relu", 13, nil, nil, "relu"},
+		{"LeakyRelu", 13, []*onnx.Attribute{aFloat("alpha", 0.1)}, nil, "leaky_relu:0.1"},
+		{"LeakyRelu", 13, nil, nil, "leaky_relu:0.01"},
+		{"Clip", 9, []*onnx.Attribute{aFloat("min", 0), aFloat("max", 6)}, nil, "clip:0:6"},
+		{"Clip", 13, nil, []string{"lo", "hi"}, "clip:-1:2.5"},
+		{"Sigmoid", 13, nil, nil, "sigmoid"},
+		{"Tanh", 13, nil, nil, "tanh"},
+		{"Elu", 13, []*onnx.Attribute{aFloat("alpha", 0.5)}, nil, "elu:0.5"},
+		{"HardSigmoid", 13, nil, nil, "hard_sigmoid:0.2:0.5"},
+		{"HardSwish", 14, nil, nil, "hard_swish"},
+	}
+	for _, tc := range cases {
+		for _, producer := range []string{"Conv", "Gemm", "MatMul"} {
+			b := newBuilder(tc.opset).init("lo", scalarF(-1)).init("hi", scalarF(2.5))
+			switch producer {
+			case "Conv":
+				b.input("x", 1, 2, 4, 4).init("w", randTensor(r, 3, 2, 1, 1)).node("Conv", ss("x", "w"), ss("c"))
+			case "Gemm":
+				b.input("x", 2, 4).init("w", randTensor(r, 4, 3)).init("bias", randTensor(r, 3)).node("Gemm", ss("x", "w", "bias"), ss("c"))
+			case "MatMul":
+				b.input("x", 2, 4).init("w", randTensor(r, 4, 3)).node("MatMul", ss("x", "w"), ss("c"))
+			}
+			b.node(tc.op, append(ss("c"), tc.extra...), ss("y"), tc.attrs...).output("y")
+			g, err := b.compile()
+			if err != nil {
+				t.Fatalf("%s after %s: %v", tc.op, producer, err)
+			}
+			if len(g.Nodes) != 1 || postOps(g.Nodes[0]) != tc.want || g.Nodes[0].Outputs[0] != "y" {
+				t.Fatalf("%s after %s: nodes %s post-ops %q; want %q", tc.op, producer, opTypes(g), postOps(g.Nodes[0]), tc.want)
+			}
+		}
+	}
+
+	// Not fused: the intermediate is a graph output, or has two consumers, or the Add
+	// broadcasts, or the Add follows a Gemm.
+	notFused := map[string]*builder{
+		"graph output": newBuilder(13).input("x", 1, 2, 4, 4).init("w", randTensor(r, 2, 2, 1, 1)).
+			node("Conv", ss("x", "w"), ss("c")).node("Relu", ss("c"), ss("y")).output("y", "c"),
+		"two consumers": newBuilder(13).input("x", 1, 2, 4, 4).init("w", randTensor(r, 2, 2, 1, 1)).
+			node("Conv", ss("x", "w"), ss("c")).node("Relu", ss("c"), ss("y")).node("Sigmoid", ss("c"), ss("z")).output("y", "z"),
+		"broadcast add": newBuilder(13).input("x", 1, 2, 4, 4).input("bias", 2, 1, 1).init("w", randTensor(r, 2, 2, 1, 1)).
+			node("Conv", ss("x", "w"), ss("c")).node("Add", ss("c", "bias"), ss("y")).output("y"),
+		"add after gemm": newBuilder(13).input("x", 2, 4).input("s", 2, 3).init("w", randTensor(r, 4, 3)).
+			node("MatMul", ss("x", "w"), ss("c")).node("Add", ss("c", "s"), ss("y")).output("y"),
+		"add of a later value": newBuilder(13).input("x", 1, 2, 4, 4).init("w", randTensor(r, 2, 2, 1, 1)).
+			node("Conv", ss("x", "w"), ss("c")).node("Sigmoid", ss("x"), ss("later")).node("Add", ss("c", "later"), ss("y")).output("y"),
+	}
+	for name, b := range notFused {
+		g, err := b.compile()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for _, n := range g.Nodes {
+			if p := postOps(n); p != "" {
+				t.Fatalf("%s: %s fused %q", name, n.OpType, p)
+			}
+		}
+		checkComplete(t, g)
+	}
+}
+
+// TestCompileRejects covers malformed graphs and inputs: errors, never panics.
+func TestCompileRejects(t *testing.T) {
+	cases := map[string]struct {
+		b    func() *builder
+		want string
+	}{
+		"cycle": {func() *builder {
+			return newBuilder(13).input("x", 2).node("Add", ss("x", "b"), ss("a")).node("Relu", ss("a"), ss("b")).output("b")
+		}, "cycle"},
+		"dangling": {func() *builder { return newBuilder(13).input("x", 2).node("Add", ss("x", "nope"), ss("y")).output("y") }, `"nope" is not defined`},
+		"defined twice": {func() *builder {
+			return newBuilder(13).input("x", 2).node("Relu", ss("x"), ss("y")).node("Sigmoid", ss("x"), ss("y")).output("y")
+		}, "defined more than once"},
+		"absurd dims": {func() *builder {
+			return newBuilder(13).input("x", 1<<40, 1<<40).node("Relu", ss("x"), ss("y")).output("y")
+		}, "exceeds"},
+		"overflow": {func() *builder {
+			return newBuilder(13).input("x", 1<<20, 1<<20, 1<<20).node("Relu", ss("x"), ss("y")).output("y")
+		}, "more than"},
+		"negative dim":   {func() *builder { return newBuilder(13).input("x", -3).node("Relu", ss("x"), ss("y")).output("y") }, "negative"},
+		"missing output": {func() *builder { return newBuilder(13).input("x", 2).node("Relu", ss("x"), ss("y")).output("z") }, `"z" is not computed`},
+		"old opset":      {func() *builder { return newBuilder(5).input("x", 2).node("Relu", ss("x"), ss("y")).output("y") }, "opset 5 not supported"},
+		"reshape overflow": {func() *builder {
+			return newBuilder(13).input("x", 4).init("s", ints(1<<40, 1<<40, 0)).node("Reshape", ss("x", "s"), ss("y")).output("y")
+		}, "too large"},
+		"huge fold": {func() *builder {
+			return newBuilder(13).init("a", ints(1)).init("s", ints(1<<20, 1<<20)).node("Reshape", ss("a", "s"), ss("y")).output("y")
+		}, "too large"},
+		"huge broadcast fold": {func() *builder {
+			a := &onnx.Tensor{DType: onnx.Int64, Dims: []int64{1 << 14, 1}, I64: make([]int64, 1<<14)}
+			c := &onnx.Tensor{DType: onnx.Int64, Dims: []int64{1, 1 << 14}, I64: make([]int64, 1<<14)}
+			return newBuilder(13).init("a", a).init("c", c).node("Add", ss("a", "c"), ss("y")).output("y")
+		}, "int64 at run time"},
+		"pad huge": {func() *builder {
+			return newBuilder(13).input("x", 2).init("p", ints(1<<62, 1<<62)).node("Pad", ss("x", "p"), ss("y")).output("y")
+		}, "absurd pads"},
+		"conv huge stride": {func() *builder {
+			return newBuilder(13).input("x", 1, 1, 4, 4).init("w", &onnx.Tensor{DType: onnx.Float, Dims: []int64{1, 1, 1, 1}, F32: []float32{1}}).
+				node("Conv", ss("x", "w"), ss("y"), aInts("strides", 1<<62, 1)).output("y")
+		}, "strides"},
+		"bad initializer": {func() *builder {
+			return newBuilder(13).input("x", 2).init("w", &onnx.Tensor{DType: onnx.Float, Dims: []int64{3}, F32: []float32{1}}).
+				node("Add", ss("x", "w"), ss("y")).output("y")
+		}, "has 1 elements"},
+		"int runtime input": {func() *builder {
+			b := newBuilder(13)
+			b.m.Graph.Inputs = append(b.m.Graph.Inputs, onnx.ValueInfo{Name: "x", DType: onnx.Int64, Dims: []int64{2}, HasShape: true})
+			b.shapes["x"] = []int64{2}
+			return b.node("Relu", ss("x"), ss("y")).output("y")
+		}, "must be float32"},
+		"shape mismatch declared": {func() *builder {
+			b := newBuilder(13).input("x", 2, 3).node("Relu", ss("x"), ss("y")).output("y")
+			b.shapes["x"] = []int64{2, 4}
+			return b
+		}, "graph declares"},
+		"no shape given": {func() *builder {
+			b := newBuilder(13).input("x", 2).node("Relu", ss("x"), ss("y")).output("y")
+			delete(b.shapes, "x")
+			return b
+		}, "no shape or value given"},
+		"unknown shape name": {func() *builder {
+			b := newBuilder(13).input("x", 2).node("Relu", ss("x"), ss("y")).output("y")
+			b.shapes["q"] = []int64{1}
+			return b
+		}, "not a graph input"},
+		"int div by zero": {func() *builder {
+			return newBuilder(13).init("a", ints(1)).init("b", ints(0)).node("Div", ss("a", "b"), ss("c")).
+				input("x", 1).node("Reshape", ss("x", "c"), ss("y")).output("y")
+		}, "division by zero"},
+	}
+	for name, tc := range cases {
+		g, err := tc.b().compile()
+		if err == nil {
+			t.Errorf("%s: compiled (%d nodes); want error containing %q", name, len(g.Nodes), tc.want)
+			continue
+		}
+		if !strings.HasPrefix(err.Error(), "graph: ") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %q; want %q", name, err, tc.want)
+		}
+	}
+	if _, err := Compile(nil, nil, nil); err == nil {
+		t.Error("nil model compiled")
+	}
+}
+
+// TestLargeFoldRunsAtRunTime keeps a float node whose folded result would be too large.
+func TestLargeFoldRunsAtRunTime(t *testing.T) {
+	a := &onnx.Tensor{DType: onnx.Float, Dims: []int64{1 << 13, 1}, F32: make([]float32, 1<<13)}
+	c := &onnx.Tensor{DType: onnx.Float, Dims: []int64{1, 1 << 13}, F32: make([]float32, 1<<13)}
+	g, err := newBuilder(13).init("a", a).init("c", c).node("Add", ss("a", "c"), ss("y")).output("y").compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opTypes(g) != "Add" || !dimsEqual(g.Values["y"].Dims, []int64{1 << 13, 1 << 13}) {
+		t.Fatalf("nodes %s, y %v", opTypes(g), g.Values["y"].Dims)
+	}
+}
+
+// TestCompileDoesNotMutate checks that the input model encodes identically after Compile.
+func TestCompileDoesNotMutate(t *testing.T) {
+	r := rand.New(rand.NewSource(11))
+	b := resnetBlock(r, true)
+	b.m.Graph.Nodes = append(b.m.Graph.Nodes, &onnx.Node{Name: "id", OpType: "Identity", Inputs: ss("out"), Outputs: ss("out2"), Attrs: map[string]*onnx.Attribute{}})
+	b.m.Graph.Outputs = []onnx.ValueInfo{{Name: "out2"}}
+	before := onnx.Encode(b.m)
+	if _, err := b.compile(); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(before, onnx.Encode(b.m)) {
+		t.Fatal("Compile changed its input model")
+	}
+}
+
+// TestFLOPs counts a convolution's multiply-adds twice.
+func TestFLOPs(t *testing.T) {
+	r := rand.New(rand.NewSource(1))
+	b := newBuilder(13).input("x", 1, 3, 32, 32).init("w", randTensor(r, 8, 3, 3, 3)).
+		node("Conv", ss("x", "w"), ss("c")).node("Flatten", ss("c"), ss("f")).
+		init("fc", randTensor(r, 7200, 10)).node("MatMul", ss("f", "fc"), ss("y")).output("y")
+	g, err := b.compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 2.0*8*30*30*27 + 2.0*10*7200
+	if got := FLOPs(g); got != want {
+		t.Fatalf("FLOPs = %g; want %g", got, want)
+	}
+}

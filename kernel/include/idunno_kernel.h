@@ -1,0 +1,193 @@
+/*
+ * idunno_kernel.h: the C ABI of IDunno's inference kernel (libidunno_kernel.so).
+ *
+ * A plan is one compiled network for one exact set of input shapes (one batch
+ * size). The Go side lowers an ONNX graph into tensors and ops with this API,
+ * calls idk_plan_compile once (which builds every oneDNN primitive, reorders
+ * weights and lays out an arena), then calls idk_plan_run as often as it likes.
+ *
+ * Conventions (after oneDNN's C API):
+ *  - every symbol starts with idk_; handles are opaque;
+ *  - every function returns idk_status_t; on failure the plan's error string
+ *    (idk_plan_error) says what went wrong, and idk_status_str names the code;
+ *  - create/destroy pairs: idk_plan_create / idk_plan_destroy;
+ *  - ownership is stated next to every pointer parameter.
+ *
+ * Threads: a plan runs its primitives with the thread count given at creation.
+ * oneDNN here is the OpenMP build; the kernel sets the calling thread's OpenMP
+ * thread count on every call, so plans with different counts can run at once
+ * from different OS threads. One plan must not run twice at the same time
+ * (it owns one arena); callers serialise runs of one plan.
+ *
+ * Data types use ONNX's TensorProto numbering. fp32 is the compute type now;
+ * int64 is accepted for index/shape tensors (Gather indices, data moved by
+ * Gather/Slice/Pad/Concat/Reshape). bf16 and int8 values are reserved in the
+ * same field for later plans.
+ */
+#ifndef IDUNNO_KERNEL_H
+#define IDUNNO_KERNEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define IDK_API __attribute__((visibility("default")))
+
+/* Largest tensor rank the kernel accepts. */
+#define IDK_MAX_DIMS 8
+
+typedef enum {
+    IDK_OK = 0,
+    IDK_ERR_INVALID = 1,     /* bad argument: ids, dims, attributes */
+    IDK_ERR_UNSUPPORTED = 2, /* valid request the kernel cannot do */
+    IDK_ERR_NOMEM = 3,       /* allocation failed */
+    IDK_ERR_DNNL = 4,        /* oneDNN refused (message in the plan's error) */
+    IDK_ERR_STATE = 5,       /* call out of order (e.g. run before compile) */
+    IDK_ERR_RUNTIME = 6,     /* bad data found while running (e.g. index out of range) */
+} idk_status_t;
+
+/* Element types (ONNX TensorProto.DataType numbering). */
+typedef enum {
+    IDK_F32 = 1,
+    IDK_I8 = 3,   /* reserved: quantised plans */
+    IDK_I64 = 7,
+    IDK_BF16 = 16 /* reserved: bf16 plans */
+} idk_dtype_t;
+
+/* Operators. Attribute layouts are listed per op: "i:" the int64 attrs array
+ * in order, "f:" the float attrs array in order. S is the number of spatial
+ * dimensions (rank - 2). All shapes are exact and already checked by the
+ * caller; the kernel re-checks what it relies on. */
+typedef enum {
+    /* in: x, w, [bias]. i: S, strides[S], dilations[S] (ONNX: 1 = dense),
+     * pads_begin[S], pads_end[S], groups. Post-ops allowed. */
+    IDK_OP_CONV = 1,
+    /* in: x. i: alg (idk_pool_alg_t), S, kernel[S], strides[S], dilations[S],
+     * pads_begin[S], pads_end[S] (pads_end already includes ceil_mode). */
+    IDK_OP_POOL = 2,
+    /* in: x. i: alg (idk_eltwise_alg_t). f: alpha, beta. */
+    IDK_OP_ELTWISE = 3,
+    /* in: a, b (numpy broadcasting to the output). i: alg (idk_binary_alg_t). */
+    IDK_OP_BINARY = 4,
+    /* in: a, b, [bias]. Same rank >= 2; batch dims broadcast. i: trans_a,
+     * trans_b (swap the last two dims). f: alpha. bias is broadcast to the
+     * output's last two dims. Post-ops allowed. */
+    IDK_OP_MATMUL = 5,
+    /* in: x, scale, bias, mean, var. f: epsilon. */
+    IDK_OP_BNORM = 6,
+    /* in: x0..xn-1. i: axis. */
+    IDK_OP_CONCAT = 7,
+    /* in: x. Output is a view of x with the output's dims (same count). */
+    IDK_OP_RESHAPE = 8,
+    /* in: x. i: perm[rank]. */
+    IDK_OP_TRANSPOSE = 9,
+    /* in: x. i: axis, log (0 softmax, 1 logsoftmax). */
+    IDK_OP_SOFTMAX = 10,
+    /* in: x. i: size. f: alpha, beta, bias. */
+    IDK_OP_LRN = 11,
+    /* in: x. i: pads_begin[rank], pads_end[rank] (negative crops). f: value. */
+    IDK_OP_PAD = 12,
+    /* in: data, indices (int64). i: axis. Out-of-range index: IDK_ERR_RUNTIME. */
+    IDK_OP_GATHER = 13,
+    /* in: x. i: starts[rank], steps[rank] (steps non-zero, may be negative);
+     * the output dims give the counts. */
+    IDK_OP_SLICE = 14,
+    /* in: x. Output has x's rank with reduced dims set to 1. */
+    IDK_OP_REDUCE_MEAN = 15,
+    /* in: x. Output is a copy of x. */
+    IDK_OP_COPY = 16
+} idk_op_kind_t;
+
+typedef enum { IDK_POOL_MAX = 0, IDK_POOL_AVG_INCLUDE_PAD = 1, IDK_POOL_AVG_EXCLUDE_PAD = 2 } idk_pool_alg_t;
+
+typedef enum {
+    IDK_ELT_RELU = 0,         /* alpha: negative slope (LeakyRelu) */
+    IDK_ELT_CLIP = 1,         /* alpha: min, beta: max */
+    IDK_ELT_SIGMOID = 2,
+    IDK_ELT_TANH = 3,
+    IDK_ELT_ELU = 4,          /* alpha */
+    IDK_ELT_HARD_SIGMOID = 5, /* max(0, min(1, alpha*x + beta)) */
+    IDK_ELT_HARD_SWISH = 6,
+    IDK_ELT_LINEAR = 7        /* alpha*x + beta */
+} idk_eltwise_alg_t;
+
+typedef enum { IDK_BIN_ADD = 0, IDK_BIN_SUB = 1, IDK_BIN_MUL = 2, IDK_BIN_DIV = 3, IDK_BIN_PRELU = 4 } idk_binary_alg_t;
+
+typedef enum {
+    IDK_POST_ELTWISE = 0, /* alg: idk_eltwise_alg_t, alpha, beta */
+    IDK_POST_SUM = 1      /* tensor: added to the output (same dims) */
+} idk_post_kind_t;
+
+/* Opaque plan handle. */
+typedef struct idk_plan idk_plan_t;
+
+/* idk_status_str names a status code. The string is static; do not free. */
+IDK_API const char *idk_status_str(idk_status_t s);
+
+/* idk_plan_create makes an empty plan that will run with `threads` threads
+ * (<= 0: the OpenMP default). *out receives a plan the caller owns and must
+ * release with idk_plan_destroy. */
+IDK_API idk_status_t idk_plan_create(idk_plan_t **out, int32_t threads);
+
+/* idk_plan_destroy frees the plan, its primitives, constants and arena. NULL is a no-op. */
+IDK_API void idk_plan_destroy(idk_plan_t *p);
+
+/* idk_plan_error returns the last error message of the plan. The string is
+ * owned by the plan and valid until the next call on it. */
+IDK_API const char *idk_plan_error(const idk_plan_t *p);
+
+/* idk_plan_add_tensor declares a tensor and writes its id to *out_id.
+ * dims: ndims values (borrowed, copied). data: NULL for a value computed at run
+ * time, else the constant's plain row-major contents of nbytes bytes (borrowed,
+ * copied before return). */
+IDK_API idk_status_t idk_plan_add_tensor(idk_plan_t *p, int32_t dtype, int32_t ndims, const int64_t *dims,
+                                         const void *data, int64_t nbytes, int32_t *out_id);
+
+/* idk_plan_add_op appends an op; ops run in the order added (a topological
+ * order). in/out: tensor ids, iattrs/fattrs: attributes as listed per op kind.
+ * All arrays are borrowed and copied before return. */
+IDK_API idk_status_t idk_plan_add_op(idk_plan_t *p, int32_t kind, int32_t nin, const int32_t *in, int32_t nout,
+                                     const int32_t *out, int32_t niattr, const int64_t *iattrs, int32_t nfattr,
+                                     const float *fattrs);
+
+/* idk_plan_add_post_op appends a post-op to the last op added (CONV or MATMUL).
+ * Post-ops run in the order added. tensor: the tensor id for IDK_POST_SUM, else ignored. */
+IDK_API idk_status_t idk_plan_add_post_op(idk_plan_t *p, int32_t kind, int32_t alg, float alpha, float beta,
+                                          int32_t tensor);
+
+/* idk_plan_set_io names the plan's inputs and outputs by tensor id (arrays borrowed, copied). */
+IDK_API idk_status_t idk_plan_set_io(idk_plan_t *p, int32_t nin, const int32_t *in, int32_t nout,
+                                     const int32_t *out);
+
+/* idk_plan_compile builds every primitive, reorders constant weights into the
+ * layouts the primitives chose and allocates the arena. Call once, after all adds. */
+IDK_API idk_status_t idk_plan_compile(idk_plan_t *p);
+
+/* idk_plan_run executes the plan. in[i]: the i-th input in plain row-major
+ * layout of its declared dims and dtype (borrowed for the call, read only).
+ * out[i]: caller-owned buffers the size of each output, written in plain
+ * row-major layout. The kernel keeps no pointer after returning. */
+IDK_API idk_status_t idk_plan_run(idk_plan_t *p, const void *const *in, void *const *out);
+
+/* idk_plan_arena_bytes reports the bytes of the plan's activation arena (after compile). */
+IDK_API int64_t idk_plan_arena_bytes(const idk_plan_t *p);
+
+/* idk_plan_last_run_ns reports the nanoseconds the last idk_plan_run spent
+ * inside the kernel (from entry to return), for overhead measurements. */
+IDK_API int64_t idk_plan_last_run_ns(const idk_plan_t *p);
+
+/* idk_peak_gflops measures the FP32 fused multiply-add peak of this machine
+ * with `threads` threads over about `seconds` seconds, in GFLOP/s. */
+IDK_API double idk_peak_gflops(int32_t threads, double seconds);
+
+/* idk_noop does nothing; it measures the cost of a call into the library. */
+IDK_API int32_t idk_noop(int32_t x);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* IDUNNO_KERNEL_H */

@@ -1,0 +1,124 @@
+/* internal.h: the plan's private structures, shared by the kernel's C files. */
+#ifndef IDUNNO_KERNEL_INTERNAL_H
+#define IDUNNO_KERNEL_INTERNAL_H
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include "idunno_kernel.h"
+
+#define IDK_MAX_VIEWS 6
+#define IDK_MAX_POST 8
+#define IDK_MAX_ARGS 12
+#define IDK_MAX_IN 64
+
+/* A buffer is one region of storage: in the arena (ext == NULL, placed at off
+ * by liveness) or outside it (ext: a constant owned by the plan). */
+typedef struct {
+    size_t size;
+    size_t off;
+    void *ext;
+    int first, last; /* step indices of first write and last use */
+} idk_buffer_t;
+
+/* A view is one layout in which a tensor's value is stored. */
+typedef struct {
+    dnnl_memory_desc_t md; /* valid for f32 only */
+    int plain;             /* row-major */
+    int buf;
+} idk_view_t;
+
+typedef struct {
+    int dtype, ndims;
+    int64_t dims[IDK_MAX_DIMS];
+    void *cdata; /* constant contents, plain (owned) */
+    size_t nbytes;
+    int nviews;
+    idk_view_t views[IDK_MAX_VIEWS];
+    int lastuse; /* index of the last op reading it */
+    int is_in, is_out;
+} idk_tensor_t;
+
+typedef struct {
+    int kind, alg;
+    float alpha, beta;
+    int tensor;
+} idk_post_t;
+
+typedef struct {
+    int kind;
+    int nin, nout, ni, nf;
+    int in[IDK_MAX_IN], out[4];
+    int64_t *ia;
+    float *fa;
+    int npost;
+    idk_post_t post[IDK_MAX_POST];
+} idk_op_t;
+
+struct idk_step;
+typedef idk_status_t (*idk_step_fn)(idk_plan_t *p, struct idk_step *s);
+
+/* A step is one thing done at run time: a oneDNN primitive, or a C loop. */
+typedef struct idk_step {
+    dnnl_primitive_t prim;
+    int nargs;
+    int argkind[IDK_MAX_ARGS];
+    int argbuf[IDK_MAX_ARGS]; /* -1: the scratchpad */
+    dnnl_memory_desc_t argmd[IDK_MAX_ARGS];
+    dnnl_memory_t argmem[IDK_MAX_ARGS];
+    dnnl_exec_arg_t args[IDK_MAX_ARGS];
+    /* C loops */
+    idk_step_fn fn;
+    int nb;
+    int bufs[IDK_MAX_IN + 1];
+    int esz, nd, alg;
+    int64_t d[IDK_MAX_DIMS], sa[IDK_MAX_DIMS], sb[IDK_MAX_DIMS], base, n1, n2, n3;
+    int64_t *extra; /* owned */
+    float fv;
+    size_t bytes;
+} idk_step_t;
+
+struct idk_plan {
+    int threads;
+    int compiled;
+    char err[512];
+    dnnl_engine_t eng;
+    dnnl_stream_t stream;
+    int nt, capt;
+    idk_tensor_t *t;
+    int nops, capops;
+    idk_op_t *ops;
+    int nb, capb;
+    idk_buffer_t *b;
+    int ns, caps;
+    idk_step_t *s;
+    int nin, nout;
+    int *in, *out;
+    int *outbuf;
+    char *arena;
+    size_t arena_size;
+    void *scratch;
+    size_t scratch_size;
+    int64_t last_ns;
+    int cur_op;
+};
+
+idk_status_t idk_fail(idk_plan_t *p, idk_status_t st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int idk_new_buffer(idk_plan_t *p, size_t size);
+idk_step_t *idk_new_step(idk_plan_t *p);
+void idk_step_arg(idk_step_t *s, int kind, const dnnl_memory_desc_t *md, int buf);
+void *idk_buf_ptr(idk_plan_t *p, int buf);
+size_t idk_tensor_volume(const idk_tensor_t *t);
+int idk_esz(int dtype);
+void idk_plain_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims);
+
+/* view helpers */
+int idk_get_view(idk_plan_t *p, int tid, const dnnl_memory_desc_t *md, int *buf);
+int idk_get_plain(idk_plan_t *p, int tid, int *buf);
+int idk_primary(idk_plan_t *p, int tid, idk_view_t **v);
+int idk_set_output(idk_plan_t *p, int tid, const dnnl_memory_desc_t *md, int plain, int buf);
+
+/* lowering of one op into steps (ops.c) */
+idk_status_t idk_lower_op(idk_plan_t *p, int opi);
+idk_status_t idk_check_op(idk_plan_t *p, const idk_op_t *op);
+
+#endif

@@ -1,0 +1,65 @@
+package kernel
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/ebitengine/purego"
+)
+
+// LibName is the file name of the C kernel library.
+const LibName = "libidunno_kernel.so"
+
+var (
+	loadOnce sync.Once
+	loadErr  error
+)
+
+// candidates lists where the library is looked for, in order: next to the running
+// executable, then $IDUNNO_KERNEL_LIB.
+func candidates() []string {
+	var paths []string
+	if exe, err := os.Executable(); err == nil {
+		paths = append(paths, filepath.Join(filepath.Dir(exe), LibName))
+	}
+	if env := os.Getenv("IDUNNO_KERNEL_LIB"); env != "" {
+		paths = append(paths, env)
+	}
+	return paths
+}
+
+// load opens the library once; every later call returns the same result.
+func load() error {
+	loadOnce.Do(func() { loadErr = open() })
+	return loadErr
+}
+
+func open() error {
+	var tried []string
+	for _, p := range candidates() {
+		if _, err := os.Stat(p); err != nil {
+			tried = append(tried, p+" (not found)")
+			continue
+		}
+		h, err := purego.Dlopen(p, purego.RTLD_NOW|purego.RTLD_LOCAL)
+		if err != nil {
+			tried = append(tried, fmt.Sprintf("%s (%v)", p, err))
+			continue
+		}
+		if err := register(h); err != nil {
+			return fmt.Errorf("kernel: %s: %w", p, err)
+		}
+		return nil
+	}
+	if len(tried) == 0 {
+		tried = append(tried, "(no executable path and IDUNNO_KERNEL_LIB unset)")
+	}
+	return fmt.Errorf("kernel: cannot load %s; tried: %s. Build it with `make` (it lands in bin/, next to bin/idunno) or set IDUNNO_KERNEL_LIB to its path",
+		LibName, strings.Join(tried, "; "))
+}
+
+// Available reports whether the kernel library can be loaded, and why not.
+func Available() error { return load() }

@@ -1,0 +1,390 @@
+// Package kernel runs ONNX models on the CPU through IDunno's C kernel (libidunno_kernel.so,
+// built on oneDNN), loaded with purego: no cgo.
+//
+// A Model is one loaded network. Each distinct set of input shapes (in practice, each batch
+// size) gets its own compiled plan, built on first use and cached; a plan holds its oneDNN
+// primitives, reordered weights and an activation arena. Runs of one plan are serialised;
+// runs of different plans and of different models go on at once, each with the thread
+// count of its model.
+package kernel
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"idunno/kernel/graph"
+	"idunno/kernel/onnx"
+)
+
+// Options configures a model instance.
+type Options struct {
+	Threads int // kernel threads for this model instance; 0 means one per CPU
+}
+
+// maxPlans bounds how many input shapes one model keeps compiled at once.
+const maxPlans = 8
+
+// maxElements bounds the elements of one input tensor (4 Gi floats would be 16 GiB).
+const maxElements = 1 << 30
+
+// Model is a loaded network, safe for concurrent use.
+type Model struct {
+	src     *onnx.Model
+	threads int
+	inputs  []onnx.ValueInfo // run-time inputs, batch dim -1 when symbolic
+	outputs []onnx.ValueInfo
+	consts  map[string]bool // inputs the graph compiler needs as values
+
+	mu     sync.Mutex // guards plans, order and closed
+	plans  map[string]*planEntry
+	order  []string
+	closed bool
+}
+
+// planEntry is one cached plan; mu serialises its runs (it owns one arena).
+type planEntry struct {
+	mu   sync.Mutex
+	p    *plan
+	dead bool
+}
+
+// Load reads, validates and loads an ONNX model file.
+func Load(path string, opt Options) (*Model, error) {
+	m, err := onnx.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("kernel: %w", err)
+	}
+	return LoadModel(m, opt)
+}
+
+// LoadModel loads a decoded model. It compiles the model once for its declared input shapes
+// (batch 1 where the batch is symbolic), so an unsupported operator or attribute is a
+// load-time error naming the node.
+func LoadModel(m *onnx.Model, opt Options) (*Model, error) { return loadModel(m, opt, true) }
+
+// loadModel loads m; eager compiles it once for its declared shapes.
+func loadModel(m *onnx.Model, opt Options, eager bool) (*Model, error) {
+	if err := load(); err != nil {
+		return nil, err
+	}
+	if m == nil || m.Graph == nil {
+		return nil, fmt.Errorf("kernel: no model")
+	}
+	if err := m.Validate(); err != nil {
+		return nil, fmt.Errorf("kernel: %w", err)
+	}
+	threads := opt.Threads
+	if threads <= 0 {
+		threads = runtime.NumCPU()
+	}
+	md := &Model{src: m, threads: threads, plans: map[string]*planEntry{}, consts: graph.ConstantInputs(m)}
+	for _, in := range m.Graph.Inputs {
+		if _, init := m.Graph.Initializers[in.Name]; init {
+			continue
+		}
+		md.inputs = append(md.inputs, in)
+	}
+	md.outputs = append(md.outputs, m.Graph.Outputs...)
+	if eager && len(md.consts) == 0 {
+		// compile once now: unsupported ops fail at load, not at the first query
+		shapes := map[string][]int64{}
+		for _, in := range md.inputs {
+			d := append([]int64(nil), in.Dims...)
+			for i := range d {
+				if d[i] < 0 {
+					if i != 0 {
+						return nil, fmt.Errorf("kernel: input %s: symbolic dim %d (only the batch may be symbolic)", in.Name, i)
+					}
+					d[i] = 1
+				}
+			}
+			shapes[in.Name] = d
+		}
+		if _, err := md.planFor(shapes, nil); err != nil {
+			return nil, err
+		}
+	}
+	return md, nil
+}
+
+// Inputs returns the run-time inputs in order; the batch dim is -1 when symbolic.
+func (m *Model) Inputs() []onnx.ValueInfo { return append([]onnx.ValueInfo(nil), m.inputs...) }
+
+// Outputs returns the model's outputs in order.
+func (m *Model) Outputs() []onnx.ValueInfo { return append([]onnx.ValueInfo(nil), m.outputs...) }
+
+// Threads returns the kernel thread count of this instance.
+func (m *Model) Threads() int { return m.threads }
+
+// planKey identifies a plan by the exact shapes and constant input values.
+func planKey(shapes map[string][]int64, consts map[string]*onnx.Tensor) string {
+	var sb strings.Builder
+	names := make([]string, 0, len(shapes))
+	for n := range shapes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(&sb, "%s%v;", n, shapes[n])
+	}
+	names = names[:0]
+	for n := range consts {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		t := consts[n]
+		fmt.Fprintf(&sb, "%s=%d%v%v%v;", n, t.DType, t.Dims, t.I64, t.F32)
+	}
+	return sb.String()
+}
+
+// planFor returns the cached plan for these shapes, compiling it on first use.
+func (m *Model) planFor(shapes map[string][]int64, consts map[string]*onnx.Tensor) (*planEntry, error) {
+	key := planKey(shapes, consts)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, fmt.Errorf("kernel: model is closed")
+	}
+	if e, ok := m.plans[key]; ok {
+		return e, nil
+	}
+	g, err := graph.Compile(m.src, shapes, consts)
+	if err != nil {
+		return nil, fmt.Errorf("kernel: %w", err)
+	}
+	p, err := lowerGraph(g, m.src.Opset, m.threads)
+	if err != nil {
+		return nil, err
+	}
+	if len(m.order) >= maxPlans {
+		old := m.order[0]
+		m.order = m.order[1:]
+		e := m.plans[old]
+		delete(m.plans, old)
+		go e.destroy() // waits for a run in progress
+	}
+	e := &planEntry{p: p}
+	m.plans[key] = e
+	m.order = append(m.order, key)
+	return e, nil
+}
+
+func (e *planEntry) destroy() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.dead {
+		idkPlanDestroy(e.p.h)
+		e.dead = true
+	}
+}
+
+// Run runs the model on one batch. inputs bind to Inputs() in order; any batch size works.
+// Inputs are checked against the model before anything reaches the kernel.
+func (m *Model) Run(inputs []*onnx.Tensor) ([]*onnx.Tensor, error) {
+	if len(inputs) != len(m.inputs) {
+		return nil, fmt.Errorf("kernel: %d inputs given, model has %d", len(inputs), len(m.inputs))
+	}
+	shapes := map[string][]int64{}
+	consts := map[string]*onnx.Tensor{}
+	for i, t := range inputs {
+		if err := m.checkInput(i, t); err != nil {
+			return nil, err
+		}
+		name := m.inputs[i].Name
+		if m.consts[name] {
+			c := *t
+			c.Name = name
+			consts[name] = &c
+		} else {
+			shapes[name] = append([]int64(nil), t.Dims...)
+		}
+	}
+	e, err := m.planFor(shapes, consts)
+	if err != nil {
+		return nil, err
+	}
+	return e.run(inputs, m.inputs)
+}
+
+func (m *Model) checkInput(i int, t *onnx.Tensor) error {
+	decl := m.inputs[i]
+	if t == nil {
+		return fmt.Errorf("kernel: input %d (%s) is nil", i, decl.Name)
+	}
+	want := decl.DType
+	if want == onnx.Undefined {
+		want = onnx.Float
+	}
+	if t.DType != want {
+		return fmt.Errorf("kernel: input %s: type %d, model wants %d", decl.Name, t.DType, want)
+	}
+	if decl.Dims != nil && len(t.Dims) != len(decl.Dims) {
+		return fmt.Errorf("kernel: input %s: rank %d, model wants %d (dims %v)", decl.Name, len(t.Dims), len(decl.Dims), decl.Dims)
+	}
+	n := int64(1)
+	for j, d := range t.Dims {
+		if d < 0 {
+			return fmt.Errorf("kernel: input %s: bad dim %d at %d", decl.Name, d, j)
+		}
+		if decl.Dims != nil && j > 0 && decl.Dims[j] >= 0 && decl.Dims[j] != d {
+			return fmt.Errorf("kernel: input %s: dims %v, model wants %v", decl.Name, t.Dims, decl.Dims)
+		}
+		if d > 0 && n > maxElements/d {
+			return fmt.Errorf("kernel: input %s: dims %v too large", decl.Name, t.Dims)
+		}
+		n *= d
+	}
+	switch t.DType {
+	case onnx.Float:
+		if int64(len(t.F32)) != n {
+			return fmt.Errorf("kernel: input %s: %d values for dims %v", decl.Name, len(t.F32), t.Dims)
+		}
+	default:
+		if _, ok := kernelDType(t.DType); !ok {
+			return fmt.Errorf("kernel: input %s: type %d not supported", decl.Name, t.DType)
+		}
+		if int64(len(t.I64)) != n {
+			return fmt.Errorf("kernel: input %s: %d values for dims %v", decl.Name, len(t.I64), t.Dims)
+		}
+	}
+	return nil
+}
+
+// run executes one plan; inputs are already checked against the model.
+func (e *planEntry) run(inputs []*onnx.Tensor, decl []onnx.ValueInfo) ([]*onnx.Tensor, error) {
+	p := e.p
+	byName := map[string]*onnx.Tensor{}
+	for i, t := range inputs {
+		byName[decl[i].Name] = t
+	}
+	var keep []any
+	inPtrs := make([]uintptr, len(p.inputs)+1)
+	for i, s := range p.inputs {
+		t, ok := byName[s.name]
+		if !ok {
+			return nil, fmt.Errorf("kernel: plan input %s not given", s.name)
+		}
+		if !equalDims(t.Dims, s.dims) {
+			return nil, fmt.Errorf("kernel: input %s: dims %v, plan wants %v", s.name, t.Dims, s.dims)
+		}
+		switch {
+		case s.dtype == onnx.Float && len(t.F32) > 0:
+			inPtrs[i] = uintptr(unsafe.Pointer(&t.F32[0]))
+			keep = append(keep, t.F32)
+		case s.dtype != onnx.Float && len(t.I64) > 0:
+			inPtrs[i] = uintptr(unsafe.Pointer(&t.I64[0]))
+			keep = append(keep, t.I64)
+		}
+	}
+	outs := make([]*onnx.Tensor, len(p.outputs))
+	outPtrs := make([]uintptr, len(p.outputs)+1)
+	for i, s := range p.outputs {
+		n := volume(s.dims)
+		t := &onnx.Tensor{Name: s.name, DType: s.dtype, Dims: append([]int64(nil), s.dims...)}
+		if s.dtype == onnx.Float {
+			t.F32 = make([]float32, n)
+			if n > 0 {
+				outPtrs[i] = uintptr(unsafe.Pointer(&t.F32[0]))
+			}
+		} else {
+			t.DType = onnx.Int64
+			t.I64 = make([]int64, n)
+			if n > 0 {
+				outPtrs[i] = uintptr(unsafe.Pointer(&t.I64[0]))
+			}
+		}
+		outs[i] = t
+	}
+	e.mu.Lock()
+	if e.dead {
+		e.mu.Unlock()
+		return nil, fmt.Errorf("kernel: model is closed")
+	}
+	st := idkPlanRun(p.h, &inPtrs[0], &outPtrs[0])
+	var msg string
+	if st != statusOK {
+		msg = idkPlanError(p.h)
+	}
+	e.mu.Unlock()
+	runtime.KeepAlive(keep)
+	runtime.KeepAlive(outs)
+	runtime.KeepAlive(inPtrs)
+	runtime.KeepAlive(outPtrs)
+	if st != statusOK {
+		return nil, fmt.Errorf("kernel: run: %s: %s", idkStatusStr(st), msg)
+	}
+	return outs, nil
+}
+
+// Close frees every plan; runs in progress finish first. Later runs fail.
+func (m *Model) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	plans := m.plans
+	m.plans = nil
+	m.mu.Unlock()
+	for _, e := range plans {
+		e.destroy()
+	}
+	return nil
+}
+
+// FLOPs returns the floating-point operations of one run at this batch size (two per
+// multiply-add of Conv, Gemm and MatMul).
+func (m *Model) FLOPs(batch int) float64 {
+	shapes := map[string][]int64{}
+	for _, in := range m.inputs {
+		d := append([]int64(nil), in.Dims...)
+		if len(d) > 0 {
+			d[0] = int64(batch)
+		}
+		shapes[in.Name] = d
+	}
+	g, err := graph.Compile(m.src, shapes, nil)
+	if err != nil {
+		return math.NaN()
+	}
+	var f float64
+	for _, n := range g.Nodes {
+		f += nodeFLOPs(g, n)
+	}
+	return f
+}
+
+// PeakGFLOPS measures this machine's FP32 FMA peak with the given threads (about 0.3 s).
+func PeakGFLOPS(threads int) float64 {
+	if load() != nil {
+		return 0
+	}
+	if threads < 1 {
+		threads = 1
+	}
+	return idkPeakGflops(int32(threads), 0.3)
+}
+
+// Overhead measures the cost of one bare call into the library, for dispatch reports.
+func callNoop() int32 { return idkNoop(1) }
+
+// LastRunKernelNanos reports the time the last run of this batch size spent inside the C
+// kernel (entry to return), or -1 when no such plan exists.
+func (m *Model) LastRunKernelNanos(batch int) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range m.plans {
+		if len(e.p.inputs) > 0 && len(e.p.inputs[0].dims) > 0 && e.p.inputs[0].dims[0] == int64(batch) {
+			return idkPlanLastRunNs(e.p.h)
+		}
+	}
+	return -1
+}

@@ -1,0 +1,1155 @@
+//go:build ignore
+
+/* ops.c: checks each op's arguments and lowers it into steps (oneDNN primitives or C loops). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <oneapi/dnnl/dnnl_debug.h>
+
+#include "internal.h"
+
+#define T(i) (&p->t[op->in[i]])
+#define OUT (&p->t[op->out[0]])
+
+static idk_status_t bad(idk_plan_t *p, const char *what) {
+    return idk_fail(p, IDK_ERR_INVALID, "op %d (kind %d): %s", p->nops - 1, p->ops[p->nops - 1].kind, what);
+}
+
+static int same_dims(const idk_tensor_t *a, const idk_tensor_t *b) {
+    if (a->ndims != b->ndims) return 0;
+    for (int i = 0; i < a->ndims; i++)
+        if (a->dims[i] != b->dims[i]) return 0;
+    return 1;
+}
+
+idk_status_t idk_check_op(idk_plan_t *p, const idk_op_t *op) {
+    const idk_tensor_t *o = OUT;
+    int f32 = o->dtype == IDK_F32;
+    for (int i = 0; i < op->nin; i++)
+        if (T(i)->dtype != IDK_F32 && op->kind != IDK_OP_GATHER && op->kind != IDK_OP_CONCAT &&
+            op->kind != IDK_OP_RESHAPE && op->kind != IDK_OP_SLICE && op->kind != IDK_OP_PAD &&
+            op->kind != IDK_OP_TRANSPOSE && op->kind != IDK_OP_COPY)
+            return bad(p, "non-float input");
+    switch (op->kind) {
+    case IDK_OP_CONV: {
+        if (op->nin < 2 || op->nin > 3 || op->nout != 1 || !f32) return bad(p, "conv takes x, w, [b]");
+        int nd = T(0)->ndims, S = nd - 2;
+        if (nd < 3 || nd > 5 || op->ni != 2 + 4 * S || op->ia[0] != S || T(1)->ndims != nd || o->ndims != nd)
+            return bad(p, "conv rank/attributes");
+        int64_t g = op->ia[1 + 4 * S];
+        if (g < 1 || T(0)->dims[1] % g || T(1)->dims[0] % g || T(1)->dims[1] * g != T(0)->dims[1] ||
+            o->dims[1] != T(1)->dims[0] || o->dims[0] != T(0)->dims[0])
+            return bad(p, "conv channels/groups");
+        if (op->nin == 3 && (T(2)->ndims != 1 || T(2)->dims[0] != o->dims[1])) return bad(p, "conv bias shape");
+        for (int i = 0; i < S; i++) {
+            int64_t st = op->ia[1 + i], dl = op->ia[1 + S + i], pb = op->ia[1 + 2 * S + i], pe = op->ia[1 + 3 * S + i];
+            int64_t k = T(1)->dims[2 + i];
+            if (st < 1 || dl < 1 || pb < 0 || pe < 0) return bad(p, "conv stride/dilation/pad");
+            int64_t ke = (k - 1) * dl + 1;
+            int64_t want = (T(0)->dims[2 + i] + pb + pe - ke) / st + 1;
+            if (T(0)->dims[2 + i] + pb + pe < ke || want != o->dims[2 + i]) return bad(p, "conv output size");
+        }
+        return IDK_OK;
+    }
+    case IDK_OP_POOL: {
+        if (op->nin != 1 || op->nout != 1 || !f32) return bad(p, "pool takes x");
+        int nd = T(0)->ndims, S = nd - 2;
+        if (nd < 3 || nd > 5 || op->ni != 2 + 5 * S || op->ia[1] != S || o->ndims != nd || op->ia[0] < 0 ||
+            op->ia[0] > 2 || o->dims[0] != T(0)->dims[0] || o->dims[1] != T(0)->dims[1])
+            return bad(p, "pool rank/attributes");
+        for (int i = 0; i < S; i++) {
+            int64_t k = op->ia[2 + i], st = op->ia[2 + S + i], dl = op->ia[2 + 2 * S + i], pb = op->ia[2 + 3 * S + i],
+                    pe = op->ia[2 + 4 * S + i];
+            if (k < 1 || st < 1 || dl < 1 || pb < 0 || pe < 0) return bad(p, "pool kernel/stride/pad");
+            int64_t ke = (k - 1) * dl + 1;
+            if (T(0)->dims[2 + i] + pb + pe < ke || (T(0)->dims[2 + i] + pb + pe - ke) / st + 1 != o->dims[2 + i])
+                return bad(p, "pool output size");
+            if (pb >= ke || pe >= ke) return bad(p, "pool padding not smaller than the kernel");
+        }
+        return IDK_OK;
+    }
+    case IDK_OP_ELTWISE:
+        if (op->nin != 1 || op->nout != 1 || op->ni != 1 || op->nf != 2 || !same_dims(T(0), o) || op->ia[0] < 0 ||
+            op->ia[0] > IDK_ELT_LINEAR)
+            return bad(p, "eltwise takes x, alg, alpha, beta");
+        return IDK_OK;
+    case IDK_OP_BINARY: {
+        if (op->nin != 2 || op->nout != 1 || op->ni != 1 || op->ia[0] < 0 || op->ia[0] > IDK_BIN_PRELU || !f32)
+            return bad(p, "binary takes a, b, alg");
+        for (int k = 0; k < 2; k++) {
+            const idk_tensor_t *x = T(k);
+            if (x->ndims > o->ndims) return bad(p, "binary input rank above output rank");
+            for (int i = 0; i < x->ndims; i++) {
+                int64_t d = x->dims[x->ndims - 1 - i], od = o->dims[o->ndims - 1 - i];
+                if (d != od && d != 1) return bad(p, "binary shapes do not broadcast to the output");
+            }
+        }
+        return IDK_OK;
+    }
+    case IDK_OP_MATMUL: {
+        if (op->nin < 2 || op->nin > 3 || op->nout != 1 || op->ni != 2 || op->nf != 1 || !f32)
+            return bad(p, "matmul takes a, b, [bias], trans_a, trans_b, alpha");
+        int nd = o->ndims;
+        if (nd < 2 || nd > 6 || T(0)->ndims != nd || T(1)->ndims != nd) return bad(p, "matmul ranks");
+        const int64_t *a = T(0)->dims, *b = T(1)->dims;
+        int64_t M = op->ia[0] ? a[nd - 1] : a[nd - 2], K = op->ia[0] ? a[nd - 2] : a[nd - 1];
+        int64_t K2 = op->ia[1] ? b[nd - 1] : b[nd - 2], N = op->ia[1] ? b[nd - 2] : b[nd - 1];
+        if (K != K2 || o->dims[nd - 2] != M || o->dims[nd - 1] != N) return bad(p, "matmul inner dims");
+        for (int i = 0; i < nd - 2; i++) {
+            int64_t m = a[i] > b[i] ? a[i] : b[i];
+            if ((a[i] != m && a[i] != 1) || (b[i] != m && b[i] != 1) || o->dims[i] != m) return bad(p, "matmul batch dims");
+        }
+        if (op->nin == 3) {
+            const idk_tensor_t *c = T(2);
+            if (c->ndims != nd) return bad(p, "matmul bias rank");
+            for (int i = 0; i < nd; i++)
+                if (c->dims[i] != 1 && (i < nd - 2 || c->dims[i] != o->dims[i])) return bad(p, "matmul bias dims");
+        }
+        return IDK_OK;
+    }
+    case IDK_OP_BNORM:
+        if (op->nin != 5 || op->nout != 1 || op->nf != 1 || !same_dims(T(0), o) || T(0)->ndims < 2) return bad(p, "bnorm");
+        for (int i = 1; i < 5; i++)
+            if (T(i)->ndims != 1 || T(i)->dims[0] != o->dims[1]) return bad(p, "bnorm parameter shape");
+        return IDK_OK;
+    case IDK_OP_CONCAT: {
+        if (op->nin < 1 || op->nout != 1 || op->ni != 1) return bad(p, "concat");
+        int64_t ax = op->ia[0], sum = 0;
+        if (ax < 0 || ax >= o->ndims) return bad(p, "concat axis");
+        for (int k = 0; k < op->nin; k++) {
+            const idk_tensor_t *x = T(k);
+            if (x->ndims != o->ndims || x->dtype != o->dtype) return bad(p, "concat input rank/type");
+            for (int i = 0; i < o->ndims; i++)
+                if (i != ax && x->dims[i] != o->dims[i]) return bad(p, "concat input dims");
+            sum += x->dims[ax];
+        }
+        if (sum != o->dims[ax]) return bad(p, "concat output dims");
+        return IDK_OK;
+    }
+    case IDK_OP_RESHAPE:
+    case IDK_OP_COPY:
+        if (op->nin != 1 || op->nout != 1 || idk_tensor_volume(T(0)) != idk_tensor_volume(o) || T(0)->dtype != o->dtype)
+            return bad(p, "reshape/copy volume or type");
+        if (op->kind == IDK_OP_COPY && !same_dims(T(0), o)) return bad(p, "copy dims");
+        return IDK_OK;
+    case IDK_OP_TRANSPOSE: {
+        if (op->nin != 1 || op->nout != 1 || op->ni != o->ndims || T(0)->ndims != o->ndims || T(0)->dtype != o->dtype)
+            return bad(p, "transpose");
+        int seen[IDK_MAX_DIMS] = {0};
+        for (int i = 0; i < o->ndims; i++) {
+            int64_t q = op->ia[i];
+            if (q < 0 || q >= o->ndims || seen[q]++ || o->dims[i] != T(0)->dims[q]) return bad(p, "transpose perm");
+        }
+        return IDK_OK;
+    }
+    case IDK_OP_SOFTMAX:
+        if (op->nin != 1 || op->nout != 1 || op->ni != 2 || !same_dims(T(0), o) || op->ia[0] < 0 ||
+            op->ia[0] >= (o->ndims ? o->ndims : 1))
+            return bad(p, "softmax");
+        return IDK_OK;
+    case IDK_OP_LRN:
+        if (op->nin != 1 || op->nout != 1 || op->ni != 1 || op->nf != 3 || !same_dims(T(0), o) || op->ia[0] < 1 ||
+            o->ndims < 3)
+            return bad(p, "lrn");
+        return IDK_OK;
+    case IDK_OP_PAD:
+        if (op->nin != 1 || op->nout != 1 || op->ni != 2 * o->ndims || op->nf != 1 || T(0)->ndims != o->ndims ||
+            T(0)->dtype != o->dtype)
+            return bad(p, "pad");
+        for (int i = 0; i < o->ndims; i++)
+            if (T(0)->dims[i] + op->ia[i] + op->ia[o->ndims + i] != o->dims[i]) return bad(p, "pad output dims");
+        return IDK_OK;
+    case IDK_OP_GATHER: {
+        if (op->nin != 2 || op->nout != 1 || op->ni != 1 || T(1)->dtype != IDK_I64 || T(0)->dtype != o->dtype)
+            return bad(p, "gather takes data, int64 indices, axis");
+        const idk_tensor_t *d = T(0), *ix = T(1);
+        int64_t ax = op->ia[0];
+        if (ax < 0 || ax >= d->ndims || o->ndims != d->ndims - 1 + ix->ndims) return bad(p, "gather axis/rank");
+        for (int i = 0, j = 0; i < d->ndims; i++) {
+            if (i == ax) {
+                for (int k = 0; k < ix->ndims; k++)
+                    if (o->dims[j++] != ix->dims[k]) return bad(p, "gather output dims");
+            } else if (o->dims[j++] != d->dims[i]) {
+                return bad(p, "gather output dims");
+            }
+        }
+        return IDK_OK;
+    }
+    case IDK_OP_SLICE:
+        if (op->nin != 1 || op->nout != 1 || op->ni != 2 * o->ndims || T(0)->ndims != o->ndims || T(0)->dtype != o->dtype)
+            return bad(p, "slice");
+        for (int i = 0; i < o->ndims; i++) {
+            int64_t st = op->ia[i], sp = op->ia[o->ndims + i], n = o->dims[i];
+            if (sp == 0) return bad(p, "slice step 0");
+            if (n == 0) continue;
+            int64_t last = st + (n - 1) * sp;
+            if (st < 0 || st >= T(0)->dims[i] || last < 0 || last >= T(0)->dims[i]) return bad(p, "slice range");
+        }
+        return IDK_OK;
+    case IDK_OP_REDUCE_MEAN:
+        if (op->nin != 1 || op->nout != 1 || T(0)->ndims != o->ndims || !f32) return bad(p, "reduce_mean");
+        for (int i = 0; i < o->ndims; i++)
+            if (o->dims[i] != 1 && o->dims[i] != T(0)->dims[i]) return bad(p, "reduce_mean dims");
+        return IDK_OK;
+    }
+    return bad(p, "unknown op kind");
+}
+
+/* ---- helpers ---- */
+
+static idk_status_t dnnl_err(idk_plan_t *p, const char *what, dnnl_status_t s) {
+    return idk_fail(p, IDK_ERR_DNNL, "op %d: %s: %s", p->cur_op, what, dnnl_status2str(s));
+}
+
+static void any_md(dnnl_memory_desc_t *md, const idk_tensor_t *t) {
+    dnnl_dims_t d;
+    int nd = t->ndims ? t->ndims : 1;
+    for (int i = 0; i < nd; i++) d[i] = t->ndims ? t->dims[i] : 1;
+    dnnl_memory_desc_init_by_tag(md, nd, d, dnnl_f32, dnnl_format_tag_any);
+}
+
+static void dims_md(dnnl_memory_desc_t *md, int nd, const int64_t *dims) { idk_plain_md(md, nd, dims); }
+
+static dnnl_primitive_attr_t new_attr(void) {
+    dnnl_primitive_attr_t a = NULL;
+    dnnl_primitive_attr_create(&a);
+    if (a) dnnl_primitive_attr_set_scratchpad_mode(a, dnnl_scratchpad_mode_user);
+    return a;
+}
+
+/* finish_prim creates the primitive of pd into a new step with its scratchpad argument. */
+static idk_status_t finish_prim(idk_plan_t *p, dnnl_primitive_desc_t pd, idk_step_t **out) {
+    idk_step_t *s = idk_new_step(p);
+    if (!s) return IDK_ERR_NOMEM;
+    dnnl_status_t ds = dnnl_primitive_create(&s->prim, pd);
+    if (ds != dnnl_success) {
+        s->prim = NULL;
+        return dnnl_err(p, "primitive create", ds);
+    }
+    const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    if (sp && dnnl_memory_desc_get_size(sp) > 0) idk_step_arg(s, DNNL_ARG_SCRATCHPAD, sp, -1);
+    *out = s;
+    return IDK_OK;
+}
+
+static int new_out(idk_plan_t *p, int tid, const dnnl_memory_desc_t *md) {
+    size_t sz = md ? dnnl_memory_desc_get_size(md) : p->t[tid].nbytes;
+    int b = idk_new_buffer(p, sz);
+    if (b < 0) return -1;
+    dnnl_memory_desc_t pm;
+    idk_plain_md(&pm, p->t[tid].ndims, p->t[tid].dims);
+    int plain = !md || dnnl_memory_desc_equal(&pm, md);
+    if (idk_set_output(p, tid, md, plain, b) != 0) return -1;
+    return b;
+}
+
+static void eltwise_alg(int alg, float a, float b, dnnl_alg_kind_t *k, float *al, float *be) {
+    *al = 0;
+    *be = 0;
+    switch (alg) {
+    case IDK_ELT_RELU: *k = dnnl_eltwise_relu; *al = a; break;
+    case IDK_ELT_CLIP: *k = dnnl_eltwise_clip; *al = a; *be = b; break;
+    case IDK_ELT_SIGMOID: *k = dnnl_eltwise_logistic; break;
+    case IDK_ELT_TANH: *k = dnnl_eltwise_tanh; break;
+    case IDK_ELT_ELU: *k = dnnl_eltwise_elu; *al = a; break;
+    case IDK_ELT_HARD_SWISH: *k = dnnl_eltwise_hardswish; break;
+    default: *k = dnnl_eltwise_linear; *al = a; *be = b; break; /* LINEAR; HARD_SIGMOID's first half */
+    }
+}
+
+static dnnl_status_t append_eltwise(dnnl_post_ops_t po, int alg, float a, float b) {
+    dnnl_alg_kind_t k;
+    float al, be;
+    eltwise_alg(alg, a, b, &k, &al, &be);
+    dnnl_status_t s = dnnl_post_ops_append_eltwise(po, 1.0f, k, al, be);
+    if (s == dnnl_success && alg == IDK_ELT_HARD_SIGMOID) s = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, 0.f, 1.f);
+    return s;
+}
+
+static idk_status_t fn_copy(idk_plan_t *p, idk_step_t *s) {
+    if (s->bytes) memcpy(idk_buf_ptr(p, s->bufs[1]), idk_buf_ptr(p, s->bufs[0]), s->bytes);
+    return IDK_OK;
+}
+
+/* buf_shared reports whether another tensor also has a view on buffer b. */
+static int buf_shared(idk_plan_t *p, int tid, int b) {
+    for (int i = 0; i < p->nt; i++) {
+        if (i == tid) continue;
+        for (int v = 0; v < p->t[i].nviews; v++)
+            if (p->t[i].views[v].buf == b) return 1;
+    }
+    return 0;
+}
+
+/* post_ops builds the attribute for an op's post-ops and returns the buffer the
+ * output must be written to (the sum tensor's, in place when it dies here). */
+static idk_status_t with_post_ops(idk_plan_t *p, const idk_op_t *op, dnnl_primitive_attr_t attr, int *sum_tid) {
+    dnnl_post_ops_t po;
+    *sum_tid = -1;
+    if (op->npost == 0) return IDK_OK;
+    if (dnnl_post_ops_create(&po) != dnnl_success) return IDK_ERR_NOMEM;
+    for (int i = 0; i < op->npost; i++) {
+        const idk_post_t *q = &op->post[i];
+        dnnl_status_t s;
+        if (q->kind == IDK_POST_SUM) {
+            if (*sum_tid >= 0) {
+                dnnl_post_ops_destroy(po);
+                return idk_fail(p, IDK_ERR_UNSUPPORTED, "op %d: more than one sum post-op", p->cur_op);
+            }
+            *sum_tid = q->tensor;
+            s = dnnl_post_ops_append_sum(po, 1.0f);
+        } else {
+            s = append_eltwise(po, q->alg, q->alpha, q->beta);
+        }
+        if (s != dnnl_success) {
+            dnnl_post_ops_destroy(po);
+            return dnnl_err(p, "post-op", s);
+        }
+    }
+    dnnl_status_t s = dnnl_primitive_attr_set_post_ops(attr, po);
+    dnnl_post_ops_destroy(po);
+    return s == dnnl_success ? IDK_OK : dnnl_err(p, "set post-ops", s);
+}
+
+/* dst_for_sum picks the destination buffer for an op whose output gets a sum post-op. */
+static int dst_for_sum(idk_plan_t *p, const idk_op_t *op, int sum_tid, const dnnl_memory_desc_t *dmd) {
+    int rb;
+    if (idk_get_view(p, sum_tid, dmd, &rb) != 0) return -1;
+    idk_tensor_t *r = &p->t[sum_tid];
+    int inplace = r->lastuse == p->cur_op && !r->is_out && !r->is_in && !r->cdata && !buf_shared(p, sum_tid, rb);
+    for (int i = 0; i < op->nin; i++)
+        if (op->in[i] == sum_tid) inplace = 0;
+    if (inplace) {
+        if (idk_set_output(p, op->out[0], dmd, 0, rb) != 0) return -1;
+        /* the summand's value is gone after this op: drop its views so nothing reads it */
+        return rb;
+    }
+    int b = new_out(p, op->out[0], dmd);
+    if (b < 0) return -1;
+    idk_step_t *s = idk_new_step(p);
+    if (!s) return -1;
+    s->fn = fn_copy;
+    s->nb = 2;
+    s->bufs[0] = rb;
+    s->bufs[1] = b;
+    s->bytes = dnnl_memory_desc_get_size(dmd);
+    return b;
+}
+
+/* ---- ops ---- */
+
+static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
+    const idk_tensor_t *x = T(0), *w = T(1), *o = OUT;
+    int nd = x->ndims, S = nd - 2;
+    const int64_t *ia = op->ia;
+    int64_t g = ia[1 + 4 * S];
+    dnnl_dims_t st, dl, pb, pe;
+    for (int i = 0; i < S; i++) {
+        st[i] = ia[1 + i];
+        dl[i] = ia[1 + S + i] - 1;
+        pb[i] = ia[1 + 2 * S + i];
+        pe[i] = ia[1 + 3 * S + i];
+    }
+    dnnl_memory_desc_t src, wei, bias, dst;
+    any_md(&src, x);
+    any_md(&dst, o);
+    int64_t wd[IDK_MAX_DIMS + 1];
+    int wn;
+    if (g > 1) {
+        wd[0] = g;
+        wd[1] = w->dims[0] / g;
+        for (int i = 1; i < nd; i++) wd[i + 1] = w->dims[i];
+        wn = nd + 1;
+    } else {
+        for (int i = 0; i < nd; i++) wd[i] = w->dims[i];
+        wn = nd;
+    }
+    dnnl_dims_t wdd;
+    for (int i = 0; i < wn; i++) wdd[i] = wd[i];
+    dnnl_memory_desc_init_by_tag(&wei, wn, wdd, dnnl_f32, dnnl_format_tag_any);
+    int has_bias = op->nin == 3;
+    if (has_bias) dims_md(&bias, 1, &o->dims[1]);
+    dnnl_convolution_desc_t cd;
+    dnnl_status_t ds = dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct,
+                                                                  &src, &wei, has_bias ? &bias : NULL, &dst, st, dl, pb, pe);
+    if (ds != dnnl_success) return dnnl_err(p, "conv desc", ds);
+    dnnl_primitive_attr_t attr = new_attr();
+    int sum_tid;
+    idk_status_t st2 = with_post_ops(p, op, attr, &sum_tid);
+    if (st2 != IDK_OK) {
+        dnnl_primitive_attr_destroy(attr);
+        return st2;
+    }
+    dnnl_primitive_desc_t pd;
+    ds = dnnl_primitive_desc_create(&pd, &cd, attr, p->eng, NULL);
+    dnnl_primitive_attr_destroy(attr);
+    if (ds != dnnl_success) return dnnl_err(p, "conv primitive desc", ds);
+    dnnl_memory_desc_t smd = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+    dnnl_memory_desc_t wmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    dnnl_memory_desc_t dmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+    int sb, wb, bb = -1, db;
+    idk_status_t rc = IDK_ERR_DNNL;
+    if (idk_get_view(p, op->in[0], &smd, &sb) != 0) goto out;
+    if (g > 1) {
+        /* view the ONNX weights (O, I/g, k...) as (g, O/g, I/g, k...) on the same plain buffer */
+        int pbuf;
+        if (idk_get_plain(p, op->in[1], &pbuf) != 0) goto out;
+        dnnl_memory_desc_t gm;
+        dims_md(&gm, wn, wd);
+        idk_tensor_t *wt = &p->t[op->in[1]];
+        int found = 0;
+        for (int v = 0; v < wt->nviews; v++)
+            if (dnnl_memory_desc_equal(&wt->views[v].md, &gm)) found = 1;
+        if (!found) {
+            if (wt->nviews >= IDK_MAX_VIEWS) goto out;
+            /* insert as the first view so later reorders start from the grouped shape */
+            for (int v = wt->nviews; v > 0; v--) wt->views[v] = wt->views[v - 1];
+            wt->views[0] = (idk_view_t){gm, 0, pbuf};
+            wt->nviews++;
+        }
+    }
+    if (idk_get_view(p, op->in[1], &wmd, &wb) != 0) goto out;
+    if (has_bias && idk_get_plain(p, op->in[2], &bb) != 0) goto out;
+    db = sum_tid >= 0 ? dst_for_sum(p, op, sum_tid, &dmd) : new_out(p, op->out[0], &dmd);
+    if (db < 0) goto out;
+    idk_step_t *s;
+    if ((rc = finish_prim(p, pd, &s)) != IDK_OK) goto out;
+    idk_step_arg(s, DNNL_ARG_SRC, &smd, sb);
+    idk_step_arg(s, DNNL_ARG_WEIGHTS, &wmd, wb);
+    if (has_bias) idk_step_arg(s, DNNL_ARG_BIAS, &bias, bb);
+    idk_step_arg(s, DNNL_ARG_DST, &dmd, db);
+    rc = IDK_OK;
+out:
+    dnnl_primitive_desc_destroy(pd);
+    if (rc != IDK_OK && p->err[0] == 0) idk_fail(p, rc, "op %d: conv lowering failed", p->cur_op);
+    return rc;
+}
+
+static idk_status_t lower_pool(idk_plan_t *p, const idk_op_t *op) {
+    const idk_tensor_t *o = OUT;
+    int S = (int)op->ia[1];
+    const int64_t *ia = op->ia;
+    dnnl_dims_t k, st, dl, pb, pe;
+    for (int i = 0; i < S; i++) {
+        k[i] = ia[2 + i];
+        st[i] = ia[2 + S + i];
+        dl[i] = ia[2 + 2 * S + i] - 1;
+        pb[i] = ia[2 + 3 * S + i];
+        pe[i] = ia[2 + 4 * S + i];
+    }
+    idk_view_t *v;
+    idk_primary(p, op->in[0], &v);
+    dnnl_memory_desc_t src = v->md, dst;
+    int sb = v->buf;
+    any_md(&dst, o);
+    dnnl_alg_kind_t alg = ia[0] == IDK_POOL_MAX ? dnnl_pooling_max
+                          : ia[0] == IDK_POOL_AVG_INCLUDE_PAD ? dnnl_pooling_avg_include_padding
+                                                              : dnnl_pooling_avg_exclude_padding;
+    dnnl_pooling_v2_desc_t d;
+    dnnl_status_t ds = dnnl_pooling_v2_forward_desc_init(&d, dnnl_forward_inference, alg, &src, &dst, st, k, dl, pb, pe);
+    if (ds != dnnl_success) return dnnl_err(p, "pool desc", ds);
+    dnnl_primitive_attr_t attr = new_attr();
+    dnnl_primitive_desc_t pd;
+    ds = dnnl_primitive_desc_create(&pd, &d, attr, p->eng, NULL);
+    dnnl_primitive_attr_destroy(attr);
+    if (ds != dnnl_success) return dnnl_err(p, "pool primitive desc", ds);
+    dnnl_memory_desc_t dmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+    int db = new_out(p, op->out[0], &dmd);
+    idk_step_t *s;
+    idk_status_t rc = db < 0 ? IDK_ERR_NOMEM : finish_prim(p, pd, &s);
+    if (rc == IDK_OK) {
+        idk_step_arg(s, DNNL_ARG_SRC, &src, sb);
+        idk_step_arg(s, DNNL_ARG_DST, &dmd, db);
+    }
+    dnnl_primitive_desc_destroy(pd);
+    return rc;
+}
+
+/* eltwise_step adds one eltwise primitive from (md, sb) into (md, db). */
+static idk_status_t eltwise_step(idk_plan_t *p, const dnnl_memory_desc_t *md, int sb, int db, dnnl_alg_kind_t k, float a,
+                                 float b) {
+    dnnl_eltwise_desc_t d;
+    dnnl_status_t ds = dnnl_eltwise_forward_desc_init(&d, dnnl_forward_inference, k, md, a, b);
+    if (ds != dnnl_success) return dnnl_err(p, "eltwise desc", ds);
+    dnnl_primitive_attr_t attr = new_attr();
+    dnnl_primitive_desc_t pd;
+    ds = dnnl_primitive_desc_create(&pd, &d, attr, p->eng, NULL);
+    dnnl_primitive_attr_destroy(attr);
+    if (ds != dnnl_success) return dnnl_err(p, "eltwise primitive desc", ds);
+    idk_step_t *s;
+    idk_status_t rc = finish_prim(p, pd, &s);
+    if (rc == IDK_OK) {
+        idk_step_arg(s, DNNL_ARG_SRC, md, sb);
+        idk_step_arg(s, DNNL_ARG_DST, md, db);
+    }
+    dnnl_primitive_desc_destroy(pd);
+    return rc;
+}
+
+static idk_status_t lower_eltwise(idk_plan_t *p, const idk_op_t *op) {
+    idk_view_t *v;
+    idk_primary(p, op->in[0], &v);
+    dnnl_memory_desc_t md = v->md;
+    int sb = v->buf;
+    int db = new_out(p, op->out[0], &md);
+    if (db < 0) return IDK_ERR_NOMEM;
+    if (idk_tensor_volume(OUT) == 0) return IDK_OK;
+    dnnl_alg_kind_t k;
+    float a, b;
+    int alg = (int)op->ia[0];
+    eltwise_alg(alg, op->fa[0], op->fa[1], &k, &a, &b);
+    idk_status_t rc = eltwise_step(p, &md, sb, db, k, a, b);
+    if (rc == IDK_OK && alg == IDK_ELT_HARD_SIGMOID) rc = eltwise_step(p, &md, db, db, dnnl_eltwise_clip, 0.f, 1.f);
+    return rc;
+}
+
+/* ---- C loops ---- */
+
+/* odometer iteration helpers over nd dims */
+static idk_status_t fn_binary(idk_plan_t *p, idk_step_t *s) {
+    const float *a = idk_buf_ptr(p, s->bufs[0]), *b = idk_buf_ptr(p, s->bufs[1]);
+    float *o = idk_buf_ptr(p, s->bufs[2]);
+    int nd = s->nd;
+    int64_t total = 1;
+    for (int i = 0; i < nd; i++) total *= s->d[i];
+    if (total == 0) return IDK_OK;
+    int64_t idx[IDK_MAX_DIMS] = {0}, ia = 0, ib = 0;
+    int64_t inner = nd ? s->d[nd - 1] : 1, sa = nd ? s->sa[nd - 1] : 0, sb = nd ? s->sb[nd - 1] : 0;
+    for (int64_t n = 0; n < total; n += inner) {
+        const float *pa = a + ia, *pb = b + ib;
+        float *po = o + n;
+        switch (s->alg) {
+        case IDK_BIN_ADD: for (int64_t i = 0; i < inner; i++) po[i] = pa[i * sa] + pb[i * sb]; break;
+        case IDK_BIN_SUB: for (int64_t i = 0; i < inner; i++) po[i] = pa[i * sa] - pb[i * sb]; break;
+        case IDK_BIN_MUL: for (int64_t i = 0; i < inner; i++) po[i] = pa[i * sa] * pb[i * sb]; break;
+        case IDK_BIN_DIV: for (int64_t i = 0; i < inner; i++) po[i] = pa[i * sa] / pb[i * sb]; break;
+        default:
+            for (int64_t i = 0; i < inner; i++) {
+                float x = pa[i * sa];
+                po[i] = x < 0 ? x * pb[i * sb] : x;
+            }
+        }
+        for (int k = nd - 2; k >= 0; k--) {
+            idx[k]++;
+            ia += s->sa[k];
+            ib += s->sb[k];
+            if (idx[k] < s->d[k]) break;
+            ia -= s->sa[k] * s->d[k];
+            ib -= s->sb[k] * s->d[k];
+            idx[k] = 0;
+        }
+    }
+    return IDK_OK;
+}
+
+static void bcast_strides(const idk_tensor_t *x, const idk_tensor_t *o, int64_t *st) {
+    int64_t s = 1;
+    for (int i = o->ndims - 1; i >= 0; i--) {
+        int xi = i - (o->ndims - x->ndims);
+        if (xi < 0 || x->dims[xi] == 1) {
+            st[i] = 0;
+        } else {
+            st[i] = s;
+        }
+        if (xi >= 0) s *= x->dims[xi];
+    }
+}
+
+static int try_dnnl_binary(idk_plan_t *p, const idk_op_t *op, int ai, int bi) {
+    const idk_tensor_t *a = &p->t[op->in[ai]], *b = &p->t[op->in[bi]], *o = OUT;
+    if (!same_dims(a, o) || o->ndims == 0 || idk_tensor_volume(o) == 0) return 0;
+    dnnl_alg_kind_t alg;
+    switch (op->ia[0]) {
+    case IDK_BIN_ADD: alg = dnnl_binary_add; break;
+    case IDK_BIN_SUB: alg = dnnl_binary_sub; break;
+    case IDK_BIN_MUL: alg = dnnl_binary_mul; break;
+    case IDK_BIN_DIV: alg = dnnl_binary_div; break;
+    default: return 0;
+    }
+    if (ai != 0 && (alg == dnnl_binary_sub || alg == dnnl_binary_div)) return 0;
+    idk_view_t *v;
+    idk_primary(p, op->in[ai], &v);
+    dnnl_memory_desc_t amd = v->md, bmd;
+    int ab = v->buf, bb;
+    if (same_dims(b, o)) {
+        bmd = amd;
+    } else {
+        int64_t bd[IDK_MAX_DIMS];
+        for (int i = 0; i < o->ndims; i++) {
+            int bi2 = i - (o->ndims - b->ndims);
+            bd[i] = bi2 < 0 ? 1 : b->dims[bi2];
+        }
+        dims_md(&bmd, o->ndims, bd);
+    }
+    dnnl_binary_desc_t d;
+    if (dnnl_binary_desc_init(&d, alg, &amd, &bmd, &amd) != dnnl_success) return 0;
+    dnnl_primitive_attr_t attr = new_attr();
+    dnnl_primitive_desc_t pd;
+    dnnl_status_t ds = dnnl_primitive_desc_create(&pd, &d, attr, p->eng, NULL);
+    dnnl_primitive_attr_destroy(attr);
+    if (ds != dnnl_success) return 0;
+    int rc = -1;
+    if (same_dims(b, o)) {
+        if (idk_get_view(p, op->in[bi], &bmd, &bb) != 0) goto out;
+    } else {
+        if (idk_get_plain(p, op->in[bi], &bb) != 0) goto out;
+    }
+    int db = new_out(p, op->out[0], &amd);
+    idk_step_t *s;
+    if (db < 0 || finish_prim(p, pd, &s) != IDK_OK) goto out;
+    idk_step_arg(s, DNNL_ARG_SRC_0, &amd, ab);
+    idk_step_arg(s, DNNL_ARG_SRC_1, &bmd, bb);
+    idk_step_arg(s, DNNL_ARG_DST, &amd, db);
+    rc = 1;
+out:
+    dnnl_primitive_desc_destroy(pd);
+    return rc;
+}
+
+static idk_status_t lower_binary(idk_plan_t *p, const idk_op_t *op) {
+    int r = try_dnnl_binary(p, op, 0, 1);
+    if (r == 0 && (op->ia[0] == IDK_BIN_ADD || op->ia[0] == IDK_BIN_MUL)) r = try_dnnl_binary(p, op, 1, 0);
+    if (r < 0) return p->err[0] ? IDK_ERR_DNNL : idk_fail(p, IDK_ERR_DNNL, "op %d: binary failed", p->cur_op);
+    if (r > 0) return IDK_OK;
+    const idk_tensor_t *a = T(0), *b = T(1), *o = OUT;
+    int ab, bb;
+    if (idk_get_plain(p, op->in[0], &ab) != 0 || idk_get_plain(p, op->in[1], &bb) != 0) return IDK_ERR_DNNL;
+    int db = new_out(p, op->out[0], NULL);
+    idk_step_t *s = db < 0 ? NULL : idk_new_step(p);
+    if (!s) return IDK_ERR_NOMEM;
+    s->fn = fn_binary;
+    s->alg = (int)op->ia[0];
+    s->nb = 3;
+    s->bufs[0] = ab;
+    s->bufs[1] = bb;
+    s->bufs[2] = db;
+    s->nd = o->ndims;
+    for (int i = 0; i < o->ndims; i++) s->d[i] = o->dims[i];
+    bcast_strides(a, o, s->sa);
+    bcast_strides(b, o, s->sb);
+    return IDK_OK;
+}
+
+static idk_status_t lower_matmul(idk_plan_t *p, const idk_op_t *op) {
+    const idk_tensor_t *a = T(0), *b = T(1), *o = OUT;
+    int nd = o->ndims;
+    dnnl_memory_desc_t amd, bmd, cmd, dmd;
+    dnnl_dims_t ad, bd, as, bs;
+    for (int k = 0; k < 2; k++) {
+        const idk_tensor_t *x = k ? b : a;
+        int tr = (int)op->ia[k];
+        dnnl_dim_t *dd = k ? bd : ad, *ss = k ? bs : as;
+        int64_t st[IDK_MAX_DIMS], s = 1;
+        for (int i = nd - 1; i >= 0; i--) {
+            st[i] = s;
+            s *= x->dims[i] ? x->dims[i] : 1;
+        }
+        for (int i = 0; i < nd; i++) {
+            dd[i] = x->dims[i];
+            ss[i] = st[i];
+        }
+        if (tr) {
+            dd[nd - 2] = x->dims[nd - 1];
+            dd[nd - 1] = x->dims[nd - 2];
+            ss[nd - 2] = st[nd - 1];
+            ss[nd - 1] = st[nd - 2];
+        }
+        for (int i = 0; i < nd - 2; i++)
+            if (dd[i] == 1) ss[i] = 0 + ss[i];
+        dnnl_memory_desc_init_by_strides(k ? &bmd : &amd, nd, dd, dnnl_f32, ss);
+    }
+    dims_md(&dmd, nd, o->dims);
+    /* constant weights: let the primitive pick a packed layout, reordered once now */
+    int pack_b = p->t[op->in[1]].cdata != NULL;
+    for (int i = 0; i < nd - 2; i++)
+        if (bd[i] != 1) pack_b = 0;
+    dnnl_memory_desc_t bmd_logical = bmd;
+    if (pack_b) dnnl_memory_desc_init_by_tag(&bmd, nd, bd, dnnl_f32, dnnl_format_tag_any);
+    int has_bias = op->nin == 3;
+    if (has_bias) dims_md(&cmd, nd, T(2)->dims);
+    int db;
+    if (idk_tensor_volume(o) == 0) return new_out(p, op->out[0], &dmd) < 0 ? IDK_ERR_NOMEM : IDK_OK;
+    if (ad[nd - 1] == 0) return idk_fail(p, IDK_ERR_UNSUPPORTED, "op %d: matmul with K = 0", p->cur_op);
+    dnnl_matmul_desc_t d;
+    dnnl_status_t ds = dnnl_matmul_desc_init(&d, &amd, &bmd, has_bias ? &cmd : NULL, &dmd);
+    if (ds != dnnl_success) return dnnl_err(p, "matmul desc", ds);
+    dnnl_primitive_attr_t attr = new_attr();
+    if (op->fa[0] != 1.0f) dnnl_primitive_attr_set_output_scales(attr, 1, 0, &op->fa[0]);
+    int sum_tid;
+    idk_status_t rc = with_post_ops(p, op, attr, &sum_tid);
+    if (rc != IDK_OK) {
+        dnnl_primitive_attr_destroy(attr);
+        return rc;
+    }
+    dnnl_primitive_desc_t pd;
+    ds = dnnl_primitive_desc_create(&pd, &d, attr, p->eng, NULL);
+    dnnl_primitive_attr_destroy(attr);
+    if (ds != dnnl_success) return dnnl_err(p, "matmul primitive desc", ds);
+    int ab, bb, cb = -1;
+    rc = IDK_ERR_DNNL;
+    if (idk_get_plain(p, op->in[0], &ab) != 0 || idk_get_plain(p, op->in[1], &bb) != 0) goto out;
+    if (pack_b) {
+        bmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        if (!dnnl_memory_desc_equal(&bmd, &bmd_logical)) {
+            idk_tensor_t *wt = &p->t[op->in[1]];
+            int found = 0;
+            for (int v = 0; v < wt->nviews; v++)
+                if (dnnl_memory_desc_equal(&wt->views[v].md, &bmd_logical)) found = 1;
+            if (!found) {
+                if (wt->nviews >= IDK_MAX_VIEWS) goto out;
+                for (int v = wt->nviews; v > 0; v--) wt->views[v] = wt->views[v - 1];
+                wt->views[0] = (idk_view_t){bmd_logical, 0, bb};
+                wt->nviews++;
+            }
+            /* reorder from the logical (possibly transposed) view */
+            for (int v = 0; v < wt->nviews; v++)
+                if (dnnl_memory_desc_equal(&wt->views[v].md, &bmd_logical) && v != 0) {
+                    idk_view_t tmp = wt->views[0];
+                    wt->views[0] = wt->views[v];
+                    wt->views[v] = tmp;
+                }
+            if (idk_get_view(p, op->in[1], &bmd, &bb) != 0) goto out;
+        }
+    }
+    if (has_bias && idk_get_plain(p, op->in[2], &cb) != 0) goto out;
+    db = sum_tid >= 0 ? dst_for_sum(p, op, sum_tid, &dmd) : new_out(p, op->out[0], &dmd);
+    if (db < 0) goto out;
+    idk_step_t *s;
+    if ((rc = finish_prim(p, pd, &s)) != IDK_OK) goto out;
+    idk_step_arg(s, DNNL_ARG_SRC, &amd, ab);
+    idk_step_arg(s, DNNL_ARG_WEIGHTS, &bmd, bb);
+    if (has_bias) idk_step_arg(s, DNNL_ARG_BIAS, &cmd, cb);
+    idk_step_arg(s, DNNL_ARG_DST, &dmd, db);
+    rc = IDK_OK;
+out:
+    dnnl_primitive_desc_destroy(pd);
+    if (rc != IDK_OK && p->err[0] == 0) idk_fail(p, rc, "op %d: matmul lowering failed", p->cur_op);
+    return rc;
+}
+
+static idk_status_t lower_bnorm(idk_plan_t *p, const idk_op_t *op) {
+    idk_view_t *v;
+    idk_primary(p, op->in[0], &v);
+    dnnl_memory_desc_t md = v->md, pm;
+    int xb = v->buf;
+    dnnl_batch_normalization_desc_t d;
+    dnnl_status_t ds = dnnl_batch_normalization_forward_desc_init(&d, dnnl_forward_inference, &md, op->fa[0],
+                                                                  dnnl_use_global_stats | dnnl_use_scale | dnnl_use_shift);
+    if (ds != dnnl_success) return dnnl_err(p, "bnorm desc", ds);
+    dnnl_primitive_attr_t attr = new_attr();
+    dnnl_primitive_desc_t pd;
+    ds = dnnl_primitive_desc_create(&pd, &d, attr, p->eng, NULL);
+    dnnl_primitive_attr_destroy(attr);
+    if (ds != dnnl_success) return dnnl_err(p, "bnorm primitive desc", ds);
+    int pbuf[4];
+    idk_status_t rc = IDK_ERR_DNNL;
+    for (int i = 0; i < 4; i++)
+        if (idk_get_plain(p, op->in[1 + i], &pbuf[i]) != 0) goto out;
+    int db = new_out(p, op->out[0], &md);
+    idk_step_t *s;
+    if (db < 0 || (rc = finish_prim(p, pd, &s)) != IDK_OK) goto out;
+    dims_md(&pm, 1, &OUT->dims[1]);
+    idk_step_arg(s, DNNL_ARG_SRC, &md, xb);
+    idk_step_arg(s, DNNL_ARG_SCALE, &pm, pbuf[0]);
+    idk_step_arg(s, DNNL_ARG_SHIFT, &pm, pbuf[1]);
+    idk_step_arg(s, DNNL_ARG_MEAN, &pm, pbuf[2]);
+    idk_step_arg(s, DNNL_ARG_VARIANCE, &pm, pbuf[3]);
+    idk_step_arg(s, DNNL_ARG_DST, &md, db);
+    rc = IDK_OK;
+out:
+    dnnl_primitive_desc_destroy(pd);
+    if (rc != IDK_OK && p->err[0] == 0) idk_fail(p, rc, "op %d: bnorm lowering failed", p->cur_op);
+    return rc;
+}
+
+static idk_status_t fn_concat(idk_plan_t *p, idk_step_t *s) {
+    /* n1 = outer, extra[k] = inner bytes of input k, bytes = inner bytes of the output */
+    char *o = idk_buf_ptr(p, s->bufs[s->nb - 1]);
+    for (int64_t i = 0; i < s->n1; i++) {
+        for (int k = 0; k < s->nb - 1; k++) {
+            int64_t w = s->extra[k];
+            memcpy(o, (char *)idk_buf_ptr(p, s->bufs[k]) + i * w, (size_t)w);
+            o += w;
+        }
+    }
+    return IDK_OK;
+}
+
+static idk_status_t lower_concat(idk_plan_t *p, const idk_op_t *op) {
+    const idk_tensor_t *o = OUT;
+    int ax = (int)op->ia[0];
+    if (o->dtype == IDK_F32 && idk_tensor_volume(o) > 0) {
+        dnnl_memory_desc_t mds[IDK_MAX_IN], dst;
+        int bufs[IDK_MAX_IN], n = 0;
+        for (int k = 0; k < op->nin; k++) {
+            if (idk_tensor_volume(T(k)) == 0) continue;
+            idk_view_t *v;
+            idk_primary(p, op->in[k], &v);
+            mds[n] = v->md;
+            bufs[n++] = v->buf;
+        }
+        for (int pass = 0; pass < 2; pass++) {
+            any_md(&dst, o);
+            dnnl_primitive_attr_t attr = new_attr();
+            dnnl_primitive_desc_t pd;
+            dnnl_status_t ds = dnnl_concat_primitive_desc_create(&pd, &dst, n, ax, mds, attr, p->eng);
+            dnnl_primitive_attr_destroy(attr);
+            if (ds != dnnl_success) {
+                if (pass == 1) return dnnl_err(p, "concat primitive desc", ds);
+                /* retry with every input plain */
+                for (int k = 0, j = 0; k < op->nin; k++) {
+                    if (idk_tensor_volume(T(k)) == 0) continue;
+                    if (idk_get_plain(p, op->in[k], &bufs[j]) != 0) return IDK_ERR_DNNL;
+                    idk_plain_md(&mds[j], T(k)->ndims, T(k)->dims);
+                    j++;
+                }
+                continue;
+            }
+            dnnl_memory_desc_t dmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+            int db = new_out(p, op->out[0], &dmd);
+            idk_step_t *s;
+            idk_status_t rc = db < 0 ? IDK_ERR_NOMEM : finish_prim(p, pd, &s);
+            if (rc == IDK_OK) {
+                for (int k = 0; k < n; k++) idk_step_arg(s, DNNL_ARG_MULTIPLE_SRC + k, &mds[k], bufs[k]);
+                idk_step_arg(s, DNNL_ARG_DST, &dmd, db);
+            }
+            dnnl_primitive_desc_destroy(pd);
+            return rc;
+        }
+    }
+    /* plain C loop (int64, or empty) */
+    int bufs[IDK_MAX_IN];
+    for (int k = 0; k < op->nin; k++)
+        if (idk_get_plain(p, op->in[k], &bufs[k]) != 0) return IDK_ERR_DNNL;
+    int db = new_out(p, op->out[0], NULL);
+    idk_step_t *s = db < 0 ? NULL : idk_new_step(p);
+    if (!s) return IDK_ERR_NOMEM;
+    s->fn = fn_concat;
+    s->extra = calloc((size_t)op->nin, sizeof(int64_t));
+    if (!s->extra) return IDK_ERR_NOMEM;
+    int64_t outer = 1;
+    for (int i = 0; i < ax; i++) outer *= o->dims[i];
+    s->n1 = outer;
+    for (int k = 0; k < op->nin; k++) {
+        int64_t inner = idk_esz(o->dtype);
+        for (int i = ax; i < o->ndims; i++) inner *= T(k)->dims[i];
+        s->extra[k] = inner;
+        s->bufs[k] = bufs[k];
+    }
+    s->bufs[op->nin] = db;
+    s->nb = op->nin + 1;
+    return IDK_OK;
+}
+
+static idk_status_t lower_reshape(idk_plan_t *p, const idk_op_t *op) {
+    int b;
+    if (idk_get_plain(p, op->in[0], &b) != 0) return IDK_ERR_DNNL;
+    if (idk_set_output(p, op->out[0], NULL, 1, b) != 0) return idk_fail(p, IDK_ERR_INVALID, "op %d: output written twice", p->cur_op);
+    return IDK_OK;
+}
+
+static idk_status_t fn_strided(idk_plan_t *p, idk_step_t *s) {
+    const char *src = idk_buf_ptr(p, s->bufs[0]);
+    char *dst = idk_buf_ptr(p, s->bufs[1]);
+    int nd = s->nd, esz = s->esz;
+    int64_t total = 1;
+    for (int i = 0; i < nd; i++) total *= s->d[i];
+    if (total == 0) return IDK_OK;
+    int64_t idx[IDK_MAX_DIMS] = {0}, off = s->base;
+    for (int64_t n = 0; n < total; n++) {
+        memcpy(dst + n * esz, src + off * esz, (size_t)esz);
+        for (int k = nd - 1; k >= 0; k--) {
+            idx[k]++;
+            off += s->sa[k];
+            if (idx[k] < s->d[k]) break;
+            off -= s->sa[k] * s->d[k];
+            idx[k] = 0;
+        }
+    }
+    return IDK_OK;
+}
+
+static idk_status_t strided_step(idk_plan_t *p, const idk_op_t *op, const int64_t *st, int64_t base) {
+    const idk_tensor_t *o = OUT;
+    int ib;
+    if (idk_get_plain(p, op->in[0], &ib) != 0) return IDK_ERR_DNNL;
+    int db = new_out(p, op->out[0], NULL);
+    idk_step_t *s = db < 0 ? NULL : idk_new_step(p);
+    if (!s) return IDK_ERR_NOMEM;
+    s->fn = fn_strided;
+    s->nb = 2;
+    s->bufs[0] = ib;
+    s->bufs[1] = db;
+    s->nd = o->ndims;
+    s->esz = idk_esz(o->dtype);
+    s->base = base;
+    for (int i = 0; i < o->ndims; i++) {
+        s->d[i] = o->dims[i];
+        s->sa[i] = st[i];
+    }
+    return IDK_OK;
+}
+
+static void row_strides(const idk_tensor_t *x, int64_t *st) {
+    int64_t s = 1;
+    for (int i = x->ndims - 1; i >= 0; i--) {
+        st[i] = s;
+        s *= x->dims[i];
+    }
+}
+
+static idk_status_t lower_transpose(idk_plan_t *p, const idk_op_t *op) {
+    const idk_tensor_t *x = T(0), *o = OUT;
+    int64_t xs[IDK_MAX_DIMS], st[IDK_MAX_DIMS];
+    row_strides(x, xs);
+    for (int i = 0; i < o->ndims; i++) st[i] = xs[op->ia[i]];
+    if (o->dtype != IDK_F32 || idk_tensor_volume(o) == 0 || o->ndims == 0) return strided_step(p, op, st, 0);
+    dnnl_memory_desc_t smd, dmd;
+    dnnl_dims_t d, s;
+    for (int i = 0; i < o->ndims; i++) {
+        d[i] = o->dims[i];
+        s[i] = st[i];
+    }
+    dnnl_memory_desc_init_by_strides(&smd, o->ndims, d, dnnl_f32, s);
+    idk_plain_md(&dmd, o->ndims, o->dims);
+    dnnl_primitive_desc_t pd;
+    if (dnnl_reorder_primitive_desc_create(&pd, &smd, p->eng, &dmd, p->eng, NULL) != dnnl_success)
+        return strided_step(p, op, st, 0);
+    int ib;
+    idk_status_t rc = IDK_ERR_DNNL;
+    if (idk_get_plain(p, op->in[0], &ib) == 0) {
+        int db = new_out(p, op->out[0], &dmd);
+        idk_step_t *sp;
+        if (db >= 0 && (rc = finish_prim(p, pd, &sp)) == IDK_OK) {
+            idk_step_arg(sp, DNNL_ARG_FROM, &smd, ib);
+            idk_step_arg(sp, DNNL_ARG_TO, &dmd, db);
+        }
+    }
+    dnnl_primitive_desc_destroy(pd);
+    return rc;
+}
+
+static idk_status_t lower_slice(idk_plan_t *p, const idk_op_t *op) {
+    const idk_tensor_t *x = T(0), *o = OUT;
+    int64_t xs[IDK_MAX_DIMS], st[IDK_MAX_DIMS], base = 0;
+    row_strides(x, xs);
+    for (int i = 0; i < o->ndims; i++) {
+        st[i] = xs[i] * op->ia[o->ndims + i];
+        if (o->dims[i]) base += xs[i] * op->ia[i];
+    }
+    return strided_step(p, op, st, base);
+}
+
+static idk_status_t fn_pad(idk_plan_t *p, idk_step_t *s) {
+    const char *src = idk_buf_ptr(p, s->bufs[0]);
+    char *dst = idk_buf_ptr(p, s->bufs[1]);
+    int nd = s->nd, esz = s->esz;
+    const int64_t *ind = s->extra, *pb = s->extra + IDK_MAX_DIMS;
+    int64_t total = 1, xs[IDK_MAX_DIMS], sv = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        xs[i] = sv;
+        sv *= ind[i];
+    }
+    for (int i = 0; i < nd; i++) total *= s->d[i];
+    int64_t idx[IDK_MAX_DIMS] = {0};
+    int64_t ival = (int64_t)s->fv;
+    for (int64_t n = 0; n < total; n++) {
+        int64_t off = 0;
+        int in = 1;
+        for (int k = 0; k < nd; k++) {
+            int64_t q = idx[k] - pb[k];
+            if (q < 0 || q >= ind[k]) {
+                in = 0;
+                break;
+            }
+            off += q * xs[k];
+        }
+        if (in) memcpy(dst + n * esz, src + off * esz, (size_t)esz);
+        else if (esz == 4) memcpy(dst + n * esz, &s->fv, 4);
+        else memcpy(dst + n * esz, &ival, 8);
+        for (int k = nd - 1; k >= 0; k--) {
+            if (++idx[k] < s->d[k]) break;
+            idx[k] = 0;
+        }
+    }
+    return IDK_OK;
+}
+
+static idk_status_t lower_pad(idk_plan_t *p, const idk_op_t *op) {
+    const idk_tensor_t *x = T(0), *o = OUT;
+    int ib;
+    if (idk_get_plain(p, op->in[0], &ib) != 0) return IDK_ERR_DNNL;
+    int db = new_out(p, op->out[0], NULL);
+    idk_step_t *s = db < 0 ? NULL : idk_new_step(p);
+    if (!s) return IDK_ERR_NOMEM;
+    s->fn = fn_pad;
+    s->nb = 2;
+    s->bufs[0] = ib;
+    s->bufs[1] = db;
+    s->nd = o->ndims;
+    s->esz = idk_esz(o->dtype);
+    s->fv = op->fa[0];
+    s->extra = calloc(2 * IDK_MAX_DIMS, sizeof(int64_t));
+    if (!s->extra) return IDK_ERR_NOMEM;
+    for (int i = 0; i < o->ndims; i++) {
+        s->d[i] = o->dims[i];
+        s->extra[i] = x->dims[i];
+        s->extra[IDK_MAX_DIMS + i] = op->ia[i];
+    }
+    return IDK_OK;
+}
+
+static idk_status_t fn_gather(idk_plan_t *p, idk_step_t *s) {
+    const char *src = idk_buf_ptr(p, s->bufs[0]);
+    const int64_t *ix = idk_buf_ptr(p, s->bufs[1]);
+    char *dst = idk_buf_ptr(p, s->bufs[2]);
+    int64_t outer = s->n1, axis = s->n2, nidx = s->n3, inner = (int64_t)s->bytes;
+    for (int64_t j = 0; j < nidx; j++)
+        if (ix[j] < -axis || ix[j] >= axis)
+            return idk_fail(p, IDK_ERR_RUNTIME, "gather index %lld out of range [-%lld, %lld)", (long long)ix[j],
+                            (long long)axis, (long long)axis);
+    for (int64_t i = 0; i < outer; i++)
+        for (int64_t j = 0; j < nidx; j++) {
+            int64_t k = ix[j] < 0 ? ix[j] + axis : ix[j];
+            memcpy(dst, src + (i * axis + k) * inner, (size_t)inner);
+            dst += inner;
+        }
+    return IDK_OK;
+}
+
+static idk_status_t lower_gather(idk_plan_t *p, const idk_op_t *op) {
+    const idk_tensor_t *d = T(0), *ix = T(1);
+    int ax = (int)op->ia[0];
+    int b0, b1;
+    if (idk_get_plain(p, op->in[0], &b0) != 0 || idk_get_plain(p, op->in[1], &b1) != 0) return IDK_ERR_DNNL;
+    int db = new_out(p, op->out[0], NULL);
+    idk_step_t *s = db < 0 ? NULL : idk_new_step(p);
+    if (!s) return IDK_ERR_NOMEM;
+    s->fn = fn_gather;
+    s->nb = 3;
+    s->bufs[0] = b0;
+    s->bufs[1] = b1;
+    s->bufs[2] = db;
+    int64_t outer = 1, inner = idk_esz(d->dtype);
+    for (int i = 0; i < ax; i++) outer *= d->dims[i];
+    for (int i = ax + 1; i < d->ndims; i++) inner *= d->dims[i];
+    s->n1 = outer;
+    s->n2 = d->dims[ax];
+    s->n3 = (int64_t)idk_tensor_volume(ix);
+    s->bytes = (size_t)inner;
+    return IDK_OK;
+}
+
+static idk_status_t simple_prim(idk_plan_t *p, const idk_op_t *op, const_dnnl_op_desc_t d, const dnnl_memory_desc_t *smd,
+                                int sb, const dnnl_memory_desc_t *dmd_in) {
+    dnnl_primitive_attr_t attr = new_attr();
+    dnnl_primitive_desc_t pd;
+    dnnl_status_t ds = dnnl_primitive_desc_create(&pd, d, attr, p->eng, NULL);
+    dnnl_primitive_attr_destroy(attr);
+    if (ds != dnnl_success) return dnnl_err(p, "primitive desc", ds);
+    dnnl_memory_desc_t dmd = dmd_in ? *dmd_in : *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+    int db = new_out(p, op->out[0], &dmd);
+    idk_step_t *s;
+    idk_status_t rc = db < 0 ? IDK_ERR_NOMEM : finish_prim(p, pd, &s);
+    if (rc == IDK_OK) {
+        idk_step_arg(s, DNNL_ARG_SRC, smd, sb);
+        idk_step_arg(s, DNNL_ARG_DST, &dmd, db);
+    }
+    dnnl_primitive_desc_destroy(pd);
+    return rc;
+}
+
+static idk_status_t lower_softmax(idk_plan_t *p, const idk_op_t *op) {
+    dnnl_memory_desc_t md;
+    idk_plain_md(&md, OUT->ndims, OUT->dims);
+    int sb;
+    if (idk_get_plain(p, op->in[0], &sb) != 0) return IDK_ERR_DNNL;
+    if (idk_tensor_volume(OUT) == 0) return new_out(p, op->out[0], &md) < 0 ? IDK_ERR_NOMEM : IDK_OK;
+    dnnl_softmax_v2_desc_t d;
+    dnnl_status_t ds = dnnl_softmax_v2_forward_desc_init(&d, dnnl_forward_inference,
+                                                         op->ia[1] ? dnnl_softmax_log : dnnl_softmax_accurate, &md, &md,
+                                                         (int)op->ia[0]);
+    if (ds != dnnl_success) return dnnl_err(p, "softmax desc", ds);
+    return simple_prim(p, op, &d, &md, sb, &md);
+}
+
+static idk_status_t lower_lrn(idk_plan_t *p, const idk_op_t *op) {
+    idk_view_t *v;
+    idk_primary(p, op->in[0], &v);
+    dnnl_memory_desc_t md = v->md;
+    int sb = v->buf;
+    dnnl_lrn_desc_t d;
+    dnnl_status_t ds = dnnl_lrn_forward_desc_init(&d, dnnl_forward_inference, dnnl_lrn_across_channels, &md, op->ia[0],
+                                                  op->fa[0], op->fa[1], op->fa[2]);
+    if (ds != dnnl_success) return dnnl_err(p, "lrn desc", ds);
+    return simple_prim(p, op, &d, &md, sb, &md);
+}
+
+static idk_status_t lower_reduce_mean(idk_plan_t *p, const idk_op_t *op) {
+    dnnl_memory_desc_t smd, dmd;
+    idk_plain_md(&smd, T(0)->ndims, T(0)->dims);
+    idk_plain_md(&dmd, OUT->ndims, OUT->dims);
+    int sb;
+    if (idk_get_plain(p, op->in[0], &sb) != 0) return IDK_ERR_DNNL;
+    if (same_dims(T(0), OUT)) {
+        int db = new_out(p, op->out[0], &dmd);
+        idk_step_t *s = db < 0 ? NULL : idk_new_step(p);
+        if (!s) return IDK_ERR_NOMEM;
+        s->fn = fn_copy;
+        s->nb = 2;
+        s->bufs[0] = sb;
+        s->bufs[1] = db;
+        s->bytes = OUT->nbytes;
+        return IDK_OK;
+    }
+    if (idk_tensor_volume(T(0)) == 0) return idk_fail(p, IDK_ERR_UNSUPPORTED, "op %d: mean of an empty tensor", p->cur_op);
+    dnnl_reduction_desc_t d;
+    dnnl_status_t ds = dnnl_reduction_desc_init(&d, dnnl_reduction_mean, &smd, &dmd, 0.f, 0.f);
+    if (ds != dnnl_success) return dnnl_err(p, "reduction desc", ds);
+    return simple_prim(p, op, &d, &smd, sb, &dmd);
+}
+
+static idk_status_t lower_copy(idk_plan_t *p, const idk_op_t *op) {
+    int sb;
+    if (idk_get_plain(p, op->in[0], &sb) != 0) return IDK_ERR_DNNL;
+    int db = new_out(p, op->out[0], NULL);
+    idk_step_t *s = db < 0 ? NULL : idk_new_step(p);
+    if (!s) return IDK_ERR_NOMEM;
+    s->fn = fn_copy;
+    s->nb = 2;
+    s->bufs[0] = sb;
+    s->bufs[1] = db;
+    s->bytes = OUT->nbytes;
+    return IDK_OK;
+}
+
+idk_status_t idk_lower_op(idk_plan_t *p, int opi) {
+    const idk_op_t *op = &p->ops[opi];
+    for (int i = 0; i < op->nin; i++)
+        if (p->t[op->in[i]].nviews == 0)
+            return idk_fail(p, IDK_ERR_INVALID, "op %d reads tensor %d before it is written", opi, op->in[i]);
+    for (int i = 0; i < op->nout; i++)
+        if (p->t[op->out[i]].nviews != 0)
+            return idk_fail(p, IDK_ERR_INVALID, "op %d writes tensor %d a second time", opi, op->out[i]);
+    p->err[0] = 0;
+    switch (op->kind) {
+    case IDK_OP_CONV: return lower_conv(p, op);
+    case IDK_OP_POOL: return lower_pool(p, op);
+    case IDK_OP_ELTWISE: return lower_eltwise(p, op);
+    case IDK_OP_BINARY: return lower_binary(p, op);
+    case IDK_OP_MATMUL: return lower_matmul(p, op);
+    case IDK_OP_BNORM: return lower_bnorm(p, op);
+    case IDK_OP_CONCAT: return lower_concat(p, op);
+    case IDK_OP_RESHAPE: return lower_reshape(p, op);
+    case IDK_OP_TRANSPOSE: return lower_transpose(p, op);
+    case IDK_OP_SOFTMAX: return lower_softmax(p, op);
+    case IDK_OP_LRN: return lower_lrn(p, op);
+    case IDK_OP_PAD: return lower_pad(p, op);
+    case IDK_OP_GATHER: return lower_gather(p, op);
+    case IDK_OP_SLICE: return lower_slice(p, op);
+    case IDK_OP_REDUCE_MEAN: return lower_reduce_mean(p, op);
+    case IDK_OP_COPY: return lower_copy(p, op);
+    }
+    return idk_fail(p, IDK_ERR_INVALID, "op %d: unknown kind %d", opi, op->kind);
+}

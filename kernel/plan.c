@@ -1,0 +1,611 @@
+//go:build ignore
+
+/* plan.c: plan lifecycle, tensor views, arena layout by liveness, and running. */
+#define _POSIX_C_SOURCE 200809L
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <oneapi/dnnl/dnnl_debug.h>
+
+#include "internal.h"
+
+IDK_API const char *idk_status_str(idk_status_t s) {
+    switch (s) {
+    case IDK_OK: return "ok";
+    case IDK_ERR_INVALID: return "invalid argument";
+    case IDK_ERR_UNSUPPORTED: return "unsupported";
+    case IDK_ERR_NOMEM: return "out of memory";
+    case IDK_ERR_DNNL: return "oneDNN error";
+    case IDK_ERR_STATE: return "wrong state";
+    case IDK_ERR_RUNTIME: return "runtime error";
+    }
+    return "unknown status";
+}
+
+idk_status_t idk_fail(idk_plan_t *p, idk_status_t st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->err, sizeof p->err, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+static void set_threads(const idk_plan_t *p) {
+    if (p->threads > 0) omp_set_num_threads(p->threads);
+}
+
+IDK_API idk_status_t idk_plan_create(idk_plan_t **out, int32_t threads) {
+    if (!out) return IDK_ERR_INVALID;
+    *out = NULL;
+    idk_plan_t *p = calloc(1, sizeof *p);
+    if (!p) return IDK_ERR_NOMEM;
+    p->threads = threads;
+    if (dnnl_engine_create(&p->eng, dnnl_cpu, 0) != dnnl_success) {
+        free(p);
+        return IDK_ERR_DNNL;
+    }
+    if (dnnl_stream_create(&p->stream, p->eng, dnnl_stream_default_flags) != dnnl_success) {
+        dnnl_engine_destroy(p->eng);
+        free(p);
+        return IDK_ERR_DNNL;
+    }
+    *out = p;
+    return IDK_OK;
+}
+
+IDK_API void idk_plan_destroy(idk_plan_t *p) {
+    if (!p) return;
+    for (int i = 0; i < p->ns; i++) {
+        idk_step_t *s = &p->s[i];
+        if (s->prim) dnnl_primitive_destroy(s->prim);
+        for (int a = 0; a < s->nargs; a++)
+            if (s->argmem[a]) dnnl_memory_destroy(s->argmem[a]);
+        free(s->extra);
+    }
+    for (int i = 0; i < p->nt; i++) free(p->t[i].cdata);
+    for (int i = 0; i < p->nb; i++) {
+        /* ext buffers of constants alias cdata (freed above) unless reordered copies */
+    }
+    for (int i = 0; i < p->nops; i++) {
+        free(p->ops[i].ia);
+        free(p->ops[i].fa);
+    }
+    for (int i = 0; i < p->nb; i++)
+        if (p->b[i].ext && p->b[i].first == -2) free(p->b[i].ext);
+    free(p->s);
+    free(p->t);
+    free(p->ops);
+    free(p->b);
+    free(p->in);
+    free(p->out);
+    free(p->outbuf);
+    free(p->arena);
+    free(p->scratch);
+    dnnl_stream_destroy(p->stream);
+    dnnl_engine_destroy(p->eng);
+    free(p);
+}
+
+IDK_API const char *idk_plan_error(const idk_plan_t *p) { return p ? p->err : "nil plan"; }
+IDK_API int64_t idk_plan_arena_bytes(const idk_plan_t *p) { return p ? (int64_t)p->arena_size : 0; }
+IDK_API int64_t idk_plan_last_run_ns(const idk_plan_t *p) { return p ? p->last_ns : 0; }
+IDK_API int32_t idk_noop(int32_t x) { return x + 1; }
+
+int idk_esz(int dtype) {
+    switch (dtype) {
+    case IDK_F32: return 4;
+    case IDK_I64: return 8;
+    case IDK_BF16: return 2;
+    case IDK_I8: return 1;
+    }
+    return 0;
+}
+
+size_t idk_tensor_volume(const idk_tensor_t *t) {
+    size_t v = 1;
+    for (int i = 0; i < t->ndims; i++) v *= (size_t)t->dims[i];
+    return v;
+}
+
+void idk_plain_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims) {
+    dnnl_dims_t d, st;
+    if (ndims == 0) {
+        d[0] = 1;
+        ndims = 1;
+    } else {
+        for (int i = 0; i < ndims; i++) d[i] = dims[i];
+    }
+    dnnl_dim_t s = 1;
+    for (int i = ndims - 1; i >= 0; i--) {
+        st[i] = s;
+        s *= d[i] > 0 ? d[i] : 1;
+    }
+    dnnl_memory_desc_init_by_strides(md, ndims, d, dnnl_f32, st);
+}
+
+#define GROW(arr, n, cap)                                                                                              \
+    do {                                                                                                               \
+        if ((n) >= (cap)) {                                                                                            \
+            int nc_ = (cap) ? (cap) * 2 : 16;                                                                          \
+            void *np_ = realloc((arr), (size_t)nc_ * sizeof *(arr));                                                   \
+            if (!np_) return IDK_ERR_NOMEM;                                                                            \
+            memset((char *)np_ + (size_t)(cap) * sizeof *(arr), 0, (size_t)(nc_ - (cap)) * sizeof *(arr));           \
+            (arr) = np_;                                                                                               \
+            (cap) = nc_;                                                                                               \
+        }                                                                                                              \
+    } while (0)
+
+IDK_API idk_status_t idk_plan_add_tensor(idk_plan_t *p, int32_t dtype, int32_t ndims, const int64_t *dims,
+                                         const void *data, int64_t nbytes, int32_t *out_id) {
+    if (!p || !out_id) return IDK_ERR_INVALID;
+    if (p->compiled) return idk_fail(p, IDK_ERR_STATE, "add_tensor after compile");
+    if (ndims < 0 || ndims > IDK_MAX_DIMS || (ndims > 0 && !dims))
+        return idk_fail(p, IDK_ERR_INVALID, "tensor rank %d out of range", ndims);
+    if (dtype != IDK_F32 && dtype != IDK_I64)
+        return idk_fail(p, IDK_ERR_UNSUPPORTED, "tensor dtype %d not supported (f32 and int64 only)", dtype);
+    size_t vol = 1;
+    for (int i = 0; i < ndims; i++) {
+        if (dims[i] < 0 || dims[i] > ((int64_t)1 << 40))
+            return idk_fail(p, IDK_ERR_INVALID, "tensor dim %d = %lld out of range", i, (long long)dims[i]);
+        vol *= (size_t)dims[i];
+        if (vol > ((size_t)1 << 34)) return idk_fail(p, IDK_ERR_INVALID, "tensor too large");
+    }
+    size_t want = vol * (size_t)idk_esz(dtype);
+    if (data && (nbytes < 0 || (size_t)nbytes != want))
+        return idk_fail(p, IDK_ERR_INVALID, "constant has %lld bytes, dims need %zu", (long long)nbytes, want);
+    GROW(p->t, p->nt, p->capt);
+    idk_tensor_t *t = &p->t[p->nt];
+    memset(t, 0, sizeof *t);
+    t->dtype = dtype;
+    t->ndims = ndims;
+    for (int i = 0; i < ndims; i++) t->dims[i] = dims[i];
+    t->nbytes = want;
+    if (data) {
+        t->cdata = malloc(want ? want : 1);
+        if (!t->cdata) return IDK_ERR_NOMEM;
+        memcpy(t->cdata, data, want);
+    }
+    *out_id = p->nt++;
+    return IDK_OK;
+}
+
+IDK_API idk_status_t idk_plan_add_op(idk_plan_t *p, int32_t kind, int32_t nin, const int32_t *in, int32_t nout,
+                                     const int32_t *out, int32_t niattr, const int64_t *iattrs, int32_t nfattr,
+                                     const float *fattrs) {
+    if (!p) return IDK_ERR_INVALID;
+    if (p->compiled) return idk_fail(p, IDK_ERR_STATE, "add_op after compile");
+    if (nin < 0 || nin > IDK_MAX_IN || nout < 1 || nout > 4 || niattr < 0 || niattr > 1024 || nfattr < 0 ||
+        nfattr > 64 || (nin && !in) || !out || (niattr && !iattrs) || (nfattr && !fattrs))
+        return idk_fail(p, IDK_ERR_INVALID, "op %d: bad argument counts", p->nops);
+    for (int i = 0; i < nin; i++)
+        if (in[i] < 0 || in[i] >= p->nt) return idk_fail(p, IDK_ERR_INVALID, "op %d: input id %d unknown", p->nops, in[i]);
+    for (int i = 0; i < nout; i++)
+        if (out[i] < 0 || out[i] >= p->nt || p->t[out[i]].cdata)
+            return idk_fail(p, IDK_ERR_INVALID, "op %d: output id %d unknown or constant", p->nops, out[i]);
+    GROW(p->ops, p->nops, p->capops);
+    idk_op_t *op = &p->ops[p->nops];
+    memset(op, 0, sizeof *op);
+    op->kind = kind;
+    op->nin = nin;
+    op->nout = nout;
+    op->ni = niattr;
+    op->nf = nfattr;
+    memcpy(op->in, in, (size_t)nin * sizeof *in);
+    memcpy(op->out, out, (size_t)nout * sizeof *out);
+    op->ia = calloc((size_t)niattr + 1, sizeof *op->ia);
+    op->fa = calloc((size_t)nfattr + 1, sizeof *op->fa);
+    if (!op->ia || !op->fa) {
+        free(op->ia);
+        free(op->fa);
+        return IDK_ERR_NOMEM;
+    }
+    if (niattr) memcpy(op->ia, iattrs, (size_t)niattr * sizeof *iattrs);
+    if (nfattr) memcpy(op->fa, fattrs, (size_t)nfattr * sizeof *fattrs);
+    p->nops++;
+    idk_status_t st = idk_check_op(p, op);
+    if (st != IDK_OK) {
+        p->nops--;
+        free(op->ia);
+        free(op->fa);
+    }
+    return st;
+}
+
+IDK_API idk_status_t idk_plan_add_post_op(idk_plan_t *p, int32_t kind, int32_t alg, float alpha, float beta,
+                                          int32_t tensor) {
+    if (!p) return IDK_ERR_INVALID;
+    if (p->compiled) return idk_fail(p, IDK_ERR_STATE, "add_post_op after compile");
+    if (p->nops == 0) return idk_fail(p, IDK_ERR_STATE, "post-op before any op");
+    idk_op_t *op = &p->ops[p->nops - 1];
+    if (op->kind != IDK_OP_CONV && op->kind != IDK_OP_MATMUL)
+        return idk_fail(p, IDK_ERR_INVALID, "post-ops only follow CONV or MATMUL");
+    if (op->npost >= IDK_MAX_POST) return idk_fail(p, IDK_ERR_UNSUPPORTED, "too many post-ops");
+    if (kind == IDK_POST_SUM) {
+        if (tensor < 0 || tensor >= p->nt) return idk_fail(p, IDK_ERR_INVALID, "sum post-op tensor %d unknown", tensor);
+        const idk_tensor_t *a = &p->t[tensor], *o = &p->t[op->out[0]];
+        if (a->dtype != IDK_F32 || a->ndims != o->ndims || memcmp(a->dims, o->dims, sizeof a->dims[0] * (size_t)a->ndims))
+            return idk_fail(p, IDK_ERR_INVALID, "sum post-op tensor %d does not match the output's dims", tensor);
+        if (op->nin >= IDK_MAX_IN) return idk_fail(p, IDK_ERR_UNSUPPORTED, "too many inputs");
+    } else if (kind != IDK_POST_ELTWISE || alg < IDK_ELT_RELU || alg > IDK_ELT_LINEAR) {
+        return idk_fail(p, IDK_ERR_INVALID, "bad post-op kind %d alg %d", kind, alg);
+    }
+    op->post[op->npost++] = (idk_post_t){kind, alg, alpha, beta, tensor};
+    return IDK_OK;
+}
+
+IDK_API idk_status_t idk_plan_set_io(idk_plan_t *p, int32_t nin, const int32_t *in, int32_t nout, const int32_t *out) {
+    if (!p) return IDK_ERR_INVALID;
+    if (p->compiled) return idk_fail(p, IDK_ERR_STATE, "set_io after compile");
+    if (nin < 0 || nout < 1 || (nin && !in) || !out || nin > 4096 || nout > 4096)
+        return idk_fail(p, IDK_ERR_INVALID, "bad io counts");
+    for (int i = 0; i < nin; i++)
+        if (in[i] < 0 || in[i] >= p->nt || p->t[in[i]].cdata)
+            return idk_fail(p, IDK_ERR_INVALID, "input id %d unknown or constant", in[i]);
+    for (int i = 0; i < nout; i++)
+        if (out[i] < 0 || out[i] >= p->nt) return idk_fail(p, IDK_ERR_INVALID, "output id %d unknown", out[i]);
+    free(p->in);
+    free(p->out);
+    free(p->outbuf);
+    p->in = malloc(sizeof(int) * (size_t)(nin + 1));
+    p->out = malloc(sizeof(int) * (size_t)nout);
+    p->outbuf = calloc((size_t)nout, sizeof(int));
+    if (!p->in || !p->out || !p->outbuf) return IDK_ERR_NOMEM;
+    for (int i = 0; i < nin; i++) p->in[i] = in[i];
+    for (int i = 0; i < nout; i++) p->out[i] = out[i];
+    p->nin = nin;
+    p->nout = nout;
+    return IDK_OK;
+}
+
+int idk_new_buffer(idk_plan_t *p, size_t size) {
+    if (p->nb >= p->capb) {
+        int nc = p->capb ? p->capb * 2 : 64;
+        idk_buffer_t *nb = realloc(p->b, (size_t)nc * sizeof *nb);
+        if (!nb) return -1;
+        p->b = nb;
+        p->capb = nc;
+    }
+    p->b[p->nb] = (idk_buffer_t){size, 0, NULL, -1, -1};
+    return p->nb++;
+}
+
+idk_step_t *idk_new_step(idk_plan_t *p) {
+    if (p->ns >= p->caps) {
+        int nc = p->caps ? p->caps * 2 : 64;
+        idk_step_t *ns = realloc(p->s, (size_t)nc * sizeof *ns);
+        if (!ns) return NULL;
+        p->s = ns;
+        p->caps = nc;
+    }
+    idk_step_t *s = &p->s[p->ns++];
+    memset(s, 0, sizeof *s);
+    return s;
+}
+
+void idk_step_arg(idk_step_t *s, int kind, const dnnl_memory_desc_t *md, int buf) {
+    s->argkind[s->nargs] = kind;
+    s->argmd[s->nargs] = *md;
+    s->argbuf[s->nargs] = buf;
+    s->nargs++;
+}
+
+void *idk_buf_ptr(idk_plan_t *p, int buf) {
+    if (buf < 0) return p->scratch;
+    return p->b[buf].ext ? p->b[buf].ext : p->arena + p->b[buf].off;
+}
+
+int idk_primary(idk_plan_t *p, int tid, idk_view_t **v) {
+    idk_tensor_t *t = &p->t[tid];
+    if (t->nviews == 0) return -1;
+    *v = &t->views[0];
+    return 0;
+}
+
+int idk_set_output(idk_plan_t *p, int tid, const dnnl_memory_desc_t *md, int plain, int buf) {
+    idk_tensor_t *t = &p->t[tid];
+    if (t->nviews != 0) return -1; /* written twice */
+    t->views[0].plain = plain;
+    if (md) t->views[0].md = *md;
+    else idk_plain_md(&t->views[0].md, t->ndims, t->dims);
+    t->views[0].buf = buf;
+    t->nviews = 1;
+    return 0;
+}
+
+/* reorder_now converts a constant into layout md at compile time. */
+static int reorder_now(idk_plan_t *p, const dnnl_memory_desc_t *src, void *sdata, const dnnl_memory_desc_t *dst,
+                       int *outbuf) {
+    size_t sz = dnnl_memory_desc_get_size(dst);
+    void *d = aligned_alloc(64, (sz + 63) / 64 * 64 + 64);
+    if (!d) return -1;
+    memset(d, 0, sz);
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_t pr = NULL;
+    dnnl_memory_t ms = NULL, md = NULL;
+    int ok = dnnl_reorder_primitive_desc_create(&pd, src, p->eng, dst, p->eng, NULL) == dnnl_success &&
+             dnnl_primitive_create(&pr, pd) == dnnl_success &&
+             dnnl_memory_create(&ms, src, p->eng, sdata) == dnnl_success &&
+             dnnl_memory_create(&md, dst, p->eng, d) == dnnl_success;
+    if (ok) {
+        dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, ms}, {DNNL_ARG_TO, md}};
+        ok = dnnl_primitive_execute(pr, p->stream, 2, args) == dnnl_success && dnnl_stream_wait(p->stream) == dnnl_success;
+    }
+    if (ms) dnnl_memory_destroy(ms);
+    if (md) dnnl_memory_destroy(md);
+    if (pr) dnnl_primitive_destroy(pr);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (!ok) {
+        free(d);
+        return -1;
+    }
+    int b = idk_new_buffer(p, sz);
+    if (b < 0) {
+        free(d);
+        return -1;
+    }
+    p->b[b].ext = d;
+    p->b[b].first = -2; /* marks an owned external buffer */
+    *outbuf = b;
+    return 0;
+}
+
+static idk_status_t add_view(idk_plan_t *p, idk_tensor_t *t, const dnnl_memory_desc_t *md, int plain, int buf) {
+    if (t->nviews >= IDK_MAX_VIEWS) return idk_fail(p, IDK_ERR_UNSUPPORTED, "too many layouts of one tensor");
+    t->views[t->nviews++] = (idk_view_t){*md, plain, buf};
+    return IDK_OK;
+}
+
+/* idk_get_view returns (in *buf) a buffer holding tensor tid in layout md,
+ * adding a reorder (at run time, or now for constants) when needed. */
+int idk_get_view(idk_plan_t *p, int tid, const dnnl_memory_desc_t *md, int *buf) {
+    idk_tensor_t *t = &p->t[tid];
+    if (t->nviews == 0) {
+        idk_fail(p, IDK_ERR_INVALID, "op %d reads tensor %d before it is written", p->cur_op, tid);
+        return -1;
+    }
+    for (int i = 0; i < t->nviews; i++)
+        if (t->dtype == IDK_F32 && dnnl_memory_desc_equal(&t->views[i].md, md)) {
+            *buf = t->views[i].buf;
+            return 0;
+        }
+    if (t->dtype != IDK_F32) {
+        idk_fail(p, IDK_ERR_UNSUPPORTED, "op %d: non-float tensor %d needs a layout change", p->cur_op, tid);
+        return -1;
+    }
+    idk_view_t *src = &t->views[0];
+    if (t->cdata) {
+        int b;
+        if (reorder_now(p, &src->md, idk_buf_ptr(p, src->buf), md, &b) != 0) {
+            idk_fail(p, IDK_ERR_DNNL, "op %d: reorder of constant tensor %d failed", p->cur_op, tid);
+            return -1;
+        }
+        if (add_view(p, t, md, 0, b) != IDK_OK) return -1;
+        *buf = b;
+        return 0;
+    }
+    dnnl_primitive_desc_t pd;
+    if (dnnl_reorder_primitive_desc_create(&pd, &src->md, p->eng, md, p->eng, NULL) != dnnl_success) {
+        idk_fail(p, IDK_ERR_DNNL, "op %d: no reorder for tensor %d", p->cur_op, tid);
+        return -1;
+    }
+    int b = idk_new_buffer(p, dnnl_memory_desc_get_size(md));
+    idk_step_t *s = b < 0 ? NULL : idk_new_step(p);
+    if (!s || dnnl_primitive_create(&s->prim, pd) != dnnl_success) {
+        dnnl_primitive_desc_destroy(pd);
+        idk_fail(p, IDK_ERR_DNNL, "op %d: reorder primitive failed", p->cur_op);
+        return -1;
+    }
+    dnnl_primitive_desc_destroy(pd);
+    idk_step_arg(s, DNNL_ARG_FROM, &src->md, src->buf);
+    idk_step_arg(s, DNNL_ARG_TO, md, b);
+    int plain = 0;
+    dnnl_memory_desc_t pm;
+    idk_plain_md(&pm, t->ndims, t->dims);
+    plain = dnnl_memory_desc_equal(&pm, md);
+    if (add_view(p, t, md, plain, b) != IDK_OK) return -1;
+    *buf = b;
+    return 0;
+}
+
+int idk_get_plain(idk_plan_t *p, int tid, int *buf) {
+    idk_tensor_t *t = &p->t[tid];
+    for (int i = 0; i < t->nviews; i++)
+        if (t->views[i].plain) {
+            *buf = t->views[i].buf;
+            return 0;
+        }
+    dnnl_memory_desc_t md;
+    idk_plain_md(&md, t->ndims, t->dims);
+    return idk_get_view(p, tid, &md, buf);
+}
+
+/* place assigns arena offsets: buffers whose lifetimes overlap never share bytes. */
+static int cmp_size_desc(const void *a, const void *b, void *ctx) {
+    const idk_buffer_t *bs = ctx;
+    size_t x = bs[*(const int *)a].size, y = bs[*(const int *)b].size;
+    return x < y ? 1 : x > y ? -1 : (*(const int *)a - *(const int *)b);
+}
+
+static idk_plan_t *sort_ctx;
+static int cmp_wrap(const void *a, const void *b) { return cmp_size_desc(a, b, sort_ctx->b); }
+
+static idk_status_t place(idk_plan_t *p) {
+    int n = 0;
+    int *order = malloc(sizeof(int) * (size_t)(p->nb + 1));
+    int *placed = malloc(sizeof(int) * (size_t)(p->nb + 1));
+    if (!order || !placed) {
+        free(order);
+        free(placed);
+        return IDK_ERR_NOMEM;
+    }
+    for (int i = 0; i < p->nb; i++)
+        if (!p->b[i].ext) order[n++] = i;
+    /* qsort has no context; plans are compiled one at a time per thread, but be safe with a local sort */
+    for (int i = 1; i < n; i++) {
+        int k = order[i], j = i - 1;
+        while (j >= 0 && (p->b[order[j]].size < p->b[k].size)) {
+            order[j + 1] = order[j];
+            j--;
+        }
+        order[j + 1] = k;
+    }
+    (void)cmp_wrap;
+    size_t total = 0;
+    int np = 0;
+    for (int i = 0; i < n; i++) {
+        idk_buffer_t *b = &p->b[order[i]];
+        size_t sz = (b->size + 63) / 64 * 64;
+        size_t off = 0;
+        for (;;) {
+            int moved = 0;
+            for (int j = 0; j < np; j++) {
+                idk_buffer_t *o = &p->b[placed[j]];
+                if (o->last < b->first || b->last < o->first) continue;
+                size_t osz = (o->size + 63) / 64 * 64;
+                if (off < o->off + osz && o->off < off + sz) {
+                    off = o->off + osz;
+                    moved = 1;
+                }
+            }
+            if (!moved) break;
+        }
+        b->off = off;
+        placed[np++] = order[i];
+        if (off + sz > total) total = off + sz;
+    }
+    free(order);
+    free(placed);
+    p->arena_size = total;
+    p->arena = aligned_alloc(64, total + 64);
+    if (!p->arena) return IDK_ERR_NOMEM;
+    memset(p->arena, 0, total + 64);
+    return IDK_OK;
+}
+
+static void touch(idk_plan_t *p, int buf, int step) {
+    if (buf < 0 || p->b[buf].ext) return;
+    if (p->b[buf].first < 0 || step < p->b[buf].first) p->b[buf].first = step;
+    if (step > p->b[buf].last) p->b[buf].last = step;
+}
+
+IDK_API idk_status_t idk_plan_compile(idk_plan_t *p) {
+    if (!p) return IDK_ERR_INVALID;
+    if (p->compiled) return idk_fail(p, IDK_ERR_STATE, "compile twice");
+    if (p->nout == 0) return idk_fail(p, IDK_ERR_STATE, "set_io not called");
+    set_threads(p);
+    /* last use of every tensor, by op index */
+    for (int i = 0; i < p->nt; i++) p->t[i].lastuse = -1;
+    for (int o = 0; o < p->nops; o++) {
+        idk_op_t *op = &p->ops[o];
+        for (int i = 0; i < op->nin; i++) p->t[op->in[i]].lastuse = o;
+        for (int i = 0; i < op->npost; i++)
+            if (op->post[i].kind == IDK_POST_SUM) p->t[op->post[i].tensor].lastuse = o;
+    }
+    for (int i = 0; i < p->nout; i++) p->t[p->out[i]].is_out = 1;
+    for (int i = 0; i < p->nin; i++) {
+        idk_tensor_t *t = &p->t[p->in[i]];
+        if (t->is_in || t->nviews) return idk_fail(p, IDK_ERR_INVALID, "input %d listed twice", p->in[i]);
+        t->is_in = 1;
+        int b = idk_new_buffer(p, t->nbytes);
+        if (b < 0) return IDK_ERR_NOMEM;
+        p->b[b].first = 0;
+        idk_set_output(p, p->in[i], NULL, 1, b);
+    }
+    for (int i = 0; i < p->nt; i++) {
+        idk_tensor_t *t = &p->t[i];
+        if (!t->cdata) continue;
+        int b = idk_new_buffer(p, t->nbytes);
+        if (b < 0) return IDK_ERR_NOMEM;
+        p->b[b].ext = t->cdata;
+        idk_set_output(p, i, NULL, 1, b);
+    }
+    for (int o = 0; o < p->nops; o++) {
+        p->cur_op = o;
+        idk_status_t st = idk_lower_op(p, o);
+        if (st != IDK_OK) return st;
+    }
+    p->cur_op = -1;
+    for (int i = 0; i < p->nout; i++) {
+        if (p->t[p->out[i]].nviews == 0) return idk_fail(p, IDK_ERR_INVALID, "output %d is never written", p->out[i]);
+        if (idk_get_plain(p, p->out[i], &p->outbuf[i]) != 0) return IDK_ERR_DNNL;
+    }
+    /* liveness */
+    for (int i = 0; i < p->nb; i++)
+        if (!p->b[i].ext) p->b[i].first = p->b[i].first == 0 ? 0 : -1;
+    for (int i = 0; i < p->nin; i++) touch(p, p->t[p->in[i]].views[0].buf, 0);
+    for (int si = 0; si < p->ns; si++) {
+        idk_step_t *s = &p->s[si];
+        for (int a = 0; a < s->nargs; a++) touch(p, s->argbuf[a], si);
+        for (int a = 0; a < s->nb; a++) touch(p, s->bufs[a], si);
+    }
+    for (int i = 0; i < p->nout; i++) touch(p, p->outbuf[i], p->ns);
+    for (int i = 0; i < p->nb; i++)
+        if (!p->b[i].ext && p->b[i].first < 0) p->b[i].first = p->b[i].last = 0;
+    idk_status_t st = place(p);
+    if (st != IDK_OK) return idk_fail(p, st, "arena of %zu bytes: allocation failed", p->arena_size);
+    /* memory objects now that every buffer has an address */
+    size_t scratch = 0;
+    for (int si = 0; si < p->ns; si++) {
+        idk_step_t *s = &p->s[si];
+        for (int a = 0; a < s->nargs; a++) {
+            if (s->argbuf[a] < 0) {
+                size_t z = dnnl_memory_desc_get_size(&s->argmd[a]);
+                if (z > scratch) scratch = z;
+            }
+        }
+    }
+    p->scratch_size = scratch;
+    p->scratch = aligned_alloc(64, (scratch + 63) / 64 * 64 + 64);
+    if (!p->scratch) return IDK_ERR_NOMEM;
+    for (int si = 0; si < p->ns; si++) {
+        idk_step_t *s = &p->s[si];
+        for (int a = 0; a < s->nargs; a++) {
+            if (dnnl_memory_create(&s->argmem[a], &s->argmd[a], p->eng, idk_buf_ptr(p, s->argbuf[a])) != dnnl_success)
+                return idk_fail(p, IDK_ERR_DNNL, "memory object for step %d failed", si);
+            s->args[a] = (dnnl_exec_arg_t){s->argkind[a], s->argmem[a]};
+        }
+    }
+    p->compiled = 1;
+    return IDK_OK;
+}
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+IDK_API idk_status_t idk_plan_run(idk_plan_t *p, const void *const *in, void *const *out) {
+    if (!p) return IDK_ERR_INVALID;
+    int64_t t0 = now_ns();
+    if (!p->compiled) return idk_fail(p, IDK_ERR_STATE, "run before compile");
+    if ((p->nin && !in) || !out) return idk_fail(p, IDK_ERR_INVALID, "nil buffers");
+    set_threads(p);
+    for (int i = 0; i < p->nin; i++) {
+        idk_tensor_t *t = &p->t[p->in[i]];
+        if (!in[i] && t->nbytes) return idk_fail(p, IDK_ERR_INVALID, "input %d is nil", i);
+        if (t->nbytes) memcpy(idk_buf_ptr(p, t->views[0].buf), in[i], t->nbytes);
+    }
+    for (int si = 0; si < p->ns; si++) {
+        idk_step_t *s = &p->s[si];
+        if (s->prim) {
+            dnnl_status_t ds = dnnl_primitive_execute(s->prim, p->stream, s->nargs, s->args);
+            if (ds != dnnl_success) return idk_fail(p, IDK_ERR_DNNL, "step %d: %s", si, dnnl_status2str(ds));
+        } else if (s->fn) {
+            idk_status_t st = s->fn(p, s);
+            if (st != IDK_OK) return st;
+        }
+    }
+    dnnl_stream_wait(p->stream);
+    for (int i = 0; i < p->nout; i++) {
+        idk_tensor_t *t = &p->t[p->out[i]];
+        if (!out[i] && t->nbytes) return idk_fail(p, IDK_ERR_INVALID, "output %d is nil", i);
+        if (t->nbytes) memcpy(out[i], idk_buf_ptr(p, p->outbuf[i]), t->nbytes);
+    }
+    p->last_ns = now_ns() - t0;
+    return IDK_OK;
+}

@@ -1,0 +1,339 @@
+package sched
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"idunno/rpc"
+)
+
+// JobSummary is one job in `idunno job list` and what `job wait` polls.
+type JobSummary struct {
+	Name         string  `json:"name"`
+	Model        string  `json:"model"`
+	Data         string  `json:"data"`
+	Batch        int     `json:"batch"`
+	Queries      int     `json:"queries"`
+	Tasks        int     `json:"tasks"`
+	TaskSize     int     `json:"task_size"`
+	DoneTasks    int     `json:"done_tasks"`
+	Done         int     `json:"done"`
+	Complete     bool    `json:"complete"`
+	Share        float64 `json:"share"`
+	Rate10s      float64 `json:"rate_10s"`
+	AddedUnix    float64 `json:"added_unix"`
+	Seconds      float64 `json:"seconds"`        // since added, or until finished
+	FirstQueryMS float64 `json:"first_query_ms"` // from added to the first task starting (-1: not yet known)
+	SplitAtAdd   string  `json:"split_at_add,omitempty"`
+	Result       string  `json:"result"` // SDFS name of the result CSV
+}
+
+// JobAddReply says how a job was split.
+type JobAddReply struct {
+	Queries  int    `json:"queries"`
+	Tasks    int    `json:"tasks"`
+	TaskSize int    `json:"task_size"`
+	Split    string `json:"split"` // shares of the running jobs right after the add
+}
+
+// PhaseArgs sets the cluster's phase.
+type PhaseArgs struct {
+	Phase Phase `json:"phase"`
+}
+
+// ModelArgs registers a trained model.
+type ModelArgs struct {
+	Name  string `json:"name"`
+	Model string `json:"model"` // SDFS name
+}
+
+// NameArgs names a job.
+type NameArgs struct {
+	Name string `json:"name"`
+}
+
+// ClusterInfo is `idunno job phase`: the phase, the coordinator and the trained models.
+type ClusterInfo struct {
+	Phase       Phase             `json:"phase"`
+	Coordinator string            `json:"coordinator"`
+	Epoch       uint64            `json:"epoch"`
+	Models      map[string]string `json:"models"`
+	Standby     string            `json:"standby"`
+}
+
+// coordMethod registers a client method that runs on the coordinator: any node accepts it
+// and forwards it once (to method+"!", which never forwards again).
+func coordMethod[A, R any](s *Scheduler, srv *rpc.Server, method string, f func(ctx context.Context, a A) (R, error)) {
+	rpc.HandleJSON(srv, method+"!", func(ctx context.Context, a A) (R, error) {
+		if !s.IsCoordinator() {
+			var zero R
+			return zero, fmt.Errorf("sched: %s is no longer the coordinator; retry", s.name)
+		}
+		return f(ctx, a)
+	})
+	rpc.HandleJSON(srv, method, func(ctx context.Context, a A) (R, error) {
+		if s.IsCoordinator() {
+			return f(ctx, a)
+		}
+		var r R
+		name, addr, _, _ := s.coordinator()
+		if addr == "" {
+			return r, fmt.Errorf("sched: no coordinator right now (a new one is being elected); retry shortly")
+		}
+		if err := s.rpc.CallJSON(ctx, addr, method+"!", a, &r); err != nil {
+			if rpc.IsRemote(err) {
+				return r, err
+			}
+			return r, fmt.Errorf("sched: coordinator %s unreachable: %w", name, err)
+		}
+		return r, nil
+	})
+}
+
+// IsCoordinator reports whether this node coordinates now.
+func (s *Scheduler) IsCoordinator() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.role == roleCoordinator
+}
+
+func (s *Scheduler) registerClientAPI(srv *rpc.Server) {
+	coordMethod(s, srv, "sched.phase", s.apiPhase)
+	coordMethod(s, srv, "sched.info", s.apiInfo)
+	coordMethod(s, srv, "sched.model.add", s.apiModelAdd)
+	coordMethod(s, srv, "sched.job.add", s.apiJobAdd)
+	coordMethod(s, srv, "sched.job.remove", s.apiJobRemove)
+	coordMethod(s, srv, "sched.job.list", s.apiJobList)
+	coordMethod(s, srv, "sched.job.get", s.apiJobGet)
+	coordMethod(s, srv, "sched.job.stats", s.apiJobStats)
+	srv.Handle("sched.job.result", func(ctx context.Context, req *rpc.Message) (*rpc.Message, error) {
+		var a NameArgs
+		if err := json.Unmarshal(req.Args, &a); err != nil || !jobNameRE.MatchString(a.Name) {
+			return nil, fmt.Errorf("sched: job.result: bad job name")
+		}
+		b, err := s.blobs.Get(ctx, JobResultName(a.Name))
+		if err != nil {
+			return nil, fmt.Errorf("sched: result of job %s: %w", a.Name, err)
+		}
+		return &rpc.Message{Body: b}, nil
+	})
+}
+
+
+func (s *Scheduler) apiPhase(_ context.Context, a PhaseArgs) (ClusterInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.role != roleCoordinator {
+		return ClusterInfo{}, fmt.Errorf("sched: %s is not the coordinator", s.name)
+	}
+	switch {
+	case a.Phase == s.st.Phase:
+	case a.Phase == PhaseIdle:
+		if err := s.commit(&Entry{Kind: EntryPhase, Phase: a.Phase}); err != nil {
+			return ClusterInfo{}, err
+		}
+		s.logf("sched: %s phase stopped", s.st.Phase)
+	case a.Phase == PhaseTraining || a.Phase == PhaseInference:
+		if s.st.Phase != PhaseIdle {
+			return ClusterInfo{}, fmt.Errorf("sched: the %s phase is running: stop it first", s.st.Phase)
+		}
+		if err := s.commit(&Entry{Kind: EntryPhase, Phase: a.Phase}); err != nil {
+			return ClusterInfo{}, err
+		}
+		s.logf("sched: %s phase started", a.Phase)
+	default:
+		return ClusterInfo{}, fmt.Errorf("sched: unknown phase %q (idle, training, inference)", a.Phase)
+	}
+	s.w.wake()
+	return s.info(), nil
+}
+
+func (s *Scheduler) info() ClusterInfo {
+	ci := ClusterInfo{Phase: s.st.Phase, Coordinator: s.name, Epoch: s.st.Epoch, Models: map[string]string{}}
+	for k, v := range s.st.Models {
+		ci.Models[k] = v
+	}
+	if s.co != nil && s.co.synced {
+		ci.Standby = s.co.standby
+	}
+	return ci
+}
+
+func (s *Scheduler) apiInfo(_ context.Context, _ struct{}) (ClusterInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.info(), nil
+}
+
+func (s *Scheduler) apiModelAdd(ctx context.Context, a ModelArgs) (ClusterInfo, error) {
+	s.mu.Lock()
+	phase := s.st.Phase
+	s.mu.Unlock()
+	if phase != PhaseTraining {
+		return ClusterInfo{}, fmt.Errorf("sched: training jobs need the training phase (idunno train start); phase is %s", phase)
+	}
+	if !jobNameRE.MatchString(a.Name) {
+		return ClusterInfo{}, fmt.Errorf("sched: model name %q: use 1-64 letters, digits, '.', '_' or '-'", a.Name)
+	}
+	s.logf("sched: training job received: model %s from %s", a.Name, a.Model)
+	if err := s.exec.ProbeModel(ctx, a.Model); err != nil {
+		return ClusterInfo{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.role != roleCoordinator {
+		return ClusterInfo{}, fmt.Errorf("sched: %s stopped coordinating; retry", s.name)
+	}
+	if err := s.commit(&Entry{Kind: EntryModel, Name: a.Name, Model: a.Model}); err != nil {
+		return ClusterInfo{}, err
+	}
+	s.logf("sched: training job completed: model %s ready for inference", a.Name)
+	return s.info(), nil
+}
+
+func (s *Scheduler) apiJobAdd(ctx context.Context, spec JobSpec) (JobAddReply, error) {
+	s.logf("sched: job received: %s (model %s, data %s, batch %d)", spec.Name, spec.Model, spec.Data, spec.Batch)
+	fail := func(err error) (JobAddReply, error) {
+		s.logf("sched: job %s refused: %v", spec.Name, err)
+		return JobAddReply{}, err
+	}
+	if err := spec.ValidateRequest(); err != nil {
+		return fail(err)
+	}
+	s.mu.Lock()
+	if s.st.Phase != PhaseInference {
+		phase := s.st.Phase
+		s.mu.Unlock()
+		return fail(fmt.Errorf("sched: inference jobs need the inference phase (idunno inference start); phase is %s", phase))
+	}
+	if _, dup := s.st.Jobs[spec.Name]; dup {
+		s.mu.Unlock()
+		return fail(fmt.Errorf("sched: job name %q is already in use", spec.Name))
+	}
+	if m, ok := s.st.Models[spec.Model]; ok {
+		spec.Model = m
+	}
+	s.mu.Unlock()
+	n, err := s.exec.Probe(ctx, spec)
+	if err != nil {
+		return fail(err)
+	}
+	if n <= 0 {
+		return fail(fmt.Errorf("sched: dataset %s is empty", spec.Data))
+	}
+	spec.Queries = n
+	if spec.TaskSize <= 0 {
+		spec.TaskSize = ChooseTaskSize(n, spec.Batch, min(s.cfg.TaskQueries, spec.Batch*s.cfg.MaxTaskBatches))
+	} else if spec.TaskSize%spec.Batch != 0 {
+		return fail(fmt.Errorf("sched: task size %d is not a whole number of batches of %d", spec.TaskSize, spec.Batch))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.role != roleCoordinator {
+		return fail(fmt.Errorf("sched: %s stopped coordinating; retry", s.name))
+	}
+	if err := s.commit(&Entry{Kind: EntryJobAdd, Job: &spec}); err != nil {
+		return fail(err)
+	}
+	js := s.st.Jobs[spec.Name]
+	s.co.tasks.AddJob(js)
+	s.co.stats[spec.Name] = NewJobStats()
+	s.control(s.now())
+	split := s.splitString()
+	s.co.addSplit[spec.Name] = split
+	s.logf("sched: job %s accepted: %d queries in %d tasks of %d; split %s",
+		spec.Name, n, spec.NumTasks(), spec.TaskSize, split)
+	return JobAddReply{Queries: n, Tasks: spec.NumTasks(), TaskSize: spec.TaskSize, Split: split}, nil
+}
+
+func (s *Scheduler) apiJobRemove(_ context.Context, a NameArgs) (struct{}, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.role != roleCoordinator {
+		return struct{}{}, fmt.Errorf("sched: %s stopped coordinating; retry", s.name)
+	}
+	if err := s.commit(&Entry{Kind: EntryJobRemove, Name: a.Name}); err != nil {
+		return struct{}{}, err
+	}
+	s.co.tasks.RemoveJob(a.Name)
+	delete(s.co.stats, a.Name)
+	s.control(s.now())
+	s.logf("sched: job %s removed", a.Name)
+	return struct{}{}, nil
+}
+
+func (s *Scheduler) summary(n string, now time.Time) JobSummary {
+	j := s.st.Jobs[n]
+	sum := JobSummary{Name: n, Model: j.Spec.Model, Data: j.Spec.Data, Batch: j.Spec.Batch,
+		Queries: j.Spec.Queries, Tasks: j.Spec.NumTasks(), TaskSize: j.Spec.TaskSize, DoneTasks: j.NDone,
+		Done: doneQueries(j), Complete: j.Complete, AddedUnix: float64(j.Added) / 1e9,
+		FirstQueryMS: -1, Result: JobResultName(n)}
+	end := now.UnixNano()
+	if j.Complete {
+		end = j.Finished
+	}
+	sum.Seconds = float64(end-j.Added) / 1e9
+	if s.co != nil {
+		sum.Share = s.co.shares[n]
+		if st := s.co.stats[n]; st != nil {
+			sum.Rate10s = st.Rate(now, rateWindow)
+		}
+		if f, ok := s.co.firstStart[n]; ok {
+			sum.FirstQueryMS = float64(f.UnixNano()-j.Added) / 1e6
+		}
+		sum.SplitAtAdd = s.co.addSplit[n]
+	}
+	return sum
+}
+
+func (s *Scheduler) apiJobList(_ context.Context, _ struct{}) ([]JobSummary, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	out := []JobSummary{}
+	for _, n := range s.st.Order {
+		out = append(out, s.summary(n, now))
+	}
+	return out, nil
+}
+
+func (s *Scheduler) apiJobGet(_ context.Context, a NameArgs) (JobSummary, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.st.Jobs[a.Name]; !ok {
+		return JobSummary{}, fmt.Errorf("sched: no job %q", a.Name)
+	}
+	return s.summary(a.Name, s.now()), nil
+}
+
+func (s *Scheduler) apiJobStats(_ context.Context, a NameArgs) (JobStatsReport, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j, ok := s.st.Jobs[a.Name]
+	if !ok {
+		return JobStatsReport{}, fmt.Errorf("sched: no job %q", a.Name)
+	}
+	if s.role != roleCoordinator {
+		return JobStatsReport{}, fmt.Errorf("sched: %s stopped coordinating; retry", s.name)
+	}
+	now := s.now()
+	r := JobStatsReport{Job: a.Name, Done: doneQueries(j), Total: j.Spec.Queries, Workers: []WorkerShare{}}
+	if st := s.co.stats[a.Name]; st != nil {
+		r.Rate10s = st.Rate(now, rateWindow)
+		r.LatencyMS = st.Latency()
+	}
+	if !j.Complete {
+		for _, w := range sortedKeys(s.co.assign) {
+			for _, sh := range s.co.assign[w] {
+				if sh.Job == a.Name {
+					r.Workers = append(r.Workers, WorkerShare{Name: w, Share: sh.Weight})
+				}
+			}
+		}
+		sort.Slice(r.Workers, func(i, k int) bool { return NameLess(r.Workers[i].Name, r.Workers[k].Name) })
+	}
+	return r, nil
+}

@@ -1,0 +1,326 @@
+package sched
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"idunno/rpc"
+)
+
+// memCluster is an in-process cluster: real RPC on loopback, a shared membership view
+// standing in for the failure detector, a shared in-memory store and a fake executor.
+type memCluster struct {
+	t     *testing.T
+	mem   *StaticMembership
+	blobs *MemBlobs
+	exec  *FakeExecutor
+	cfg   SchedConfig
+	nodes map[string]*memNode
+	mu    sync.Mutex
+	logs  bytes.Buffer
+}
+
+type memNode struct {
+	name, addr, dir string
+	srv             *rpc.Server
+	ln              net.Listener
+	cli             *rpc.Client
+	s               *Scheduler
+	running         bool
+}
+
+var testSecret = []byte("test-secret")
+
+func newMemCluster(t *testing.T, n int) *memCluster {
+	cfg := DefaultSchedConfig()
+	cfg.TakeoverGrace = 500 * time.Millisecond
+	cfg.PullEvery = 50 * time.Millisecond
+	cfg.ControlEvery = 200 * time.Millisecond
+	cfg.RateWindow = time.Second
+	c := &memCluster{t: t, mem: NewStaticMembership(), blobs: NewMemBlobs(), cfg: cfg, nodes: map[string]*memNode{},
+		exec: &FakeExecutor{
+			Datasets: map[string]int{"small.idx": 2000, "big.npy": 3001},
+			Models:   map[string]time.Duration{"fast.onnx": 200 * time.Microsecond, "slow.onnx": 2 * time.Millisecond},
+		}}
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("node%d", i)
+		c.nodes[name] = &memNode{name: name, dir: t.TempDir()}
+		c.start(name)
+	}
+	t.Cleanup(func() {
+		for name, nd := range c.nodes {
+			if nd.running {
+				c.kill(name)
+			}
+		}
+		if t.Failed() {
+			t.Logf("logs:\n%s", c.logs.String())
+		}
+	})
+	return c
+}
+
+func (c *memCluster) logf(node string) func(string, ...any) {
+	return func(f string, a ...any) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		fmt.Fprintf(&c.logs, "%s %s "+f+"\n", append([]any{time.Now().Format("15:04:05.000"), node}, a...)...)
+	}
+}
+
+func (c *memCluster) start(name string) {
+	nd := c.nodes[name]
+	addr := "127.0.0.1:0"
+	if nd.addr != "" {
+		addr = nd.addr
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	nd.ln, nd.addr = ln, ln.Addr().String()
+	nd.srv = rpc.NewServer(testSecret)
+	nd.srv.Logf = func(string, ...any) {}
+	nd.cli = rpc.NewClient(testSecret)
+	s, err := NewScheduler(Deps{Name: name, RPCAddr: nd.addr, DataDir: nd.dir, Membership: c.mem, Blobs: c.blobs,
+		Executor: c.exec, Client: nd.cli, Logf: c.logf(name)}, c.cfg, nd.srv)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	nd.s = s
+	go nd.srv.Serve(ln)
+	s.Start()
+	nd.running = true
+	c.mem.Set(Peer{Name: name, RPCAddr: nd.addr}, true)
+}
+
+// kill stops a node abruptly (its journal stays on disk) and the detector reports it.
+func (c *memCluster) kill(name string) {
+	nd := c.nodes[name]
+	c.mem.Set(Peer{Name: name}, false)
+	nd.srv.Close()
+	nd.s.Stop()
+	nd.cli.Close()
+	nd.running = false
+}
+
+func (c *memCluster) coordinator() *memNode {
+	for _, nd := range c.nodes {
+		if nd.running && nd.s.IsCoordinator() {
+			return nd
+		}
+	}
+	return nil
+}
+
+func (c *memCluster) waitCoordinator(not string) *memNode {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if nd := c.coordinator(); nd != nil && nd.name != not {
+			return nd
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.t.Fatal("no coordinator elected")
+	return nil
+}
+
+// call runs a client method through any running node.
+func (c *memCluster) call(via, method string, args, reply any) error {
+	nd := c.nodes[via]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return nd.cli.CallJSON(ctx, nd.addr, method, args, reply)
+}
+
+func (c *memCluster) callRetry(method string, args, reply any) error {
+	var err error
+	for i := 0; i < 100; i++ {
+		for name, nd := range c.nodes {
+			if !nd.running {
+				continue
+			}
+			if err = c.call(name, method, args, reply); err == nil {
+				return nil
+			}
+			if rpc.IsRemote(err) && !strings.Contains(err.Error(), "retry") {
+				return err
+			}
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return err
+}
+
+func (c *memCluster) waitJob(name string, timeout time.Duration) JobSummary {
+	deadline := time.Now().Add(timeout)
+	var js JobSummary
+	for time.Now().Before(deadline) {
+		if err := c.callRetry("sched.job.get", NameArgs{name}, &js); err == nil && js.Complete {
+			return js
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.t.Fatalf("job %s not complete: %+v", name, js)
+	return js
+}
+
+func expectedResult(data string, n int) []byte {
+	preds := make([]Prediction, n)
+	for q := range preds {
+		preds[q] = FakePrediction(data, q)
+	}
+	return append([]byte(ResultHeader), FormatResultLines(0, preds)...)
+}
+
+func (c *memCluster) checkResult(job, data string, n int) {
+	got, err := c.blobs.Get(context.Background(), JobResultName(job))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if want := expectedResult(data, n); !bytes.Equal(got, want) {
+		c.t.Fatalf("job %s result differs from the direct computation (%d vs %d bytes)", job, len(got), len(want))
+	}
+}
+
+func TestClusterTwoJobsWithWorkerAndCoordinatorFailures(t *testing.T) {
+	c := newMemCluster(t, 6)
+	co := c.waitCoordinator("")
+	if err := c.callRetry("sched.phase", PhaseArgs{PhaseInference}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var r JobAddReply
+	if err := c.callRetry("sched.job.add", JobSpec{Name: "fast", Model: "fast.onnx", Data: "small.idx", Batch: 10}, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Queries != 2000 || r.TaskSize%10 != 0 {
+		t.Fatalf("add reply %+v", r)
+	}
+	if err := c.callRetry("sched.job.add", JobSpec{Name: "slow", Model: "slow.onnx", Data: "big.npy", Batch: 7}, &r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(r.Split, "fast=") || !strings.Contains(r.Split, "slow=") {
+		t.Fatalf("split %q", r.Split)
+	}
+	time.Sleep(300 * time.Millisecond)
+	// Kill a worker, then the coordinator, while both jobs run.
+	for name, nd := range c.nodes {
+		if name != co.name && nd.running {
+			c.kill(name)
+			break
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	var before JobSummary
+	c.callRetry("sched.job.get", NameArgs{"slow"}, &before)
+	if before.Complete {
+		t.Fatal("job finished before the coordinator was killed; make it longer")
+	}
+	c.kill(co.name)
+	t0 := time.Now()
+	co2 := c.waitCoordinator(co.name)
+	if d := time.Since(t0); d > time.Second {
+		t.Errorf("standby took %v to take over", d)
+	}
+	// The old coordinator comes back and becomes a follower (or the standby).
+	c.start(co.name)
+	c.waitJob("fast", 30*time.Second)
+	c.waitJob("slow", 30*time.Second)
+	c.checkResult("fast", "small.idx", 2000)
+	c.checkResult("slow", "big.npy", 3001)
+	if c.nodes[co.name].s.IsCoordinator() || !co2.s.IsCoordinator() {
+		t.Fatal("old coordinator took the role back")
+	}
+	var st JobStatsReport
+	if err := c.callRetry("sched.job.stats", NameArgs{"slow"}, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Done != 3001 || st.Total != 3001 {
+		t.Fatalf("stats %+v", st)
+	}
+	// Every task committed exactly once: the journal's state says so, on the standby too.
+	co2.s.mu.Lock()
+	for _, n := range []string{"fast", "slow"} {
+		j := co2.s.st.Jobs[n]
+		if j.NDone != j.Spec.NumTasks() {
+			t.Errorf("job %s: %d of %d tasks done", n, j.NDone, j.Spec.NumTasks())
+		}
+	}
+	co2.s.mu.Unlock()
+}
+
+func TestClusterBadInput(t *testing.T) {
+	c := newMemCluster(t, 3)
+	c.waitCoordinator("")
+	add := func(spec JobSpec) error { return c.callRetry("sched.job.add", spec, nil) }
+	if err := add(JobSpec{Name: "a", Model: "fast.onnx", Data: "small.idx", Batch: 1}); err == nil || !strings.Contains(err.Error(), "inference phase") {
+		t.Fatalf("add before the phase: %v", err)
+	}
+	c.callRetry("sched.phase", PhaseArgs{PhaseInference}, nil)
+	for _, tc := range []struct {
+		spec JobSpec
+		want string
+	}{
+		{JobSpec{Name: "a", Model: "nope.onnx", Data: "small.idx", Batch: 1}, "model \"nope.onnx\" not found"},
+		{JobSpec{Name: "a", Model: "fast.onnx", Data: "nope", Batch: 1}, "dataset \"nope\" not found"},
+		{JobSpec{Name: "a", Model: "fast.onnx", Data: "small.idx", Batch: 0}, "batch size must be at least 1"},
+		{JobSpec{Name: "a/b", Model: "fast.onnx", Data: "small.idx", Batch: 1}, "job name"},
+		{JobSpec{Name: "a", Model: "fast.onnx", Data: "small.idx", Batch: 4, TaskSize: 6}, "whole number of batches"},
+	} {
+		if err := add(tc.spec); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %q", tc.spec, err, tc.want)
+		}
+	}
+	var list []JobSummary
+	c.callRetry("sched.job.list", struct{}{}, &list)
+	if len(list) != 0 {
+		t.Fatalf("refused jobs left something behind: %+v", list)
+	}
+	if err := add(JobSpec{Name: "a", Model: "fast.onnx", Data: "small.idx", Batch: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := add(JobSpec{Name: "a", Model: "fast.onnx", Data: "small.idx", Batch: 5}); err == nil || !strings.Contains(err.Error(), "already in use") {
+		t.Fatalf("duplicate: %v", err)
+	}
+	if err := c.callRetry("sched.job.remove", NameArgs{"zzz"}, nil); err == nil || !strings.Contains(err.Error(), "no job") {
+		t.Fatalf("remove unknown: %v", err)
+	}
+}
+
+// TestClusterRestartAll kills every node mid-job and restarts them: the job resumes from
+// the journals and committed tasks are not computed again.
+func TestClusterRestartAll(t *testing.T) {
+	c := newMemCluster(t, 4)
+	c.waitCoordinator("")
+	c.callRetry("sched.phase", PhaseArgs{PhaseInference}, nil)
+	if err := c.callRetry("sched.job.add", JobSpec{Name: "j", Model: "slow.onnx", Data: "small.idx", Batch: 10, TaskSize: 50}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var js JobSummary
+	for js.DoneTasks < 10 {
+		time.Sleep(20 * time.Millisecond)
+		c.callRetry("sched.job.get", NameArgs{"j"}, &js)
+	}
+	for name := range c.nodes {
+		c.kill(name)
+	}
+	putsBefore := c.blobs.Puts
+	for name := range c.nodes {
+		c.start(name)
+	}
+	c.waitCoordinator("")
+	done := c.waitJob("j", 30*time.Second)
+	c.checkResult("j", "small.idx", 2000)
+	// Tasks committed before the crash are not recomputed: at most the ones in flight are.
+	recomputed := c.blobs.Puts - putsBefore - 1 - (done.Tasks - js.DoneTasks)
+	if recomputed > 4*2 {
+		t.Fatalf("%d tasks recomputed after the restart", recomputed)
+	}
+}

@@ -1,0 +1,558 @@
+package sched
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+)
+
+// coordTables is the coordinator's soft state, rebuilt on takeover: leases, measurements,
+// the current split of workers, and each worker's virtual time per job (for interleaving
+// the jobs a worker serves by weight).
+type coordTables struct {
+	tasks       *TaskTable
+	stats       map[string]*JobStats
+	assign      map[string][]Share
+	shares      map[string]float64
+	vt          map[string]map[string]float64 // worker -> job -> busy seconds / weight
+	leaseCost   map[taskKey]float64           // estimated busy seconds charged at lease time
+	workers     []string
+	standby     string
+	standbyAddr string
+	synced      bool // the standby has our snapshot and every entry since
+	lastControl time.Time
+	assembling  map[string]bool
+	firstStart  map[string]time.Time
+	addSplit    map[string]string
+	since       time.Time
+	lastBeat    time.Time
+}
+
+func newCoordTables(now time.Time) *coordTables {
+	return &coordTables{tasks: NewTaskTable(), stats: map[string]*JobStats{}, assign: map[string][]Share{},
+		shares: map[string]float64{}, vt: map[string]map[string]float64{}, leaseCost: map[taskKey]float64{},
+		assembling: map[string]bool{}, firstStart: map[string]time.Time{}, addSplit: map[string]string{}, since: now}
+}
+
+// takeOver makes this node the coordinator with a new epoch. Called with s.mu held.
+func (s *Scheduler) takeOver(why string) {
+	epoch := max(s.st.Epoch, s.maxEpoch) + 1
+	s.role = roleCoordinator
+	s.co = newCoordTables(s.now())
+	for _, n := range s.st.Order {
+		js := s.st.Jobs[n]
+		s.co.tasks.AddJob(js)
+		s.co.stats[n] = NewJobStats()
+	}
+	if err := s.commit(&Entry{Kind: EntryEpoch, Epoch: epoch, Node: s.name}); err != nil {
+		s.logf("sched: take over failed: %v", err)
+		s.role, s.co = roleFollower, nil
+		return
+	}
+	s.maxEpoch = epoch
+	s.coordName, s.coordAddr, s.standbyOf = s.name, s.addr, ""
+	s.logf("sched: became coordinator, epoch %d (%s); %d jobs in the journal", epoch, why, len(s.st.Jobs))
+	s.w.wake()
+}
+
+// stepDown leaves the coordinator role. Called with s.mu held.
+func (s *Scheduler) stepDown(why string) {
+	s.logf("sched: stepping down as coordinator of epoch %d: %s", s.st.Epoch, why)
+	s.role, s.co = roleFollower, nil
+	s.coordName, s.coordAddr, s.lostSince = "", "", s.now()
+}
+
+// commit makes one state change: checked, replicated to the standby, written to the local
+// journal, then applied. Called with s.mu held.
+func (s *Scheduler) commit(e *Entry) error {
+	e.Seq = s.st.Seq + 1
+	if e.Epoch == 0 {
+		e.Epoch = s.st.Epoch
+	}
+	e.Time = s.now().UnixNano()
+	if err := s.st.Check(e); err != nil {
+		return err
+	}
+	if s.co != nil && s.co.synced {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ReplicateTimeout)
+		_, err := s.callEpoch(ctx, s.co.standbyAddr, "sched.replicate", e.Epoch,
+			ReplicateArgs{From: s.name, Entries: []*Entry{e}}, nil)
+		cancel()
+		if err != nil {
+			if strings.Contains(err.Error(), "fenced") {
+				s.stepDown(err.Error())
+				return err
+			}
+			s.logf("sched: standby %s missed entry %d: %v", s.co.standby, e.Seq, err)
+			s.co.synced = false
+		}
+	}
+	if err := s.journal.Append(e); err != nil {
+		return err
+	}
+	if err := s.st.Apply(e); err != nil {
+		panic("sched: checked entry failed to apply: " + err.Error())
+	}
+	if s.journal.NeedsCompaction() {
+		if err := s.journal.Reset(s.st); err != nil {
+			s.logf("sched: journal compaction: %v", err)
+		}
+	}
+	return nil
+}
+
+// ReplicateArgs carries journal entries (or a whole snapshot) to the standby.
+type ReplicateArgs struct {
+	From     string   `json:"from"`
+	Snapshot *State   `json:"snapshot,omitempty"`
+	Entries  []*Entry `json:"entries,omitempty"`
+}
+
+func (s *Scheduler) handleReplicate(epoch uint64, a ReplicateArgs) (struct{}, uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.fenced(epoch); err != nil {
+		return struct{}{}, s.maxEpoch, err
+	}
+	if s.role == roleCoordinator {
+		return struct{}{}, s.maxEpoch, fmt.Errorf("sched: fenced: %s coordinates epoch %d", s.name, s.st.Epoch)
+	}
+	if a.Snapshot != nil {
+		if err := a.Snapshot.validate(); err != nil {
+			return struct{}{}, s.maxEpoch, err
+		}
+		if err := s.journal.Reset(a.Snapshot); err != nil {
+			return struct{}{}, s.maxEpoch, err
+		}
+		s.st = a.Snapshot
+		if s.role != roleStandby || s.standbyOf != a.From {
+			s.logf("sched: standby of coordinator %s (epoch %d)", a.From, epoch)
+		}
+	} else if s.role != roleStandby || s.standbyOf != a.From {
+		return struct{}{}, s.maxEpoch, fmt.Errorf("sched: %s needs a snapshot first", s.name)
+	}
+	for _, e := range a.Entries {
+		if e.Seq <= s.st.Seq {
+			continue
+		}
+		if err := s.st.Apply(e); err != nil {
+			s.role = roleFollower
+			return struct{}{}, s.maxEpoch, fmt.Errorf("sched: %s needs a snapshot: %w", s.name, err)
+		}
+		if err := s.journal.Append(e); err != nil {
+			return struct{}{}, s.maxEpoch, err
+		}
+	}
+	s.role, s.standbyOf, s.lastBeat = roleStandby, a.From, s.now()
+	s.follow(a.From, s.lookupAddr(a.From), epoch)
+	return struct{}{}, s.maxEpoch, nil
+}
+
+func (s *Scheduler) lookupAddr(name string) string {
+	for _, p := range s.mem.Alive() {
+		if p.Name == name {
+			return p.RPCAddr
+		}
+	}
+	return ""
+}
+
+// coordTick: expire leases of dead workers, keep a synced standby, run the controller and
+// finish complete jobs. Called with s.mu held.
+func (s *Scheduler) coordTick(alive []Peer, live map[string]string) {
+	now := s.now()
+	co := s.co
+	for _, w := range co.tasks.Workers() {
+		if _, ok := live[w]; !ok {
+			for _, l := range co.tasks.ExpireWorker(w) {
+				delete(co.leaseCost, taskKey{l.Job, l.Task})
+				s.logf("sched: worker %s failed: task %s/%d goes back to the queue", w, l.Job, l.Task)
+			}
+		}
+	}
+	// Standby: the lowest-named live node other than this one.
+	want, wantAddr := "", ""
+	for _, p := range alive {
+		if p.Name != s.name {
+			want, wantAddr = p.Name, p.RPCAddr
+			break
+		}
+	}
+	if want != co.standby {
+		co.standby, co.standbyAddr, co.synced = want, wantAddr, false
+	}
+	if want != "" && !co.synced {
+		s.syncStandby()
+	} else if want != "" && now.Sub(co.lastBeat) >= 4*s.cfg.Tick {
+		// An empty replication is the standby's heartbeat: a standby that stops hearing it
+		// (because another node replaced it) no longer takes over on its own.
+		co.lastBeat = now
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ReplicateTimeout)
+		_, err := s.callEpoch(ctx, co.standbyAddr, "sched.replicate", s.st.Epoch, ReplicateArgs{From: s.name}, nil)
+		cancel()
+		if err != nil && strings.Contains(err.Error(), "fenced") {
+			s.stepDown(err.Error())
+		} else if err != nil {
+			co.synced = false
+		}
+	}
+	if s.role != roleCoordinator {
+		return
+	}
+	workers := make([]string, 0, len(alive))
+	for _, p := range alive {
+		if p.Name != s.name {
+			workers = append(workers, p.Name)
+		}
+	}
+	if len(alive) == 1 {
+		workers = []string{s.name} // a one-node cluster works on its own
+	}
+	if now.Sub(co.lastControl) >= s.cfg.ControlEvery || !equalStrings(workers, co.workers) {
+		co.workers = workers
+		s.control(now)
+	}
+	for _, n := range s.st.Order {
+		j := s.st.Jobs[n]
+		if !j.Complete && j.NDone == j.Spec.NumTasks() && !co.assembling[n] {
+			co.assembling[n] = true
+			go s.assemble(s.st.Epoch, j.Spec)
+		}
+	}
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// syncStandby sends the standby a snapshot. Called with s.mu held.
+func (s *Scheduler) syncStandby() {
+	co := s.co
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ReplicateTimeout)
+	defer cancel()
+	_, err := s.callEpoch(ctx, co.standbyAddr, "sched.replicate", s.st.Epoch,
+		ReplicateArgs{From: s.name, Snapshot: s.st}, nil)
+	if err != nil {
+		if strings.Contains(err.Error(), "fenced") {
+			s.stepDown(err.Error())
+			return
+		}
+		return // retried next tick
+	}
+	co.synced = true
+	s.logf("sched: standby %s has the journal (entry %d)", co.standby, s.st.Seq)
+}
+
+// running lists the jobs that still have work, in the order they were added.
+func (s *Scheduler) running() []string {
+	var out []string
+	for _, n := range s.st.Order {
+		j := s.st.Jobs[n]
+		if !j.Complete && j.NDone < j.Spec.NumTasks() {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// control runs the fair-time controller and re-splits the workers. Called with s.mu held.
+func (s *Scheduler) control(now time.Time) {
+	co := s.co
+	co.lastControl = now
+	jobs := s.running()
+	loads := make([]JobLoad, len(jobs))
+	for i, n := range jobs {
+		st := co.stats[n]
+		loads[i] = JobLoad{Name: n, Cost: st.cost, Gain: st.gain}
+		// Compare rates only once the job has run a whole window under the controller.
+		if !st.firstDone.IsZero() && now.Sub(st.firstDone) >= s.cfg.RateWindow {
+			loads[i].Rate = st.Rate(now, s.cfg.RateWindow)
+		}
+	}
+	for _, l := range loads {
+		if l.Rate == 0 {
+			for i := range loads {
+				loads[i].Rate = 0 // all or nothing: a partial comparison would mislead
+			}
+			break
+		}
+	}
+	shares, gains := FairShares(loads)
+	co.shares = map[string]float64{}
+	for i, n := range jobs {
+		co.stats[n].gain = gains[i]
+		co.shares[n] = shares[i]
+	}
+	co.assign = AssignWorkers(co.workers, jobs, shares)
+}
+
+// splitString renders the current shares, e.g. "a=0.25 b=0.75".
+func (s *Scheduler) splitString() string {
+	var parts []string
+	for _, n := range s.running() {
+		parts = append(parts, fmt.Sprintf("%s=%.3f", n, s.co.shares[n]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// pickJob chooses which job worker runs next: among the jobs it is assigned with pending
+// work, the one furthest behind in busy time per unit of weight; if none, any job with
+// pending work (idle workers help). Called with s.mu held.
+func (s *Scheduler) pickJob(worker string) string {
+	co := s.co
+	vt := co.vt[worker]
+	if vt == nil {
+		vt = map[string]float64{}
+		co.vt[worker] = vt
+	}
+	best, bestVT := "", math.Inf(1)
+	floor := math.Inf(1)
+	for _, sh := range co.assign[worker] {
+		if v, ok := vt[sh.Job]; ok {
+			floor = math.Min(floor, v)
+		}
+	}
+	for _, sh := range co.assign[worker] {
+		if sh.Weight <= 0 || !co.tasks.HasPending(sh.Job) {
+			continue
+		}
+		v, ok := vt[sh.Job]
+		if !ok {
+			if math.IsInf(floor, 1) {
+				floor = 0
+			}
+			v, vt[sh.Job] = floor, floor // a job new to this worker starts level, not behind
+		}
+		if v < bestVT {
+			best, bestVT = sh.Job, v
+		}
+	}
+	if best != "" {
+		return best
+	}
+	for _, n := range s.running() {
+		if co.tasks.HasPending(n) {
+			return n
+		}
+	}
+	return ""
+}
+
+func (s *Scheduler) weightOf(worker, job string) float64 {
+	for _, sh := range s.co.assign[worker] {
+		if sh.Job == job {
+			return sh.Weight
+		}
+	}
+	return 0
+}
+
+// charge adds busy seconds to a worker's virtual time for a job.
+func (s *Scheduler) charge(worker, job string, secs float64) {
+	w := s.weightOf(worker, job)
+	if w <= 0 {
+		return
+	}
+	if s.co.vt[worker] == nil {
+		s.co.vt[worker] = map[string]float64{}
+	}
+	s.co.vt[worker][job] += secs / w
+}
+
+// TaskRef names one task.
+type TaskRef struct {
+	Job  string `json:"job"`
+	Task int    `json:"task"`
+}
+
+// TaskOrder is a leased task as the worker receives it.
+type TaskOrder struct {
+	Spec  JobSpec `json:"spec"`
+	Task  int     `json:"task"`
+	Epoch uint64  `json:"epoch"`
+}
+
+// PullArgs is a worker's request for work, carrying what it holds and what it finished.
+type PullArgs struct {
+	Worker string       `json:"worker"`
+	Want   int          `json:"want"`
+	Held   []TaskRef    `json:"held"`
+	Done   []TaskReport `json:"done"`
+}
+
+// PullReply hands out tasks and acknowledges reports.
+type PullReply struct {
+	Orders []TaskOrder `json:"orders"`
+	Acked  []TaskRef   `json:"acked"`
+	Jobs   []string    `json:"jobs"` // jobs still running: a worker drops queued tasks of others
+}
+
+// MaxPullItems bounds the lists in one pull.
+const MaxPullItems = 4096
+
+func (s *Scheduler) handlePull(epoch uint64, a PullArgs) (PullReply, uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var r PullReply
+	if err := s.fenced(epoch); err != nil {
+		return r, s.maxEpoch, err
+	}
+	if s.role != roleCoordinator {
+		return r, s.maxEpoch, fmt.Errorf("sched: %s is not the coordinator", s.name)
+	}
+	if len(a.Held) > MaxPullItems || len(a.Done) > MaxPullItems || a.Want > 64 {
+		return r, s.maxEpoch, fmt.Errorf("sched: pull from %s over the size limits", a.Worker)
+	}
+	now := s.now()
+	co := s.co
+	keep := make(map[TaskRef]bool, len(a.Held)+len(a.Done))
+	for _, h := range a.Held {
+		co.tasks.Adopt(h.Job, h.Task, a.Worker, now)
+		keep[h] = true
+	}
+	for _, d := range a.Done {
+		keep[TaskRef{d.Job, d.Task}] = true
+	}
+	for _, l := range co.tasks.Reconcile(a.Worker, keep) {
+		delete(co.leaseCost, taskKey{l.Job, l.Task})
+		s.logf("sched: worker %s gave up task %s/%d: back to the queue", a.Worker, l.Job, l.Task)
+	}
+	for _, d := range a.Done {
+		if err := s.recordDone(d, now); err != nil {
+			s.logf("sched: report of %s/%d from %s: %v", d.Job, d.Task, a.Worker, err)
+			if s.role != roleCoordinator {
+				return PullReply{}, s.maxEpoch, err
+			}
+			continue // not acknowledged: the worker reports it again
+		}
+		r.Acked = append(r.Acked, TaskRef{d.Job, d.Task})
+	}
+	if s.st.Phase == PhaseInference {
+		if _, ok := co.assign[a.Worker]; !ok && !contains(co.workers, a.Worker) {
+			co.workers = append(co.workers, a.Worker) // a worker that joined since the last split
+			s.control(now)
+		}
+		for i := 0; i < a.Want; i++ {
+			job := s.pickJob(a.Worker)
+			if job == "" {
+				break
+			}
+			task, _ := co.tasks.Lease(job, a.Worker, now)
+			js := s.st.Jobs[job]
+			f, t := js.Spec.TaskRange(task)
+			est := co.stats[job].cost * float64(t-f)
+			co.leaseCost[taskKey{job, task}] = est
+			s.charge(a.Worker, job, est)
+			r.Orders = append(r.Orders, TaskOrder{Spec: js.Spec, Task: task, Epoch: s.st.Epoch})
+			s.logf("sched: scheduled task %s/%d (queries %d-%d) on %s", job, task, f, t-1, a.Worker)
+		}
+	}
+	r.Jobs = s.running()
+	return r, s.st.Epoch, nil
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// recordDone commits a finished task once; a repeat is acknowledged without effect.
+// Called with s.mu held.
+func (s *Scheduler) recordDone(d TaskReport, now time.Time) error {
+	co := s.co
+	js, ok := s.st.Jobs[d.Job]
+	if !ok || d.Task < 0 || d.Task >= js.Spec.NumTasks() || js.IsDone(d.Task) {
+		co.tasks.Complete(d.Job, d.Task)
+		return nil // removed job or already committed: nothing to do
+	}
+	if err := s.commit(&Entry{Kind: EntryTaskDone, Name: d.Job, Task: d.Task, Node: d.Worker}); err != nil {
+		return err
+	}
+	co.tasks.Complete(d.Job, d.Task)
+	k := taskKey{d.Job, d.Task}
+	s.charge(d.Worker, d.Job, float64(d.BusyNanos)/1e9-co.leaseCost[k])
+	delete(co.leaseCost, k)
+	st := co.stats[d.Job]
+	st.Record(d, js.Spec.Batch, now)
+	if d.StartNanos > 0 {
+		t0 := time.Unix(0, d.StartNanos)
+		if f, ok := co.firstStart[d.Job]; !ok || t0.Before(f) {
+			co.firstStart[d.Job] = t0
+		}
+	}
+	s.logf("sched: completed task %s/%d on %s (%d queries, %.1f ms); job %d/%d tasks",
+		d.Job, d.Task, d.Worker, d.Queries, float64(d.BusyNanos)/1e6, js.NDone, js.Spec.NumTasks())
+	return nil
+}
+
+// assemble concatenates a finished job's task results into its result CSV and commits
+// the job as complete. Re-running it writes the same bytes.
+func (s *Scheduler) assemble(epoch uint64, spec JobSpec) {
+	err := s.writeResult(spec)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.role != roleCoordinator || s.st.Epoch != epoch {
+		return
+	}
+	delete(s.co.assembling, spec.Name)
+	if err != nil {
+		s.logf("sched: job %s: result: %v (retrying)", spec.Name, err)
+		return
+	}
+	if j, ok := s.st.Jobs[spec.Name]; !ok || j.Complete {
+		return
+	}
+	if err := s.commit(&Entry{Kind: EntryJobComplete, Name: spec.Name}); err != nil {
+		s.logf("sched: job %s: %v", spec.Name, err)
+		return
+	}
+	j := s.st.Jobs[spec.Name]
+	s.logf("sched: job %s completed: %d queries in %.2f s, result in SDFS as %s",
+		spec.Name, spec.Queries, float64(j.Finished-j.Added)/1e9, JobResultName(spec.Name))
+}
+
+func (s *Scheduler) writeResult(spec JobSpec) error {
+	var buf bytes.Buffer
+	buf.WriteString(ResultHeader)
+	for i := 0; i < spec.NumTasks(); i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		b, err := s.blobs.Get(ctx, TaskResultName(spec.Name, i))
+		cancel()
+		if err != nil {
+			return fmt.Errorf("read task %d: %w", i, err)
+		}
+		if f, t := spec.TaskRange(i); bytes.Count(b, []byte{'\n'}) != t-f {
+			return fmt.Errorf("task %d result has %d lines, want %d", i, bytes.Count(b, []byte{'\n'}), t-f)
+		}
+		buf.Write(b)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return s.blobs.Put(ctx, JobResultName(spec.Name), buf.Bytes())
+}
+
+// sortedKeys returns a map's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

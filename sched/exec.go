@@ -1,0 +1,229 @@
+package sched
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"idunno/kernel"
+	"idunno/kernel/onnx"
+	"idunno/sched/dataset"
+)
+
+// KernelExecutor is the worker's Executor: models and datasets come from the store (and
+// stay cached in memory, a few of each), inputs are preprocessed by sched/dataset, and the
+// kernel runs the model with Threads threads.
+type KernelExecutor struct {
+	Blobs   Blobs
+	Threads int
+	Keep    int // models and datasets kept in memory (each); default 4
+
+	mu     sync.Mutex
+	models map[string]*cachedModel
+	data   map[string]*cachedData
+}
+
+type cachedModel struct {
+	once sync.Once
+	m    *kernel.Model
+	dims []int64
+	err  error
+	used time.Time
+	buf  []float32 // reused input buffer (the worker runs one task at a time)
+	mu   sync.Mutex
+}
+
+type cachedData struct {
+	once sync.Once
+	ds   dataset.Dataset
+	err  error
+	used time.Time
+}
+
+func (x *KernelExecutor) keep() int {
+	if x.Keep <= 0 {
+		return 4
+	}
+	return x.Keep
+}
+
+func (x *KernelExecutor) model(ctx context.Context, name string) (*cachedModel, error) {
+	x.mu.Lock()
+	if x.models == nil {
+		x.models = map[string]*cachedModel{}
+	}
+	c := x.models[name]
+	if c == nil {
+		c = &cachedModel{}
+		x.models[name] = c
+		for len(x.models) > x.keep() {
+			x.evictModel(name)
+		}
+	}
+	c.used = time.Now()
+	x.mu.Unlock()
+	c.once.Do(func() {
+		b, err := x.Blobs.Get(ctx, name)
+		if err != nil {
+			c.err = fmt.Errorf("sched: model %q: %w", name, err)
+			return
+		}
+		om, err := onnx.Decode(b)
+		if err != nil {
+			c.err = fmt.Errorf("sched: model %q: %w", name, err)
+			return
+		}
+		m, err := kernel.LoadModel(om, kernel.Options{Threads: max(x.Threads, 1)})
+		if err != nil {
+			c.err = fmt.Errorf("sched: model %q: %w", name, err)
+			return
+		}
+		if in := m.Inputs(); len(in) != 1 || len(m.Outputs()) < 1 {
+			c.err = fmt.Errorf("sched: model %q has %d inputs: jobs need models with one input", name, len(in))
+			m.Close()
+			return
+		}
+		c.m, c.dims = m, m.Inputs()[0].Dims
+	})
+	if c.err != nil {
+		x.mu.Lock()
+		if x.models[name] == c {
+			delete(x.models, name) // a failed load is retried next time (the file may appear)
+		}
+		x.mu.Unlock()
+	}
+	return c, c.err
+}
+
+// evictModel drops the least recently used model other than keep. Called with x.mu held.
+func (x *KernelExecutor) evictModel(keep string) {
+	var old string
+	for n, c := range x.models {
+		if n != keep && (old == "" || c.used.Before(x.models[old].used)) {
+			old = n
+		}
+	}
+	c := x.models[old]
+	delete(x.models, old)
+	go func() { // close once no run holds it
+		c.once.Do(func() {})
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.m != nil {
+			c.m.Close()
+		}
+	}()
+}
+
+func (x *KernelExecutor) dataset(ctx context.Context, name string) (dataset.Dataset, error) {
+	x.mu.Lock()
+	if x.data == nil {
+		x.data = map[string]*cachedData{}
+	}
+	c := x.data[name]
+	if c == nil {
+		c = &cachedData{}
+		x.data[name] = c
+		for len(x.data) > x.keep() {
+			var old string
+			for n, d := range x.data {
+				if n != name && (old == "" || d.used.Before(x.data[old].used)) {
+					old = n
+				}
+			}
+			delete(x.data, old)
+		}
+	}
+	c.used = time.Now()
+	x.mu.Unlock()
+	c.once.Do(func() {
+		b, err := x.Blobs.Get(ctx, name)
+		if err != nil {
+			c.err = fmt.Errorf("sched: dataset %q: %w", name, err)
+			return
+		}
+		c.ds, c.err = dataset.OpenBytes(b)
+		if c.err != nil {
+			c.err = fmt.Errorf("sched: dataset %q: %w", name, c.err)
+		}
+	})
+	if c.err != nil {
+		x.mu.Lock()
+		if x.data[name] == c {
+			delete(x.data, name)
+		}
+		x.mu.Unlock()
+	}
+	return c.ds, c.err
+}
+
+// ProbeModel loads the model.
+func (x *KernelExecutor) ProbeModel(ctx context.Context, name string) error {
+	_, err := x.model(ctx, name)
+	return err
+}
+
+// Probe loads the model and the dataset and preprocesses one sample into the model's input.
+func (x *KernelExecutor) Probe(ctx context.Context, spec JobSpec) (int, error) {
+	c, err := x.model(ctx, spec.Model)
+	if err != nil {
+		return 0, err
+	}
+	ds, err := x.dataset(ctx, spec.Data)
+	if err != nil {
+		return 0, err
+	}
+	if err := dataset.Check(ds, spec.Pre, c.dims); err != nil {
+		return 0, fmt.Errorf("sched: model %s does not fit dataset %s: %w", spec.Model, spec.Data, err)
+	}
+	if len(c.dims) > 0 && c.dims[0] > 0 && int(c.dims[0]) != spec.Batch {
+		return 0, fmt.Errorf("sched: model %s has a fixed batch of %d, job asks for %d", spec.Model, c.dims[0], spec.Batch)
+	}
+	return ds.Len(), nil
+}
+
+// Run preprocesses and runs queries [from, to) batch by batch.
+func (x *KernelExecutor) Run(ctx context.Context, spec JobSpec, from, to int) ([]Prediction, []int64, error) {
+	c, err := x.model(ctx, spec.Model)
+	if err != nil {
+		return nil, nil, err
+	}
+	ds, err := x.dataset(ctx, spec.Data)
+	if err != nil {
+		return nil, nil, err
+	}
+	if to > ds.Len() {
+		return nil, nil, fmt.Errorf("sched: dataset %s has %d queries, task wants up to %d", spec.Data, ds.Len(), to)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	preds := make([]Prediction, 0, to-from)
+	lat := make([]int64, 0, (to-from+spec.Batch-1)/spec.Batch)
+	for b := from; b < to; b += spec.Batch {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		e := min(b+spec.Batch, to)
+		start := time.Now()
+		in, err := dataset.BatchInto(c.buf, ds, b, e, spec.Pre, c.dims)
+		if err != nil {
+			return nil, nil, err
+		}
+		if cap(in.F32) > cap(c.buf) {
+			c.buf = in.F32[:cap(in.F32)]
+		}
+		outs, err := c.m.Run([]*onnx.Tensor{in})
+		if err != nil {
+			return nil, nil, err
+		}
+		out := outs[0]
+		rows := e - b
+		if len(out.F32) == 0 || len(out.F32)%rows != 0 {
+			return nil, nil, fmt.Errorf("sched: model %s output of %d values for a batch of %d", spec.Model, len(out.F32), rows)
+		}
+		preds = append(preds, Argmax(out.F32, rows, len(out.F32)/rows)...)
+		lat = append(lat, time.Since(start).Microseconds())
+	}
+	return preds, lat, nil
+}

@@ -1,0 +1,254 @@
+package sched_test
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"idunno/client/localcluster"
+	"idunno/kernel"
+	"idunno/kernel/onnx"
+	"idunno/rpc"
+	"idunno/sched"
+	"idunno/sched/dataset"
+)
+
+var bin string
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	bin = os.Getenv("IDUNNO_BIN")
+	if bin != "" || testing.Short() {
+		os.Exit(m.Run())
+	}
+	dir, err := os.MkdirTemp("", "idunno-sched-bin")
+	if err != nil {
+		panic(err)
+	}
+	bin = filepath.Join(dir, "idunno")
+	cmd := exec.Command("go", "build", "-o", bin, "idunno/client")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		panic(string(out))
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const fmnistTest = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz"
+const fmnistTrain = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
+
+// procCluster is a local cluster of real node processes driven through the idunno command.
+type procCluster struct {
+	t  *testing.T
+	lc *localcluster.Cluster
+	rc *rpc.Client
+}
+
+func needKernel(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	if err := kernel.Available(); err != nil {
+		t.Fatalf("the kernel library is needed (make; IDUNNO_KERNEL_LIB=bin/libidunno_kernel.so): %v", err)
+	}
+	if os.Getenv("IDUNNO_KERNEL_LIB") == "" {
+		t.Fatal("set IDUNNO_KERNEL_LIB so node processes find the kernel library")
+	}
+	for _, f := range []string{fmnistTest, fmnistTrain} {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatalf("Fashion-MNIST is needed (Debian package dataset-fashion-mnist): %v", err)
+		}
+	}
+}
+
+func upProcCluster(t *testing.T, n int) *procCluster {
+	lc, err := localcluster.Up(t.TempDir(), n, 0, bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lc.Down() })
+	rc := rpc.NewClient([]byte(lc.Secret()))
+	t.Cleanup(rc.Close)
+	return &procCluster{t: t, lc: lc, rc: rc}
+}
+
+// run runs an idunno command against the cluster and returns its output.
+func (c *procCluster) run(args ...string) (string, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "IDUNNO_CLUSTER="+c.lc.Dir())
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func (c *procCluster) must(args ...string) string {
+	c.t.Helper()
+	out, err := c.run(args...)
+	if err != nil {
+		c.t.Fatalf("idunno %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// setup stores LeNet-5 and the Fashion-MNIST sets and starts the inference phase.
+func (c *procCluster) setup(model string) {
+	c.must("put", fmnistTest, "fmnist-test.gz")
+	c.must("put", fmnistTrain, "fmnist-train.gz")
+	if _, err := os.Stat(model); err != nil {
+		c.must("zoo", "lenet5", "--out", model)
+	}
+	c.must("train", "start")
+	c.must("train", "add", "--name", "lenet", "--model", model)
+	c.must("train", "stop")
+	c.must("inference", "start")
+	if out, err := c.run("job", "add", "--name", "early", "--model", "lenet", "--data", "x", "--batch", "1"); err == nil ||
+		!strings.Contains(out, `dataset "x"`) {
+		c.t.Fatalf("job on a missing dataset: %v %s", err, out)
+	}
+}
+
+// direct computes a job's result CSV in this process: same model, data, batches.
+func direct(t *testing.T, model, data string, batch int, pre dataset.Preprocess, limit int) []byte {
+	m, err := kernel.Load(model, kernel.Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	f, err := os.Open(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ds, err := dataset.Open(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := ds.Len()
+	if limit > 0 {
+		n = min(n, limit)
+	}
+	out := []byte(sched.ResultHeader)
+	for b := 0; b < n; b += batch {
+		e := min(b+batch, n)
+		in, err := dataset.Batch(ds, b, e, pre, m.Inputs()[0].Dims)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := m.Run([]*onnx.Tensor{in})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, sched.FormatResultLines(b, sched.Argmax(res[0].F32, e-b, len(res[0].F32)/(e-b)))...)
+	}
+	return out
+}
+
+func (c *procCluster) result(job string) []byte {
+	c.t.Helper()
+	local := filepath.Join(c.t.TempDir(), job+".csv")
+	c.must("job", "result", job, local)
+	b, err := os.ReadFile(local)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return b
+}
+
+// sameLines compares two result CSVs line by line and reports the first difference.
+func sameLines(t *testing.T, job string, got, want []byte) {
+	t.Helper()
+	g, w := strings.Split(string(got), "\n"), strings.Split(string(want), "\n")
+	for i := 0; i < min(len(g), len(w)); i++ {
+		if g[i] != w[i] {
+			t.Fatalf("job %s: line %d is %q, the direct computation gives %q", job, i+1, g[i], w[i])
+		}
+	}
+	if len(g) != len(w) {
+		t.Fatalf("job %s: %d lines, want %d", job, len(g), len(w))
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("job %s: bytes differ", job)
+	}
+}
+
+// statuses asks every live node for its scheduling role.
+func (c *procCluster) statuses() map[string]sched.StatusReply {
+	out := map[string]sched.StatusReply{}
+	for _, n := range c.lc.Nodes() {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		var r sched.StatusReply
+		if err := c.rc.CallJSON(ctx, n.RPCAddr, "sched.status", struct{}{}, &r); err == nil {
+			out[n.Name] = r
+		}
+		cancel()
+	}
+	return out
+}
+
+func (c *procCluster) coordinator() string {
+	for name, st := range c.statuses() {
+		if st.Role == "coordinator" {
+			return name
+		}
+	}
+	return ""
+}
+
+func (c *procCluster) progress(job string) sched.JobSummary {
+	var js sched.JobSummary
+	for _, n := range c.lc.Nodes() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.rc.CallJSON(ctx, n.RPCAddr, "sched.job.get", sched.NameArgs{Name: job}, &js)
+		cancel()
+		if err == nil {
+			return js
+		}
+	}
+	return js
+}
+
+// TestProcessTwoJobsMatchDirect runs two LeNet-5 jobs with different batch sizes and
+// preprocessing on a 4-node cluster and checks both result files line by line against
+// the same computation done directly in this process.
+func TestProcessTwoJobsMatchDirect(t *testing.T) {
+	needKernel(t)
+	c := upProcCluster(t, 4)
+	model := filepath.Join(t.TempDir(), "lenet.onnx")
+	c.setup(model)
+	c.must("job", "add", "--name", "a", "--model", "lenet", "--data", "fmnist-test.gz", "--batch", "32", "--scale", "1/255")
+	c.must("job", "add", "--name", "b", "--model", "lenet", "--data", "fmnist-test.gz", "--batch", "10",
+		"--scale", "1/255", "--mean", "0.5", "--std", "0.25")
+	if out, err := c.run("job", "add", "--name", "a", "--model", "lenet", "--data", "fmnist-test.gz", "--batch", "8"); err == nil ||
+		!strings.Contains(out, "already in use") {
+		t.Fatalf("duplicate job name: %v %s", err, out)
+	}
+	if out, err := c.run("job", "add", "--name", "c", "--model", "lenet", "--data", "fmnist-test.gz", "--batch", "8", "--resize", "32x32"); err == nil ||
+		!strings.Contains(out, "does not fit") {
+		t.Fatalf("model not fitting the data: %v %s", err, out)
+	}
+	c.must("job", "wait", "a", "--timeout", "90s")
+	c.must("job", "wait", "b", "--timeout", "90s")
+	sameLines(t, "a", c.result("a"), direct(t, model, fmnistTest, 32, dataset.Preprocess{Scale: 1.0 / 255}, 0))
+	sameLines(t, "b", c.result("b"), direct(t, model, fmnistTest, 10,
+		dataset.Preprocess{Scale: 1.0 / 255, Mean: []float32{0.5}, Std: []float32{0.25}}, 0))
+	stats := c.must("job", "stats", "b", "--json")
+	for _, k := range []string{`"job":"b"`, `"done":10000`, `"total":10000`, `"rate_10s":`, `"p99":`, `"workers":`} {
+		if !strings.Contains(stats, k) {
+			t.Errorf("stats lack %s: %s", k, stats)
+		}
+	}
+	logs := c.must("grep", "starting task b/0 |scheduled task b/0 |completed task b/0 |job received: b |job b completed")
+	for _, k := range []string{"starting task", "scheduled task", "completed task", "job received", "completed:"} {
+		if !strings.Contains(logs, k) {
+			t.Errorf("logs lack %q:\n%s", k, logs)
+		}
+	}
+}

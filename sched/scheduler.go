@@ -1,0 +1,362 @@
+package sched
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"idunno/rpc"
+)
+
+// SchedConfig gathers the scheduler's timing knobs and bounds, with defaults from
+// DefaultSchedConfig.
+type SchedConfig struct {
+	Tick             time.Duration // how often roles, leases and standby are checked
+	TakeoverGrace    time.Duration // a node that is not the standby waits this long before electing itself
+	PullEvery        time.Duration // a worker asks for work (and reports) at least this often
+	Depth            int           // tasks a worker holds: one running, the rest prefetched
+	MaxBuffered      int           // completions a worker buffers while no coordinator answers
+	ControlEvery     time.Duration // fair-time controller period
+	RateWindow       time.Duration // window of the rates the controller compares
+	ReplicateTimeout time.Duration // deadline of one replication call to the standby
+	CallTimeout      time.Duration // deadline of other scheduler calls
+	TaskQueries      int           // about this many queries per task...
+	MaxTaskBatches   int           // ...but at most this many batches
+}
+
+// DefaultSchedConfig returns the defaults.
+func DefaultSchedConfig() SchedConfig {
+	return SchedConfig{
+		Tick:             50 * time.Millisecond,
+		TakeoverGrace:    2 * time.Second,
+		PullEvery:        200 * time.Millisecond,
+		Depth:            2,
+		MaxBuffered:      1024,
+		ControlEvery:     time.Second,
+		RateWindow:       5 * time.Second,
+		ReplicateTimeout: 300 * time.Millisecond,
+		CallTimeout:      2 * time.Second,
+		TaskQueries:      256,
+		MaxTaskBatches:   8,
+	}
+}
+
+type role int
+
+const (
+	roleFollower role = iota
+	roleStandby
+	roleCoordinator
+)
+
+func (r role) String() string { return [...]string{"follower", "standby", "coordinator"}[r] }
+
+// Scheduler is one node's part of IDunno's scheduling: every node runs the worker executor,
+// follows the coordinator's journal when it is the standby, and runs the coordinator when
+// it is elected. Its mutex guards the role, the state and the coordinator's tables; the
+// worker's queue has its own (see worker.go).
+type Scheduler struct {
+	name, addr string
+	cfg        SchedConfig
+	mem        Membership
+	blobs      Blobs
+	exec       Executor
+	rpc        *rpc.Client
+	logf       func(string, ...any)
+	now        func() time.Time
+	journal    *Journal
+
+	mu         sync.Mutex
+	st         *State
+	role       role
+	maxEpoch   uint64 // highest coordinator epoch seen anywhere
+	coordName  string // who this node believes coordinates ("" if none)
+	coordAddr  string
+	lostSince  time.Time // since when no live coordinator is known
+	standbyOf  string    // the coordinator whose journal this node receives
+	lastBeat   time.Time // when the coordinator last replicated to this node
+	lastPoll   time.Time
+	co         *coordTables // non-nil while coordinator
+
+	w workerState
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// Deps are what a Scheduler is built on.
+type Deps struct {
+	Name, RPCAddr string
+	DataDir       string
+	Membership    Membership
+	Blobs         Blobs
+	Executor      Executor
+	Client        *rpc.Client
+	Logf          func(string, ...any)
+	Now           func() time.Time // nil: time.Now
+}
+
+// NewScheduler opens the node's journal (DATA_DIR/sched/journal) and registers the
+// scheduler's RPC methods on srv. Start runs it.
+func NewScheduler(d Deps, cfg SchedConfig, srv *rpc.Server) (*Scheduler, error) {
+	j, st, err := OpenJournal(filepath.Join(d.DataDir, "sched"))
+	if err != nil {
+		return nil, err
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.Logf == nil {
+		d.Logf = func(string, ...any) {}
+	}
+	s := &Scheduler{
+		name: d.Name, addr: d.RPCAddr, cfg: cfg, mem: d.Membership, blobs: d.Blobs, exec: d.Executor,
+		rpc: d.Client, logf: d.Logf, now: d.Now, journal: j, st: st, maxEpoch: st.Epoch,
+		stop: make(chan struct{}),
+	}
+	s.lostSince = s.now()
+	s.w.init(cfg)
+	s.register(srv)
+	if st.Seq > 0 {
+		s.logf("sched: journal recovered: epoch %d, %d entries applied, %d jobs", st.Epoch, st.Seq, len(st.Jobs))
+	}
+	return s, nil
+}
+
+// Start runs the control loop and the worker.
+func (s *Scheduler) Start() {
+	s.wg.Add(3)
+	go s.controlLoop()
+	go s.workerPullLoop()
+	go s.workerRunLoop()
+}
+
+// Stop stops every goroutine and closes the journal.
+func (s *Scheduler) Stop() {
+	close(s.stop)
+	s.w.wake()
+	s.wg.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.journal.Close()
+}
+
+func (s *Scheduler) controlLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.tick()
+		}
+	}
+}
+
+// tick runs one round of role keeping: a coordinator maintains its standby, leases and
+// shares; any other node makes sure it knows a live coordinator, and takes over when the
+// coordinator is gone and it is the one to replace it.
+func (s *Scheduler) tick() {
+	alive := s.mem.Alive()
+	live := map[string]string{}
+	for _, p := range alive {
+		live[p.Name] = p.RPCAddr
+	}
+	s.mu.Lock()
+	if s.role == roleCoordinator {
+		s.coordTick(alive, live)
+		s.mu.Unlock()
+		return
+	}
+	if _, ok := live[s.coordName]; ok && s.coordName != "" {
+		s.mu.Unlock()
+		return
+	}
+	now := s.now()
+	if s.coordName != "" {
+		s.logf("sched: coordinator %s is gone", s.coordName)
+		s.coordName, s.coordAddr, s.lostSince = "", "", now
+	}
+	// The standby holds the newest journal: it takes over at once.
+	if s.role == roleStandby && s.standbyOf == s.st.Coordinator && s.standbyOf != "" &&
+		now.Sub(s.lastBeat) < 3*time.Second {
+		if _, ok := live[s.standbyOf]; !ok {
+			s.takeOver("standby of failed coordinator " + s.standbyOf)
+			s.mu.Unlock()
+			return
+		}
+	}
+	if now.Sub(s.lastPoll) < 4*s.cfg.Tick {
+		s.mu.Unlock()
+		return
+	}
+	s.lastPoll = now
+	lost := now.Sub(s.lostSince)
+	s.mu.Unlock()
+
+	sts := s.pollStatus(alive)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.role == roleCoordinator || s.coordName != "" {
+		return
+	}
+	var best *StatusReply
+	for i := range sts {
+		r := &sts[i]
+		if r.Role == roleCoordinator.String() && r.Epoch >= s.maxEpoch && (best == nil || r.Epoch > best.Epoch) {
+			best = r
+		}
+	}
+	if best != nil {
+		s.follow(best.Name, live[best.Name], best.Epoch)
+		return
+	}
+	if lost < s.cfg.TakeoverGrace {
+		return
+	}
+	// No coordinator anywhere: the node with the newest journal takes over (ties: lowest name).
+	me := StatusReply{Name: s.name, Epoch: s.st.Epoch, Seq: s.st.Seq}
+	for _, r := range sts {
+		if r.Name == s.name {
+			continue
+		}
+		if r.Epoch > me.Epoch || (r.Epoch == me.Epoch && (r.Seq > me.Seq || (r.Seq == me.Seq && NameLess(r.Name, me.Name)))) {
+			return
+		}
+	}
+	s.takeOver("no coordinator among the live nodes")
+}
+
+func (s *Scheduler) follow(name, addr string, epoch uint64) {
+	if epoch > s.maxEpoch {
+		s.maxEpoch = epoch
+	}
+	if name != s.coordName {
+		s.logf("sched: following coordinator %s (epoch %d)", name, epoch)
+	}
+	s.coordName, s.coordAddr = name, addr
+}
+
+// pollStatus asks every live node for its role and journal position, in parallel.
+func (s *Scheduler) pollStatus(alive []Peer) []StatusReply {
+	var mu sync.Mutex
+	var out []StatusReply
+	var wg sync.WaitGroup
+	for _, p := range alive {
+		wg.Add(1)
+		go func(p Peer) {
+			defer wg.Done()
+			if p.Name == s.name {
+				mu.Lock()
+				out = append(out, s.status())
+				mu.Unlock()
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 4*s.cfg.Tick)
+			defer cancel()
+			var r StatusReply
+			if err := s.rpc.CallJSON(ctx, p.RPCAddr, "sched.status", struct{}{}, &r); err == nil {
+				mu.Lock()
+				out = append(out, r)
+				mu.Unlock()
+			}
+		}(p)
+	}
+	wg.Wait()
+	sort.Slice(out, func(i, j int) bool { return NameLess(out[i].Name, out[j].Name) })
+	return out
+}
+
+// StatusReply is a node's scheduling role and journal position.
+type StatusReply struct {
+	Name        string `json:"name"`
+	Role        string `json:"role"`
+	Epoch       uint64 `json:"epoch"`
+	Seq         uint64 `json:"seq"`
+	Coordinator string `json:"coordinator"`
+	CoordAddr   string `json:"coord_addr"`
+	Phase       Phase  `json:"phase"`
+}
+
+func (s *Scheduler) status() StatusReply {
+	if s.role == roleCoordinator {
+		return StatusReply{Name: s.name, Role: s.role.String(), Epoch: s.st.Epoch, Seq: s.st.Seq,
+			Coordinator: s.name, CoordAddr: s.addr, Phase: s.st.Phase}
+	}
+	return StatusReply{Name: s.name, Role: s.role.String(), Epoch: s.st.Epoch, Seq: s.st.Seq,
+		Coordinator: s.coordName, CoordAddr: s.coordAddr, Phase: s.st.Phase}
+}
+
+// Status returns this node's scheduling role and journal position.
+func (s *Scheduler) Status() StatusReply {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.status()
+}
+
+// fenced checks a coordinator's epoch against the highest seen; a newer one makes this
+// node step down if it coordinates.
+func (s *Scheduler) fenced(epoch uint64) error {
+	if epoch < s.maxEpoch {
+		return fmt.Errorf("sched: fenced: epoch %d is older than %d", epoch, s.maxEpoch)
+	}
+	if epoch > s.maxEpoch {
+		s.maxEpoch = epoch
+	}
+	if s.role == roleCoordinator && epoch > s.st.Epoch {
+		s.stepDown(fmt.Sprintf("a coordinator of epoch %d exists", epoch))
+	}
+	return nil
+}
+
+// handleEpoch registers a JSON method whose request and reply carry a coordinator epoch.
+func handleEpoch[A, R any](srv *rpc.Server, method string, f func(epoch uint64, a A) (R, uint64, error)) {
+	srv.Handle(method, func(ctx context.Context, req *rpc.Message) (*rpc.Message, error) {
+		var a A
+		if err := json.Unmarshal(req.Args, &a); err != nil {
+			return nil, fmt.Errorf("sched: %s: bad arguments: %w", method, err)
+		}
+		r, ep, err := f(req.Epoch, a)
+		if err != nil {
+			return &rpc.Message{Err: err.Error(), Epoch: ep}, nil
+		}
+		raw, err := json.Marshal(r)
+		if err != nil {
+			return nil, err
+		}
+		return &rpc.Message{Args: raw, Epoch: ep}, nil
+	})
+}
+
+// callEpoch calls a method with an epoch and decodes the reply; it returns the reply's epoch.
+func (s *Scheduler) callEpoch(ctx context.Context, addr, method string, epoch uint64, args, reply any) (uint64, error) {
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := s.rpc.Call(ctx, addr, &rpc.Message{Method: method, Args: raw, Epoch: epoch})
+	if resp != nil && err == nil && reply != nil {
+		if err := json.Unmarshal(resp.Args, reply); err != nil {
+			return resp.Epoch, fmt.Errorf("sched: %s: bad reply: %w", method, err)
+		}
+	}
+	if resp != nil {
+		return resp.Epoch, err
+	}
+	return 0, err
+}
+
+func (s *Scheduler) register(srv *rpc.Server) {
+	rpc.HandleJSON(srv, "sched.status", func(ctx context.Context, _ struct{}) (StatusReply, error) {
+		return s.Status(), nil
+	})
+	handleEpoch(srv, "sched.replicate", s.handleReplicate)
+	handleEpoch(srv, "sched.pull", s.handlePull)
+	s.registerClientAPI(srv)
+}

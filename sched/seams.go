@@ -1,0 +1,170 @@
+package sched
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Peer is a live member as the scheduler needs it.
+type Peer struct {
+	Name    string
+	RPCAddr string
+}
+
+// Membership is the live view the scheduler acts on: in a node, the failure detector.
+// Alive includes the local node.
+type Membership interface {
+	Alive() []Peer
+}
+
+// Blobs is the replicated file store (SDFS in a node).
+type Blobs interface {
+	Get(ctx context.Context, name string) ([]byte, error)
+	Put(ctx context.Context, name string, data []byte) error
+}
+
+// Executor runs the model over a dataset: in a node, the kernel and the dataset readers.
+type Executor interface {
+	// Probe checks that the job's model and data exist and fit each other, and returns
+	// the number of queries in the dataset.
+	Probe(ctx context.Context, spec JobSpec) (queries int, err error)
+	// ProbeModel checks that an SDFS file is a model the kernel can run.
+	ProbeModel(ctx context.Context, name string) error
+	// Run computes the predictions for queries [from, to) in batches of spec.Batch and
+	// returns each batch's latency in microseconds.
+	Run(ctx context.Context, spec JobSpec, from, to int) ([]Prediction, []int64, error)
+}
+
+// StaticMembership is a fake Membership whose view tests set directly.
+type StaticMembership struct {
+	mu    sync.Mutex
+	peers map[string]Peer
+}
+
+// NewStaticMembership returns a view holding peers.
+func NewStaticMembership(peers ...Peer) *StaticMembership {
+	m := &StaticMembership{peers: map[string]Peer{}}
+	for _, p := range peers {
+		m.peers[p.Name] = p
+	}
+	return m
+}
+
+// Alive returns the peers in name order.
+func (m *StaticMembership) Alive() []Peer {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Peer, 0, len(m.peers))
+	for _, p := range m.peers {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return NameLess(out[i].Name, out[j].Name) })
+	return out
+}
+
+// Set adds or removes a peer.
+func (m *StaticMembership) Set(p Peer, alive bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if alive {
+		m.peers[p.Name] = p
+	} else {
+		delete(m.peers, p.Name)
+	}
+}
+
+// MemBlobs is a fake Blobs in memory, shared by every node of an in-process cluster.
+type MemBlobs struct {
+	mu    sync.Mutex
+	files map[string][]byte
+	Puts  int
+}
+
+// NewMemBlobs returns an empty store.
+func NewMemBlobs() *MemBlobs { return &MemBlobs{files: map[string][]byte{}} }
+
+// Get returns a copy of the named file.
+func (b *MemBlobs) Get(_ context.Context, name string) ([]byte, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	d, ok := b.files[name]
+	if !ok {
+		return nil, fmt.Errorf("memblobs: %s: no such file", name)
+	}
+	return append([]byte(nil), d...), nil
+}
+
+// Put stores a copy of data under name.
+func (b *MemBlobs) Put(_ context.Context, name string, data []byte) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.files[name] = append([]byte(nil), data...)
+	b.Puts++
+	return nil
+}
+
+// FakeExecutor answers query q of a job with a deterministic function of (data, q), taking
+// PerQuery of wall time per query, so scheduling can be tested without a kernel.
+type FakeExecutor struct {
+	Datasets map[string]int           // dataset name -> queries
+	Models   map[string]time.Duration // model name -> time per query
+	Fail     func(spec JobSpec, from int) error
+}
+
+// Probe checks names against the fake's tables.
+func (f *FakeExecutor) Probe(_ context.Context, spec JobSpec) (int, error) {
+	if _, ok := f.Models[spec.Model]; !ok {
+		return 0, fmt.Errorf("sched: model %q not found in SDFS", spec.Model)
+	}
+	n, ok := f.Datasets[spec.Data]
+	if !ok {
+		return 0, fmt.Errorf("sched: dataset %q not found in SDFS", spec.Data)
+	}
+	return n, nil
+}
+
+// ProbeModel checks the model name.
+func (f *FakeExecutor) ProbeModel(_ context.Context, name string) error {
+	if _, ok := f.Models[name]; !ok {
+		return fmt.Errorf("sched: model %q not found in SDFS", name)
+	}
+	return nil
+}
+
+// Run sleeps PerQuery per query and returns FakePrediction for each.
+func (f *FakeExecutor) Run(ctx context.Context, spec JobSpec, from, to int) ([]Prediction, []int64, error) {
+	if f.Fail != nil {
+		if err := f.Fail(spec, from); err != nil {
+			return nil, nil, err
+		}
+	}
+	var preds []Prediction
+	var lat []int64
+	for b := from; b < to; b += spec.Batch {
+		e := min(b+spec.Batch, to)
+		start := time.Now()
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(time.Duration(e-b) * f.Models[spec.Model]):
+		}
+		for q := b; q < e; q++ {
+			preds = append(preds, FakePrediction(spec.Data, q))
+		}
+		lat = append(lat, time.Since(start).Microseconds())
+	}
+	return preds, lat, nil
+}
+
+// FakePrediction is FakeExecutor's answer for query q of a dataset.
+func FakePrediction(data string, q int) Prediction {
+	h := uint32(2166136261)
+	for _, c := range []byte(data) {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	h = (h ^ uint32(q)) * 16777619
+	return Prediction{Top1: int(h % 10), Score: float32(h%1000) / 997}
+}

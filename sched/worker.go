@@ -1,0 +1,237 @@
+package sched
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+)
+
+// workerState is the worker executor's queue: tasks leased to this node (one running, the
+// rest prefetched) and completions not yet acknowledged by a coordinator. Its own mutex
+// guards it, so the worker keeps running and buffering while the coordinator is away.
+type workerState struct {
+	mu      sync.Mutex
+	queue   []TaskOrder
+	running *TaskOrder
+	reports []TaskReport
+	kick    chan struct{} // wakes the pull loop
+	work    chan struct{} // wakes the run loop
+	depth   int
+	bound   int
+}
+
+func (w *workerState) init(cfg SchedConfig) {
+	w.kick, w.work = make(chan struct{}, 1), make(chan struct{}, 1)
+	w.depth, w.bound = max(cfg.Depth, 1), max(cfg.MaxBuffered, 1)
+}
+
+func (w *workerState) wake() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (w *workerState) wakeRunner() {
+	select {
+	case w.work <- struct{}{}:
+	default:
+	}
+}
+
+// coordinator returns whom to pull from, and the epoch to present.
+func (s *Scheduler) coordinator() (name, addr string, epoch uint64, self bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.coordName, s.coordAddr, s.maxEpoch, s.role == roleCoordinator
+}
+
+func (s *Scheduler) forgetCoordinator(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.coordName == name && s.role != roleCoordinator {
+		s.coordName, s.coordAddr, s.lostSince = "", "", s.now()
+	}
+}
+
+func (s *Scheduler) workerPullLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.PullEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		case <-s.w.kick:
+		}
+		s.pullOnce()
+	}
+}
+
+// pullOnce reports finished tasks and asks for enough tasks to fill the queue.
+func (s *Scheduler) pullOnce() {
+	name, addr, epoch, self := s.coordinator()
+	if name == "" {
+		return
+	}
+	w := &s.w
+	w.mu.Lock()
+	args := PullArgs{Worker: s.name, Want: w.depth - len(w.queue)}
+	if w.running != nil {
+		args.Want--
+		args.Held = append(args.Held, TaskRef{w.running.Spec.Name, w.running.Task})
+	}
+	for _, o := range w.queue {
+		args.Held = append(args.Held, TaskRef{o.Spec.Name, o.Task})
+	}
+	if len(w.reports) >= w.bound || (self && len(s.mem.Alive()) > 1) {
+		args.Want = 0 // the coordinator leaves the work to the workers
+	}
+	args.Done = append(args.Done, w.reports[:min(len(w.reports), MaxPullItems)]...)
+	w.mu.Unlock()
+	// A task that failed here is simply no longer held: the coordinator gives it back.
+	args.Want = max(args.Want, 0)
+
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CallTimeout)
+	var r PullReply
+	rEpoch, err := s.callEpoch(ctx, addr, "sched.pull", epoch, args, &r)
+	cancel()
+	if err != nil {
+		if strings.Contains(err.Error(), "fenced") {
+			s.mu.Lock()
+			if rEpoch > s.maxEpoch {
+				s.maxEpoch = rEpoch
+			}
+			s.mu.Unlock()
+		}
+		s.forgetCoordinator(name)
+		return
+	}
+	s.mu.Lock()
+	if rEpoch < s.maxEpoch {
+		s.mu.Unlock()
+		s.forgetCoordinator(name)
+		return
+	}
+	s.maxEpoch = rEpoch
+	s.mu.Unlock()
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	acked := map[TaskRef]bool{}
+	for _, a := range r.Acked {
+		acked[a] = true
+	}
+	kept := w.reports[:0]
+	for _, rep := range w.reports {
+		if !acked[TaskRef{rep.Job, rep.Task}] {
+			kept = append(kept, rep)
+		}
+	}
+	w.reports = kept
+	jobs := map[string]bool{}
+	for _, j := range r.Jobs {
+		jobs[j] = true
+	}
+	q := w.queue[:0]
+	for _, o := range w.queue {
+		if jobs[o.Spec.Name] {
+			q = append(q, o)
+		}
+	}
+	w.queue = append(q, r.Orders...)
+	if len(w.queue) > 0 {
+		w.wakeRunner()
+	}
+}
+
+func (s *Scheduler) workerRunLoop() {
+	defer s.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-s.stop
+		cancel()
+	}()
+	for {
+		w := &s.w
+		w.mu.Lock()
+		if len(w.queue) == 0 {
+			w.mu.Unlock()
+			select {
+			case <-s.stop:
+				return
+			case <-w.work:
+			}
+			continue
+		}
+		o := w.queue[0]
+		w.queue = w.queue[1:]
+		w.running = &o
+		w.mu.Unlock()
+		w.wake() // ask for the next task while this one runs
+
+		rep, err := s.runTask(ctx, o)
+		w.mu.Lock()
+		w.running = nil
+		if err == nil {
+			w.reports = append(w.reports, rep)
+		}
+		full := len(w.reports) >= w.bound
+		w.mu.Unlock()
+		if err != nil {
+			if errors.Is(err, context.Canceled) {
+				return
+			}
+			s.logf("sched: task %s/%d failed: %v", o.Spec.Name, o.Task, err)
+		}
+		w.wake()
+		for full {
+			// Too many unacknowledged completions: stop taking work until a coordinator answers.
+			select {
+			case <-s.stop:
+				return
+			case <-time.After(s.cfg.PullEvery):
+			}
+			w.mu.Lock()
+			full = len(w.reports) >= w.bound
+			w.mu.Unlock()
+		}
+	}
+}
+
+// runTask computes one task and writes its result lines to SDFS.
+func (s *Scheduler) runTask(ctx context.Context, o TaskOrder) (TaskReport, error) {
+	from, to := o.Spec.TaskRange(o.Task)
+	s.logf("sched: worker %s starting task %s/%d (queries %d-%d)", s.name, o.Spec.Name, o.Task, from, to-1)
+	start := time.Now()
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return TaskReport{}, ctx.Err()
+			case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+			}
+		}
+		preds, lat, err := s.exec.Run(ctx, o.Spec, from, to)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err = s.blobs.Put(pctx, TaskResultName(o.Spec.Name, o.Task), FormatResultLines(from, preds))
+		cancel()
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		return TaskReport{Job: o.Spec.Name, Task: o.Task, Worker: s.name, Queries: to - from,
+			BusyNanos: time.Since(start).Nanoseconds(), BatchUS: lat, Epoch: o.Epoch,
+			StartNanos: start.UnixNano()}, nil
+	}
+	return TaskReport{}, lastErr
+}
