@@ -1,8 +1,8 @@
 """Reference outputs from PyTorch for IDunno's cross-check test (run with /usr/bin/python3).
 
-usage: export.py OUTDIR [ZOODIR]
+usage: export.py [--torchvision OUTDIR] [--zoo ZOODIR]
 
-For every torchvision case below: builds the model with random weights (fixed seed,
+With --torchvision, for every case below: builds the model with random weights (fixed seed,
 BatchNormalization statistics randomised so BN folding is exercised), exports it with
 torch.onnx.export at the case's opset to OUTDIR/<case>/model.onnx, and writes the input
 and torch's output as ONNX TensorProto files (input_0.pb, output_0.pb).
@@ -12,7 +12,7 @@ initializers into the matching torchvision module (the zoo names its initializer
 torchvision's state_dict keys; every key must match in name and shape), runs the input
 ZOODIR/<name>/input_0.pb, and writes torch's output to ZOODIR/<name>/output_0.pb.
 
-Writes OUTDIR/manifest.json listing the cases done.
+Writes manifest.json into OUTDIR and ZOODIR listing the cases done there.
 """
 import json
 import os
@@ -160,25 +160,42 @@ def model_classes(weights, arch):
 
 
 def main():
-    outdir = sys.argv[1]
-    zoodir = sys.argv[2] if len(sys.argv) > 2 else None
+    args = sys.argv[1:]
+    outdir = zoodir = None
+    while args:
+        if args[0] == "--torchvision" and len(args) > 1:
+            outdir, args = args[1], args[2:]
+        elif args[0] == "--zoo" and len(args) > 1:
+            zoodir, args = args[1], args[2:]
+        else:
+            raise SystemExit(__doc__)
     only = os.environ.get("TORCHCHECK_ONLY", "")
-    os.makedirs(outdir, exist_ok=True)
-    done = []
-    for i, case in enumerate(CASES):
-        if only and only not in case[0]:
-            continue
-        t0 = time.time()
-        done.append(export_case(outdir, case, seed=100 + i))
-        print(f"exported {case[0]} in {time.time() - t0:.1f}s", file=sys.stderr)
+    if outdir:
+        os.makedirs(outdir, exist_ok=True)
+        done = []
+        for i, case in enumerate(CASES):
+            if only and only not in case[0]:
+                continue
+            t0 = time.time()
+            done.append(export_case(outdir, case, seed=100 + i))
+            print(f"exported {case[0]} in {time.time() - t0:.1f}s", file=sys.stderr)
+        write_manifest(outdir, done)
     if zoodir:
+        done = []
         for name in sorted(os.listdir(zoodir)):
-            if only and only not in name:
+            if not os.path.isdir(os.path.join(zoodir, name)):
                 continue
             t0 = time.time()
             done.append(zoo_case(zoodir, name))
-            print(f"ran zoo {name} in {time.time() - t0:.1f}s", file=sys.stderr)
-    with open(os.path.join(outdir, "manifest.json"), "w") as f:
+            print(f"ran zoo {name} in torch in {time.time() - t0:.1f}s", file=sys.stderr)
+        write_manifest(zoodir, done)
+
+
+def write_manifest(d, done):
+    # Relative directories, so a cached export can be moved.
+    for c in done:
+        c["dir"] = os.path.basename(c["dir"])
+    with open(os.path.join(d, "manifest.json"), "w") as f:
         json.dump(done, f, indent=1)
 
 
