@@ -485,3 +485,7 @@ func TestDashboardServedAndJSON(t *testing.T) {
 		t.Fatalf("dashboard data %+v", d)
 	}
 }
+
+func netListen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+
+var httpNewRequest = http.NewRequest
