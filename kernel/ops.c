@@ -660,6 +660,12 @@ static idk_status_t lower_matmul(idk_plan_t *p, const idk_op_t *op) {
         dnnl_memory_desc_init_by_strides(k ? &bmd : &amd, nd, dd, dnnl_f32, ss);
     }
     dims_md(&dmd, nd, o->dims);
+    /* constant weights: let the primitive pick a packed layout, reordered once now */
+    int pack_b = p->t[op->in[1]].cdata != NULL;
+    for (int i = 0; i < nd - 2; i++)
+        if (bd[i] != 1) pack_b = 0;
+    dnnl_memory_desc_t bmd_logical = bmd;
+    if (pack_b) dnnl_memory_desc_init_by_tag(&bmd, nd, bd, dnnl_f32, dnnl_format_tag_any);
     int has_bias = op->nin == 3;
     if (has_bias) dims_md(&cmd, nd, T(2)->dims);
     int db;
@@ -683,6 +689,29 @@ static idk_status_t lower_matmul(idk_plan_t *p, const idk_op_t *op) {
     int ab, bb, cb = -1;
     rc = IDK_ERR_DNNL;
     if (idk_get_plain(p, op->in[0], &ab) != 0 || idk_get_plain(p, op->in[1], &bb) != 0) goto out;
+    if (pack_b) {
+        bmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        if (!dnnl_memory_desc_equal(&bmd, &bmd_logical)) {
+            idk_tensor_t *wt = &p->t[op->in[1]];
+            int found = 0;
+            for (int v = 0; v < wt->nviews; v++)
+                if (dnnl_memory_desc_equal(&wt->views[v].md, &bmd_logical)) found = 1;
+            if (!found) {
+                if (wt->nviews >= IDK_MAX_VIEWS) goto out;
+                for (int v = wt->nviews; v > 0; v--) wt->views[v] = wt->views[v - 1];
+                wt->views[0] = (idk_view_t){bmd_logical, 0, bb};
+                wt->nviews++;
+            }
+            /* reorder from the logical (possibly transposed) view */
+            for (int v = 0; v < wt->nviews; v++)
+                if (dnnl_memory_desc_equal(&wt->views[v].md, &bmd_logical) && v != 0) {
+                    idk_view_t tmp = wt->views[0];
+                    wt->views[0] = wt->views[v];
+                    wt->views[v] = tmp;
+                }
+            if (idk_get_view(p, op->in[1], &bmd, &bb) != 0) goto out;
+        }
+    }
     if (has_bias && idk_get_plain(p, op->in[2], &cb) != 0) goto out;
     db = sum_tid >= 0 ? dst_for_sum(p, op, sum_tid, &dmd) : new_out(p, op->out[0], &dmd);
     if (db < 0) goto out;

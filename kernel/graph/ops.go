@@ -60,6 +60,7 @@ func init() {
 		"ReduceMean": {attrs: []string{"axes", "keepdims"}, minIn: 1, maxIn: 1, infer: inferReduce},
 		"Cast":       {attrs: []string{"to", "saturate"}, minIn: 1, maxIn: 1, passThrough: castThrough, eval: evalCast},
 	}
+	registerFoldOnly()
 	ops["Relu"].eval = evalUnaryFloat(func(v float32) float32 {
 		if v > 0 {
 			return v
@@ -877,6 +878,11 @@ func inferReduce(x *nodeCtx) ([]onnx.ValueInfo, error) {
 }
 
 func dropoutThrough(x *nodeCtx) (bool, error) {
+	if t, err := x.attrInt("is_test", 1); err != nil {
+		return false, err
+	} else if t != 1 {
+		return false, x.errf("is_test=%d (training) not supported", t)
+	}
 	if _, err := x.attrFloat("ratio", 0.5); err != nil {
 		return false, err
 	}

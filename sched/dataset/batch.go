@@ -151,7 +151,13 @@ func (b *batcher) run(buf []float32) (*onnx.Tensor, error) {
 		work scratch
 	)
 	for i := b.from; i < b.to; i++ {
-		im, err := b.ds.Sample(i)
+		var im Image
+		var err error
+		if d, ok := b.ds.(*dense); ok {
+			im, err = d.view(i) // channels-first data stays planar: no transpose
+		} else {
+			im, err = b.ds.Sample(i)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -197,10 +203,15 @@ func (w *scratch) sample(dst []float32, im Image, s shape, p Preprocess) {
 		if im.C == 1 && s.c == 3 {
 			outs = []int{0, 1, 2}
 		}
+		// The source channel as an image of its own: a plane of planar data, else strided.
+		ch, ci := im, sc
+		if im.chw {
+			ch, ci = im.plane(sc), 0
+		}
 		if !resize {
 			for _, oc := range outs {
 				a, b := p.affine(oc)
-				w.direct(dst[oc*plane:(oc+1)*plane], im, sc, a, b)
+				w.direct(dst[oc*plane:(oc+1)*plane], ch, ci, a, b)
 			}
 			continue
 		}
@@ -208,7 +219,7 @@ func (w *scratch) sample(dst []float32, im Image, s shape, p Preprocess) {
 			w.plane = make([]float32, plane)
 		}
 		src := w.plane[:plane]
-		w.resize(src, im, sc, s.h, s.w)
+		w.resize(src, ch, ci, s.h, s.w)
 		for _, oc := range outs {
 			a, b := p.affine(oc)
 			d := dst[oc*plane : (oc+1)*plane]
@@ -291,19 +302,29 @@ func (w *scratch) resize(dst []float32, im Image, sc, h, wd int) {
 		w.rows = make([]float32, im.H*wd)
 	}
 	rows := w.rows[:im.H*wd]
-	for y := 0; y < im.H; y++ {
-		r := rows[y*wd : (y+1)*wd]
-		base := y * im.W * im.C
-		for x := range r {
-			a, b := im.at(base+t.x0[x]*im.C+sc), im.at(base+t.x1[x]*im.C+sc)
-			r[x] = a + float32(t.fx[x]*(b-a))
-		}
+	if im.U8 != nil {
+		hpass(rows, im.U8, im, sc, t)
+	} else {
+		hpass(rows, im.F32, im, sc, t)
 	}
 	for y := 0; y < h; y++ {
 		r0, r1 := rows[t.y0[y]*wd:(t.y0[y]+1)*wd], rows[t.y1[y]*wd:(t.y1[y]+1)*wd]
 		d, fy := dst[y*wd:(y+1)*wd], t.fy[y]
 		for x := range d {
 			d[x] = r0[x] + float32(fy*(r1[x]-r0[x]))
+		}
+	}
+}
+
+// hpass resamples every row of channel sc of src (im's values) horizontally into rows.
+func hpass[T uint8 | float32](rows []float32, src []T, im Image, sc int, t *resizeTaps) {
+	wd := len(t.x0)
+	for y := 0; y < im.H; y++ {
+		r := rows[y*wd : (y+1)*wd]
+		row := src[y*im.W*im.C : (y+1)*im.W*im.C]
+		for x := range r {
+			a, b := float32(row[t.x0[x]*im.C+sc]), float32(row[t.x1[x]*im.C+sc])
+			r[x] = a + float32(t.fx[x]*(b-a))
 		}
 	}
 }

@@ -12,6 +12,8 @@
 //	ds, err := dataset.OpenImages(names, open)  // PNG/JPEG files, ordered by name
 //	labels, err := dataset.ReadIDXLabels(r)     // idx1-ubyte labels
 //
+// WriteNPY and WriteIDX make such files (for tests and tools).
+//
 // IDX and .npy files are read whole into memory (at most MaxFileBytes after decompression);
 // the header's declared size is checked against that limit and against the bytes actually
 // present, and nothing is allocated from a header's say-so. OpenImages keeps only the names

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# benchmarks/kernel.sh: kernel throughput per model and batch size (idunno bench kernel) and
+# the Go→C dispatch overhead for LeNet-5 batch 1. Writes benchmarks/out/kernel.csv and
+# benchmarks/out/kernel_dispatch.txt. Needs `make` first (bin/idunno, bin/libidunno_kernel.so).
+#   SECONDS_PER_RUN (default 10)   how long each configuration runs
+#   THREADS (default 2)            kernel threads
+#   CONFIGS                        "model:batch ..." (default below)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${IDUNNO_BIN:-$PWD/bin/idunno}
+export IDUNNO_KERNEL_LIB=${IDUNNO_KERNEL_LIB:-$PWD/bin/libidunno_kernel.so}
+SECS=${SECONDS_PER_RUN:-10}
+THREADS=${THREADS:-2}
+CONFIGS=${CONFIGS:-"lenet5:1 lenet5:64 resnet18:1 resnet18:8 resnet50:1 resnet50:8 mobilenet_v2:1 squeezenet:1 alexnet:1 vgg16:1 inception_v3:1"}
+OUT=benchmarks/out
+mkdir -p "$OUT/models"
+csv="$OUT/kernel.csv"
+echo "model,batch,threads,images_per_sec,p50_ms,p99_ms,gflop_per_image,peak_gflops,fraction_of_peak" > "$csv"
+for cfg in $CONFIGS; do
+  model=${cfg%%:*}; batch=${cfg##*:}
+  f="$OUT/models/$model.onnx"
+  [ -f "$f" ] || "$BIN" zoo "$model" --out "$f" >/dev/null
+  json=$("$BIN" bench kernel --model "$f" --batch "$batch" --threads "$THREADS" --seconds "$SECS" --json)
+  line=$(printf '%s' "$json" | /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin); print(",".join(str(r[k]) for k in ["batch","threads","images_per_sec","p50_ms","p99_ms","gflop_per_image","peak_gflops","fraction_of_peak"]))')
+  echo "$model,$line" | tee -a "$csv"
+done
+echo "wrote $csv"
+go test ./kernel -run '^$' -bench 'DispatchLeNet5|NoopCall' -benchtime 20000x | tee "$OUT/kernel_dispatch.txt"

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"idunno/kernel/onnx"
+)
+
+var (
+	kernelBinOnce sync.Once
+	kernelBin     string
+	kernelBinErr  error
+)
+
+// idunnoBin returns $IDUNNO_BIN, or builds the binary once into a temporary directory.
+func idunnoBin(t *testing.T) string {
+	t.Helper()
+	kernelBinOnce.Do(func() {
+		if b := os.Getenv("IDUNNO_BIN"); b != "" {
+			kernelBin = b
+			return
+		}
+		dir, err := os.MkdirTemp("", "idunno-bin")
+		if err != nil {
+			kernelBinErr = err
+			return
+		}
+		kernelBin = filepath.Join(dir, "idunno")
+		cmd := exec.Command("go", "build", "-o", kernelBin, ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			kernelBinErr = err
+			t.Logf("%s", out)
+		}
+	})
+	if kernelBinErr != nil {
+		t.Fatal(kernelBinErr)
+	}
+	if os.Getenv("IDUNNO_KERNEL_LIB") == "" {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(kernelBin), "libidunno_kernel.so")); err != nil {
+			t.Fatal("kernel library not found: run make, or set IDUNNO_KERNEL_LIB")
+		}
+	}
+	return kernelBin
+}
+
+// TestInferMatchesBackendData runs `idunno infer` on an ONNX backend test case.
+func TestInferMatchesBackendData(t *testing.T) {
+	bin := idunnoBin(t)
+	c := "/usr/share/libonnx-testdata/data/node/test_conv_with_strides_and_asymmetric_padding"
+	out := t.TempDir()
+	cmd := exec.Command(bin, "infer", "--model", filepath.Join(c, "model.onnx"),
+		"--input", filepath.Join(c, "test_data_set_0/input_0.pb"),
+		"--input", filepath.Join(c, "test_data_set_0/input_1.pb"),
+		"--output-dir", out, "--threads", "1")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("infer: %v\n%s", err, b)
+	}
+	got, err := onnx.ReadTensorFile(filepath.Join(out, "output_0.pb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := onnx.ReadTensorFile(filepath.Join(c, "test_data_set_0/output_0.pb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.F32) != len(want.F32) || len(got.F32) == 0 {
+		t.Fatalf("got %d values, want %d", len(got.F32), len(want.F32))
+	}
+	for i := range want.F32 {
+		if math.Abs(float64(got.F32[i]-want.F32[i])) > 1e-5+1e-3*math.Abs(float64(want.F32[i])) {
+			t.Fatalf("value %d: %v, want %v", i, got.F32[i], want.F32[i])
+		}
+	}
+}
+
+func TestInferBadInputIsCleanError(t *testing.T) {
+	bin := idunnoBin(t)
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.onnx")
+	os.WriteFile(bad, []byte("\x0a\xff\xff\xff\xff\x0f garbage"), 0o644)
+	cmd := exec.Command(bin, "infer", "--model", bad, "--output-dir", dir)
+	b, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("want exit 1, got %v\n%s", err, b)
+	}
+}
+
+func TestBenchKernelJSON(t *testing.T) {
+	bin := idunnoBin(t)
+	dir := t.TempDir()
+	model := filepath.Join(dir, "lenet5.onnx")
+	if b, err := exec.Command(bin, "zoo", "lenet5", "--out", model).CombinedOutput(); err != nil {
+		t.Fatalf("zoo: %v\n%s", err, b)
+	}
+	b, err := exec.Command(bin, "bench", "kernel", "--model", model, "--batch", "2", "--threads", "1",
+		"--seconds", "0.2", "--json").Output()
+	if err != nil {
+		t.Fatalf("bench: %v", err)
+	}
+	var r map[string]any
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("%v: %s", err, b)
+	}
+	for _, k := range []string{"images_per_sec", "p50_ms", "p99_ms", "batch", "threads", "gflop_per_image", "peak_gflops", "fraction_of_peak"} {
+		v, ok := r[k].(float64)
+		if !ok || v <= 0 {
+			t.Errorf("key %s = %v", k, r[k])
+		}
+	}
+	if r["batch"].(float64) != 2 || r["threads"].(float64) != 1 {
+		t.Errorf("batch/threads %v %v", r["batch"], r["threads"])
+	}
+}

@@ -1,0 +1,215 @@
+package kernel
+
+import (
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"idunno/kernel/onnx"
+	"idunno/kernel/zoo"
+)
+
+func lenet(t *testing.T, threads int) *Model {
+	t.Helper()
+	return lenetTB(t, threads)
+}
+
+func lenetB(b *testing.B) *Model { return lenetTB(b, 1) }
+
+func lenetTB(t testing.TB, threads int) *Model {
+	t.Helper()
+	src, err := zoo.Build("lenet5", zoo.Options{Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := LoadModel(src, Options{Threads: threads})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func images(batch int, seed uint64) *onnx.Tensor {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	t := &onnx.Tensor{DType: onnx.Float, Dims: []int64{int64(batch), 1, 28, 28}, F32: make([]float32, batch*28*28)}
+	for i := range t.F32 {
+		t.F32[i] = rng.Float32()
+	}
+	return t
+}
+
+func TestInputsReportSymbolicBatch(t *testing.T) {
+	m := lenet(t, 1)
+	in := m.Inputs()
+	if len(in) != 1 || len(in[0].Dims) != 4 || in[0].Dims[0] != -1 || in[0].Dims[1] != 1 {
+		t.Fatalf("inputs %+v", in)
+	}
+	if out := m.Outputs(); len(out) != 1 {
+		t.Fatalf("outputs %+v", out)
+	}
+}
+
+// TestBatchSizesAgree: every image of a batch gets the answer it gets alone, and plans
+// for several batch sizes live side by side.
+func TestBatchSizesAgree(t *testing.T) {
+	m := lenet(t, 2)
+	x := images(5, 3)
+	all, err := m.Run([]*onnx.Tensor{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := all[0].Dims; len(got) != 2 || got[0] != 5 || got[1] != 10 {
+		t.Fatalf("output dims %v", got)
+	}
+	for i := 0; i < 5; i++ {
+		one := &onnx.Tensor{DType: onnx.Float, Dims: []int64{1, 1, 28, 28}, F32: x.F32[i*784 : (i+1)*784]}
+		out, err := m.Run([]*onnx.Tensor{one})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := 0; k < 10; k++ {
+			a, b := out[0].F32[k], all[0].F32[i*10+k]
+			if math.Abs(float64(a-b)) > 1e-4+1e-4*math.Abs(float64(b)) {
+				t.Fatalf("image %d class %d: alone %v, in batch %v", i, k, a, b)
+			}
+		}
+	}
+}
+
+// TestConcurrentModels runs two models with different thread counts from several
+// goroutines at once; each answer must equal the sequential one.
+func TestConcurrentModels(t *testing.T) {
+	a, b := lenet(t, 1), lenet(t, 2)
+	x := images(2, 9)
+	want, err := a.Run([]*onnx.Tensor{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	for g := 0; g < 6; g++ {
+		wg.Add(1)
+		go func(m *Model) {
+			defer wg.Done()
+			for r := 0; r < 20; r++ {
+				got, err := m.Run([]*onnx.Tensor{x})
+				if err != nil {
+					errs <- err.Error()
+					return
+				}
+				for i := range want[0].F32 {
+					if math.Abs(float64(got[0].F32[i]-want[0].F32[i])) > 1e-4 {
+						errs <- "concurrent run differs"
+						return
+					}
+				}
+			}
+		}([]*Model{a, b}[g%2])
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
+	}
+}
+
+func TestBadInputsAreErrors(t *testing.T) {
+	m := lenet(t, 1)
+	cases := map[string][]*onnx.Tensor{
+		"no inputs":   nil,
+		"nil input":   {nil},
+		"wrong rank":  {{DType: onnx.Float, Dims: []int64{1, 28, 28}, F32: make([]float32, 784)}},
+		"wrong dims":  {{DType: onnx.Float, Dims: []int64{1, 1, 28, 27}, F32: make([]float32, 756)}},
+		"short data":  {{DType: onnx.Float, Dims: []int64{1, 1, 28, 28}, F32: make([]float32, 783)}},
+		"wrong type":  {{DType: onnx.Int64, Dims: []int64{1, 1, 28, 28}, I64: make([]int64, 784)}},
+		"double type": {{DType: onnx.Double, Dims: []int64{1, 1, 28, 28}, F64: make([]float64, 784)}},
+		"negative":    {{DType: onnx.Float, Dims: []int64{-1, 1, 28, 28}, F32: make([]float32, 784)}},
+		"absurd":      {{DType: onnx.Float, Dims: []int64{1 << 40, 1, 28, 28}, F32: make([]float32, 784)}},
+		"two inputs":  {images(1, 1), images(1, 1)},
+	}
+	for name, in := range cases {
+		if _, err := m.Run(in); err == nil || !strings.HasPrefix(err.Error(), "kernel: ") {
+			t.Errorf("%s: err = %v", name, err)
+		}
+	}
+	// the model still works
+	if _, err := m.Run([]*onnx.Tensor{images(1, 1)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNaNInputs: NaN inputs are not rejected and never crash; they stay inside their own
+// image. (Whether a NaN survives ReLU and max pooling is oneDNN's choice: its max-based
+// kernels may turn it into a number, so only containment is asserted.)
+func TestNaNInputs(t *testing.T) {
+	m := lenet(t, 1)
+	x := images(2, 4)
+	clean, err := m.Run([]*onnx.Tensor{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 784; i++ {
+		x.F32[i] = float32(math.NaN())
+	}
+	out, err := m.Run([]*onnx.Tensor{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range out[0].F32[10:] {
+		if v != clean[0].F32[10+i] {
+			t.Fatalf("NaNs in image 0 changed image 1: %v vs %v", out[0].F32[10:], clean[0].F32[10:])
+		}
+	}
+}
+
+func TestClosedModelRefusesRuns(t *testing.T) {
+	m := lenet(t, 1)
+	m.Close()
+	if _, err := m.Run([]*onnx.Tensor{images(1, 1)}); err == nil {
+		t.Fatal("run after close succeeded")
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestUnsupportedOpIsLoadError: an operator outside the list fails at load, naming the node.
+func TestUnsupportedOpIsLoadError(t *testing.T) {
+	src, err := zoo.Build("lenet5", zoo.Options{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := src.Graph.Nodes[len(src.Graph.Nodes)-1]
+	n.OpType = "Hardmax"
+	_, err = LoadModel(src, Options{Threads: 1})
+	if err == nil || !strings.Contains(err.Error(), "Hardmax") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestMissingLibraryErrorSaysWhereAndHow(t *testing.T) {
+	t.Setenv("IDUNNO_KERNEL_LIB", filepath.Join(t.TempDir(), "nope.so"))
+	err := open()
+	if err == nil {
+		t.Fatal("open succeeded with no library")
+	}
+	exe, _ := os.Executable()
+	for _, want := range []string{"nope.so", filepath.Dir(exe), "make", "IDUNNO_KERNEL_LIB"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
+func TestFLOPs(t *testing.T) {
+	m := lenet(t, 1)
+	f1, f4 := m.FLOPs(1), m.FLOPs(4)
+	if f1 <= 0 || math.Abs(f4-4*f1) > 1e-6*f4 {
+		t.Fatalf("FLOPs(1)=%v FLOPs(4)=%v", f1, f4)
+	}
+}
