@@ -396,6 +396,53 @@ func TestFuseActivations(t *testing.T) {
 	}
 }
 
+// TestFoldPads merges zero spatial Pads into Conv and AveragePool windows, and only then.
+func TestFoldPads(t *testing.T) {
+	r := rand.New(rand.NewSource(13))
+	w := randTensor(r, 4, 2, 3, 3)
+	padded := func(pads []int64, value float32, consumer func(b *builder)) *builder {
+		b := newBuilder(13).input("x", 1, 2, 8, 8).init("w", w).init("p", ints(pads...)).init("v", scalarF(value)).
+			node("Pad", ss("x", "p", "v"), ss("xp"))
+		consumer(b)
+		return b.output("y")
+	}
+	conv := func(b *builder) { b.node("Conv", ss("xp", "w"), ss("y"), aInts("pads", 1, 0, 1, 0)) }
+	avg := func(b *builder) { b.node("AveragePool", ss("xp"), ss("y"), aInts("kernel_shape", 3, 3), aInts("strides", 1, 1)) }
+	maxp := func(b *builder) { b.node("MaxPool", ss("xp"), ss("y"), aInts("kernel_shape", 3, 3)) }
+	cases := []struct {
+		name     string
+		b        *builder
+		nodes    string
+		wantPads []int64
+	}{
+		{"conv", padded([]int64{0, 0, 0, 1, 0, 0, 1, 2}, 0, conv), "Conv", []int64{1, 1, 2, 2}},
+		{"avgpool", padded([]int64{0, 0, 1, 1, 0, 0, 1, 1}, 0, avg), "AveragePool", []int64{1, 1, 1, 1}},
+		{"nonzero value", padded([]int64{0, 0, 1, 1, 0, 0, 1, 1}, 1, conv), "Pad,Conv", nil},
+		{"channel pad", padded([]int64{0, 1, 0, 0, 0, 0, 0, 0}, 0, avg), "Pad,AveragePool", nil},
+		{"maxpool", padded([]int64{0, 0, 1, 1, 0, 0, 1, 1}, 0, maxp), "Pad,MaxPool", nil},
+		{"pad as large as the window", padded([]int64{0, 0, 3, 0, 0, 0, 0, 0}, 0, avg), "Pad,AveragePool", nil},
+	}
+	for _, tc := range cases {
+		g, err := tc.b.compile()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if opTypes(g) != tc.nodes {
+			t.Fatalf("%s: nodes %s; want %s", tc.name, opTypes(g), tc.nodes)
+		}
+		n := g.Nodes[len(g.Nodes)-1]
+		if tc.wantPads != nil {
+			if !dimsEqual(n.Attrs["pads"].Ints, tc.wantPads) || n.Inputs[0] != "x" {
+				t.Fatalf("%s: pads %v input %s; want %v from x", tc.name, n.Attrs["pads"].Ints, n.Inputs[0], tc.wantPads)
+			}
+			if n.OpType == "AveragePool" && n.Attrs["count_include_pad"].I != 1 {
+				t.Fatalf("%s: count_include_pad not set", tc.name)
+			}
+		}
+		checkComplete(t, g)
+	}
+}
+
 // TestCompileRejects covers malformed graphs and inputs: errors, never panics.
 func TestCompileRejects(t *testing.T) {
 	cases := map[string]struct {
