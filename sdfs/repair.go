@@ -78,6 +78,7 @@ func (s *Store) Scan(ctx context.Context) {
 	peers := s.Peers()
 	local := s.disk.manifests()
 	if len(local) == 0 {
+		s.backlog.Store(0)
 		return
 	}
 	ranks := make(map[string][]Peer, len(local))
@@ -122,6 +123,11 @@ func (s *Store) Scan(ctx context.Context) {
 			s.Logf("rebalance: dropped local copy of %s, now held by its replica set", name)
 		}
 	}
+	missing := 0
+	for _, p := range pushes {
+		missing += len(p.targets)
+	}
+	s.backlog.Store(int64(missing))
 	s.runPushes(ctx, pushes)
 }
 

@@ -8,6 +8,7 @@ import (
 	"log"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"idunno/fd"
@@ -36,6 +37,7 @@ type Store struct {
 	mu        sync.Mutex
 	repairing map[string]chan struct{} // blocks being repaired, by "name\x00version\x00index"
 	kick      chan struct{}
+	backlog   atomic.Int64 // replicas the last repair scan found missing (for metrics)
 }
 
 // New opens the store under dataDir/sdfs (rebuilding its index from disk). self is this
@@ -56,6 +58,10 @@ func (s *Store) Client() *Client { return s.client }
 
 // Usage reports how many names and bytes of data versions this node holds.
 func (s *Store) Usage() (files int, bytes int64) { return s.disk.usage() }
+
+// Backlog returns how many replicas of versions this node is responsible for pushing
+// were missing at its last repair scan.
+func (s *Store) Backlog() int64 { return s.backlog.Load() }
 
 // Peers returns the live members (alive or suspect) with this node among them.
 func (s *Store) Peers() []Peer {
