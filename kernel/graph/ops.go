@@ -60,6 +60,7 @@ func init() {
 		"ReduceMean": {attrs: []string{"axes", "keepdims"}, minIn: 1, maxIn: 1, infer: inferReduce},
 		"Cast":       {attrs: []string{"to", "saturate"}, minIn: 1, maxIn: 1, passThrough: castThrough, eval: evalCast},
 	}
+	registerFoldOnly()
 	ops["Relu"].eval = evalUnaryFloat(func(v float32) float32 {
 		if v > 0 {
 			return v
