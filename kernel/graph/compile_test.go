@@ -127,6 +127,49 @@ func TestFoldAllConstant(t *testing.T) {
 	}
 }
 
+// TestFoldShapeStartEnd folds Shape with opset-15 start/end and rejects them earlier.
+func TestFoldShapeStartEnd(t *testing.T) {
+	b := newBuilder(15).input("x", 2, 3, 4, 5).
+		node("Shape", ss("x"), ss("y"), aInt("start", 1), aInt("end", -1)).output("y")
+	g, err := b.compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if y := g.Initializers["y"]; y == nil || !dimsEqual(y.I64, []int64{3, 4}) || g.Values["y"].DType != onnx.Int64 {
+		t.Fatalf("y = %+v; want int64 [3 4]", y)
+	}
+	b = newBuilder(14).input("x", 2, 3).node("Shape", ss("x"), ss("y"), aInt("start", 1)).output("y")
+	if _, err := b.compile(); err == nil || !strings.Contains(err.Error(), "need opset 15") {
+		t.Fatalf("start at opset 14: %v", err)
+	}
+}
+
+// TestInitializerInputOverride runs an input that has an initializer default as a
+// run-time input when its shape is given, and as a constant otherwise.
+func TestInitializerInputOverride(t *testing.T) {
+	mk := func() *builder {
+		b := newBuilder(13).input("x", 2, 3).input("bias", 3).
+			init("bias", &onnx.Tensor{DType: onnx.Float, Dims: []int64{3}, F32: []float32{1, 2, 3}}).
+			node("Add", ss("x", "bias"), ss("y")).output("y")
+		return b
+	}
+	g, err := mk().compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Inputs) != 2 || g.Initializers["bias"] != nil {
+		t.Fatalf("bias with a shape: inputs %v, initializer %v", g.Inputs, g.Initializers["bias"])
+	}
+	b := mk()
+	delete(b.shapes, "bias")
+	if g, err = b.compile(); err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Inputs) != 1 || g.Initializers["bias"] == nil {
+		t.Fatalf("bias without a shape: inputs %v, initializer %v", g.Inputs, g.Initializers["bias"])
+	}
+}
+
 // TestIdentityAndDropoutRemoved renames through Identity and Dropout and keeps output names.
 func TestIdentityAndDropoutRemoved(t *testing.T) {
 	b := newBuilder(13).input("x", 2, 3).

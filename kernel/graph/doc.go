@@ -19,7 +19,8 @@
 //     "elu:<alpha>", "hard_sigmoid:<alpha>:<beta>", "hard_swish". Gemm and MatMul may carry
 //     activations only. Numbers are printed with strconv 'g' -1 (exact float32 round trip).
 //     A "sum:" operand is computed before the Conv (or is a graph input) and has exactly the
-//     Conv output's dims; it may have other readers, so the kernel must not overwrite it;
+//     Conv output's dims; it may have other readers (it may even be the Conv's own input),
+//     so the kernel must not overwrite it;
 //   - Conv, MaxPool and AveragePool have explicit attributes: kernel_shape, strides, pads
 //     (begin values then end values), dilations (Conv, MaxPool), group (Conv); auto_pad is
 //     resolved into pads and removed;
