@@ -450,7 +450,9 @@ func TestFoldPads(t *testing.T) {
 		return b.output("y")
 	}
 	conv := func(b *builder) { b.node("Conv", ss("xp", "w"), ss("y"), aInts("pads", 1, 0, 1, 0)) }
-	avg := func(b *builder) { b.node("AveragePool", ss("xp"), ss("y"), aInts("kernel_shape", 3, 3), aInts("strides", 1, 1)) }
+	avg := func(b *builder) {
+		b.node("AveragePool", ss("xp"), ss("y"), aInts("kernel_shape", 3, 3), aInts("strides", 1, 1))
+	}
 	maxp := func(b *builder) { b.node("MaxPool", ss("xp"), ss("y"), aInts("kernel_shape", 3, 3)) }
 	cases := []struct {
 		name     string
