@@ -385,3 +385,57 @@ func TestRestartAllNodesFindsEveryFile(t *testing.T) {
 }
 
 var _ = fd.Alive
+
+// Listings of many names travel in message bodies, not the 1 MiB JSON header.
+func TestListManyNames(t *testing.T) {
+	tc := newTestCluster(t, 4, testConfig())
+	c := tc.client()
+	ctx := context.Background()
+	long := strings.Repeat("x", 900)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i := 0; i < 1100; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if _, err := c.Put(ctx, fmt.Sprintf("many/%s%04d", long, i), bytes.NewReader(nil)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	files, err := c.List(ctx, "many/")
+	if err != nil || len(files) != 1100 {
+		t.Fatalf("list: %d %v", len(files), err)
+	}
+	tc.scanAll(1) // stat of every name in chunks
+}
+
+// A small (one-call) put whose replica is dead but not yet detected goes to the next node.
+func TestSmallPutSkipsDeadReplica(t *testing.T) {
+	tc := newTestCluster(t, 6, testConfig())
+	ctx := context.Background()
+	target := firstN(Rank("tiny", mustPeers(t, tc.client())), 4)
+	dead := tc.node(target[1].Name)
+	dead.srv.Close() // the client's membership still lists it
+	c := NewClient(tc.cfg, tc.rc, func(context.Context) ([]Peer, error) {
+		var out []Peer
+		for _, nd := range tc.nodes {
+			out = append(out, Peer{Name: nd.name, Addr: nd.addr})
+		}
+		return out, nil
+	})
+	data := []byte("small result file")
+	v, err := c.Put(ctx, "tiny", bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead.up = false
+	if h := tc.holders("tiny", v); len(h) != 4 {
+		t.Fatalf("small put on %v", h)
+	}
+	if got := mustGet(t, c, "tiny"); !bytes.Equal(got, data) {
+		t.Fatal("bytes differ")
+	}
+}
