@@ -187,10 +187,12 @@ func (b *batcher) run(buf []float32) (*onnx.Tensor, error) {
 
 // scratch holds buffers reused across the samples of one batch.
 type scratch struct {
-	plane []float32 // one resized source channel
-	rows  []float32 // horizontally resampled rows
-	lut   [256]float32
-	taps  resizeTaps
+	plane      []float32    // one resized source channel
+	rows       []float32    // horizontally resampled rows
+	lut        [256]float32 // a*v + b for every byte v, for the lutA, lutB last used
+	lutOK      bool
+	lutA, lutB float32
+	taps       resizeTaps
 }
 
 // sample writes one preprocessed image into dst (CHW, s.c*s.h*s.w values).
@@ -233,8 +235,11 @@ func (w *scratch) sample(dst []float32, im Image, s shape, p Preprocess) {
 // direct normalises channel sc of im into d without resizing.
 func (w *scratch) direct(d []float32, im Image, sc int, a, b float32) {
 	if im.U8 != nil {
-		for v := range w.lut {
-			w.lut[v] = float32(a*float32(v)) + b
+		if !w.lutOK || w.lutA != a || w.lutB != b {
+			for v := range w.lut {
+				w.lut[v] = float32(a*float32(v)) + b
+			}
+			w.lutOK, w.lutA, w.lutB = true, a, b
 		}
 		lut := &w.lut
 		if im.C == 1 {
