@@ -56,8 +56,10 @@ fuzz: all
 	      $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 	  done; done
 
+# demo runs the main job on a 10-node local cluster (demo/main.go says what it shows).
 demo: all test-deps
-	./demo.sh
+	$(GO) build -o bin/idunno-demo ./demo
+	bin/idunno-demo --bin bin/idunno $(DEMO_FLAGS)
 
 bench: all test-deps
 	./benchmarks/run.sh

@@ -8,13 +8,17 @@ import (
 	"os"
 	"text/tabwriter"
 	"time"
+
+	"idunno/client/localcluster"
 )
 
 func init() {
 	register("members", "members [--json] [--cluster DIR | --at HOST:PORT]",
 		"print the membership as one node sees it", runMembers)
 	register("leave", "leave --node NAME [--cluster DIR] | --at HOST:PORT",
-		"make one node leave the cluster voluntarily", runLeave)
+		"make one node leave the cluster voluntarily (it keeps running, quiet)", func(a []string) error { return runLeaveJoin("leave", a) })
+	register("join", "join --node NAME [--cluster DIR] | --at HOST:PORT",
+		"make a node that left join the cluster again", func(a []string) error { return runLeaveJoin("join", a) })
 }
 
 // memberJSON is one line of `idunno members --json`.
@@ -54,26 +58,24 @@ func runMembers(args []string) error {
 	return w.Flush()
 }
 
-func runLeave(args []string) error {
-	fs := flag.NewFlagSet("leave", flag.ContinueOnError)
+func runLeaveJoin(verb string, args []string) error {
+	fs := flag.NewFlagSet(verb, flag.ContinueOnError)
 	t := addTargetFlags(fs)
-	node := fs.String("node", "", "node to make leave (with --cluster)")
+	node := fs.String("node", "", "node to act on (with --cluster)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	addr := t.at
 	if *node != "" {
-		r, err := t.members()
+		if t.cluster == "" {
+			return fmt.Errorf("--node needs --cluster DIR (or IDUNNO_CLUSTER)")
+		}
+		c, err := localcluster.Open(t.cluster)
 		if err != nil {
 			return err
 		}
-		for _, m := range r.Members {
-			if m.Name == *node {
-				addr = m.RPCAddr
-			}
-		}
-		if addr == "" {
-			return fmt.Errorf("no member named %q", *node)
+		if addr = c.RPCAddr(*node); addr == "" {
+			return fmt.Errorf("no node named %q in %s", *node, t.cluster)
 		}
 	}
 	if addr == "" {
@@ -85,5 +87,5 @@ func runLeave(args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return cl.CallJSON(ctx, addr, "fd.leave", struct{}{}, nil)
+	return cl.CallJSON(ctx, addr, "fd."+verb, struct{}{}, nil)
 }

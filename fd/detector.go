@@ -220,7 +220,8 @@ func (d *Detector) Stats() Stats {
 	}
 }
 
-// Leave tells every member this node is leaving, then stops the detector.
+// Leave tells every member this node is leaving; the detector then stays quiet (it sends
+// nothing and ignores what arrives) until Rejoin or Stop.
 func (d *Detector) Leave() error {
 	select {
 	case <-d.done:
@@ -235,7 +236,27 @@ func (d *Detector) Leave() error {
 	time.Sleep(5 * time.Millisecond)
 	d.sendAll(out) // once more: a lost leave would cost a failure detection instead
 	d.publish(events)
-	d.Stop()
+	return nil
+}
+
+// Rejoin brings a node that left back into the cluster through its introducers, with a new
+// incarnation.
+func (d *Detector) Rejoin() error {
+	select {
+	case <-d.done:
+		return fmt.Errorf("fd: detector stopped")
+	default:
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.m.leaving {
+		return fmt.Errorf("fd: already a member")
+	}
+	cfg := d.cfg
+	now := time.Now()
+	cfg.Incarnation = max(uint64(now.UnixMicro()), d.m.Self().Incarnation+1)
+	d.m = NewMembership(cfg, now, uint64(now.UnixNano()))
+	d.cfg.Logf("rejoining with incarnation %d", cfg.Incarnation)
 	return nil
 }
 

@@ -80,3 +80,25 @@ func TestDetectorMemNetworkCrashAndLeave(t *testing.T) {
 		return false
 	})
 }
+
+func TestLeaveThenRejoin(t *testing.T) {
+	net := NewMemNetwork(5)
+	ds := memCluster(t, net, 4)
+	waitFor(t, 5*time.Second, "convergence", converged(ds, 4))
+	old := ds[2].Self().Incarnation
+	if err := ds[2].Leave(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Second, "leave seen", converged([]*Detector{ds[0], ds[1], ds[3]}, 3))
+	time.Sleep(time.Second) // stays out: a quiet node is not refuting anything
+	if aliveCount(ds[0]) != 3 {
+		t.Fatalf("left node came back by itself: %v", ds[0].Members())
+	}
+	if err := ds[2].Rejoin(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 3*time.Second, "rejoin", converged(ds, 4))
+	if ds[2].Self().Incarnation <= old {
+		t.Fatal("rejoin did not raise the incarnation")
+	}
+}

@@ -1,5 +1,3 @@
-// Package fd is IDunno's membership and failure detector: UDP heartbeats with the membership
-// list piggybacked on them, suspicion refuted by incarnation numbers, joins through introducers.
 package fd
 
 import "fmt"

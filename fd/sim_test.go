@@ -65,18 +65,6 @@ func TestSimJoinFromScratch(t *testing.T) {
 	requireView(t, s, allAlive(s))
 }
 
-func TestSimJoinWithFirstIntroducerDown(t *testing.T) {
-	s := newSim(10, 2, 0, false)
-	s.Crash(0)
-	s.Run(3 * time.Second)
-	requireView(t, s, allAlive(s, 0))
-	for _, e := range s.Events {
-		if e.Event.Kind == FailedDetected || e.Event.Kind == Suspected {
-			t.Fatalf("unexpected %v", e)
-		}
-	}
-}
-
 func TestSimOneCrashDetectedEverywhereWithinASecond(t *testing.T) {
 	for seed := uint64(1); seed <= 20; seed++ {
 		s := newSim(10, seed, 0, true)
@@ -192,21 +180,6 @@ func TestSimVoluntaryLeave(t *testing.T) {
 			t.Fatalf("leave turned into failure: %v", e)
 		}
 	}
-}
-
-func TestSimPartitionHeals(t *testing.T) {
-	s := newSim(8, 6, 0, true)
-	s.Run(time.Second)
-	a, b := []int{0, 1, 2, 3}, []int{4, 5, 6, 7}
-	s.Partition(a, b)
-	s.Run(3 * time.Second)
-	v := s.View(0)
-	if v[5] != Failed || s.View(5)[0] != Failed {
-		t.Fatalf("partition not detected: %v", v)
-	}
-	s.Heal()
-	s.Run(5 * time.Second)
-	requireView(t, s, allAlive(s))
 }
 
 func TestSimDeterministic(t *testing.T) {

@@ -120,8 +120,13 @@ func (n *Node) registerFD() {
 		if n.FD == nil {
 			return struct{}{}, errors.New("sched: failure detector not running")
 		}
-		go n.FD.Leave()
-		return struct{}{}, nil
+		return struct{}{}, n.FD.Leave()
+	})
+	rpc.HandleJSON(n.RPC, "fd.join", func(ctx context.Context, _ struct{}) (struct{}, error) {
+		if n.FD == nil {
+			return struct{}{}, errors.New("sched: failure detector not running")
+		}
+		return struct{}{}, n.FD.Rejoin()
 	})
 	rpc.HandleJSON(n.RPC, "fd.stats", func(ctx context.Context, _ struct{}) (fd.Stats, error) {
 		if n.FD == nil {

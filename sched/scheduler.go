@@ -220,7 +220,12 @@ func (s *Scheduler) tick() {
 	if lost < s.cfg.TakeoverGrace {
 		return
 	}
-	// No coordinator anywhere: the node with the newest journal takes over (ties: lowest name).
+	// No coordinator anywhere: the node with the newest journal takes over (ties: lowest
+	// name). Only when every live node answered: a node that did not may be the coordinator
+	// (slow, not dead), and only the journal holders (the standby) know the jobs.
+	if len(sts) < len(alive) {
+		return
+	}
 	me := StatusReply{Name: s.name, Epoch: s.st.Epoch, Seq: s.st.Seq}
 	for _, r := range sts {
 		if r.Name == s.name {
@@ -258,7 +263,7 @@ func (s *Scheduler) pollStatus(alive []Peer) []StatusReply {
 				mu.Unlock()
 				return
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 4*s.cfg.Tick)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*s.cfg.Tick)
 			defer cancel()
 			var r StatusReply
 			if err := s.rpc.CallJSON(ctx, p.RPCAddr, "sched.status", struct{}{}, &r); err == nil {

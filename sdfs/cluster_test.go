@@ -60,7 +60,7 @@ const testSecret = "sdfs-test-secret"
 
 // testCluster runs n stores in this process, each with its own RPC server on loopback.
 type testCluster struct {
-	t     *testing.T
+	t     testing.TB
 	cfg   Config
 	mem   *fakeMembers
 	rc    *rpc.Client
@@ -84,7 +84,7 @@ func testConfig() Config {
 	return cfg
 }
 
-func newTestCluster(t *testing.T, n int, cfg Config) *testCluster {
+func newTestCluster(t testing.TB, n int, cfg Config) *testCluster {
 	c := &testCluster{t: t, cfg: cfg, mem: newFakeMembers(), rc: rpc.NewClient([]byte(testSecret))}
 	t.Cleanup(func() {
 		for _, nd := range c.nodes {

@@ -8,6 +8,7 @@ import (
 	"log"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"idunno/fd"
@@ -36,6 +37,7 @@ type Store struct {
 	mu        sync.Mutex
 	repairing map[string]chan struct{} // blocks being repaired, by "name\x00version\x00index"
 	kick      chan struct{}
+	backlog   atomic.Int64 // replicas the last repair scan found missing (for metrics)
 }
 
 // New opens the store under dataDir/sdfs (rebuilding its index from disk). self is this
@@ -56,6 +58,10 @@ func (s *Store) Client() *Client { return s.client }
 
 // Usage reports how many names and bytes of data versions this node holds.
 func (s *Store) Usage() (files int, bytes int64) { return s.disk.usage() }
+
+// Backlog returns how many replicas of versions this node is responsible for pushing
+// were missing at its last repair scan.
+func (s *Store) Backlog() int64 { return s.backlog.Load() }
 
 // Peers returns the live members (alive or suspect) with this node among them.
 func (s *Store) Peers() []Peer {
@@ -117,10 +123,18 @@ const maxStatNames = 4096
 
 // Register adds the "sdfs.*" methods to srv.
 func (s *Store) Register(srv *rpc.Server) {
-	rpc.HandleJSON(srv, "sdfs.members", func(ctx context.Context, _ empty) ([]Peer, error) {
+	for method, h := range s.handlers() {
+		srv.Handle(method, h)
+	}
+}
+
+// handlers returns the store's RPC methods by name.
+func (s *Store) handlers() map[string]rpc.Handler {
+	hs := map[string]rpc.Handler{}
+	hs["sdfs.members"] = jsonHandler("sdfs.members", func(ctx context.Context, _ empty) ([]Peer, error) {
 		return s.Peers(), nil
 	})
-	rpc.HandleJSON(srv, "sdfs.stat", func(ctx context.Context, a statArgs) (statReply, error) {
+	hs["sdfs.stat"] = bodyHandler("sdfs.stat", func(ctx context.Context, a statArgs) (statReply, error) {
 		if len(a.Names) > maxStatNames {
 			return statReply{}, fmt.Errorf("sdfs: stat of %d names (limit %d)", len(a.Names), maxStatNames)
 		}
@@ -132,31 +146,38 @@ func (s *Store) Register(srv *rpc.Server) {
 		}
 		return r, nil
 	})
-	rpc.HandleJSON(srv, "sdfs.begin", func(ctx context.Context, a beginArgs) (empty, error) {
+	hs["sdfs.begin"] = jsonHandler("sdfs.begin", func(ctx context.Context, a beginArgs) (empty, error) {
 		return empty{}, s.disk.begin(a.Txn, a.Name, a.Version, s.now())
 	})
-	srv.Handle("sdfs.putblock", func(ctx context.Context, m *rpc.Message) (*rpc.Message, error) {
+	hs["sdfs.putblock"] = rpc.Handler(func(ctx context.Context, m *rpc.Message) (*rpc.Message, error) {
 		var a blockArgs
 		if err := json.Unmarshal(m.Args, &a); err != nil {
 			return nil, fmt.Errorf("sdfs: putblock: bad arguments: %w", err)
 		}
 		return &rpc.Message{}, s.disk.putBlock(a.Txn, a.Index, a.Sum, m.Body, s.now())
 	})
-	rpc.HandleJSON(srv, "sdfs.commit", func(ctx context.Context, a commitArgs) (empty, error) {
+	hs["sdfs.write"] = rpc.Handler(func(ctx context.Context, m *rpc.Message) (*rpc.Message, error) {
+		var a commitArgs
+		if err := json.Unmarshal(m.Args, &a); err != nil {
+			return nil, fmt.Errorf("sdfs: write: bad arguments: %w", err)
+		}
+		return &rpc.Message{}, s.writeSmall(a.Txn, &a.Manifest, m.Body)
+	})
+	hs["sdfs.commit"] = jsonHandler("sdfs.commit", func(ctx context.Context, a commitArgs) (empty, error) {
 		return empty{}, s.disk.commit(a.Txn, &a.Manifest, s.now())
 	})
-	rpc.HandleJSON(srv, "sdfs.abort", func(ctx context.Context, a beginArgs) (empty, error) {
+	hs["sdfs.abort"] = jsonHandler("sdfs.abort", func(ctx context.Context, a beginArgs) (empty, error) {
 		s.disk.abort(a.Txn)
 		return empty{}, nil
 	})
-	rpc.HandleJSON(srv, "sdfs.manifest", func(ctx context.Context, a versionArgs) (*Manifest, error) {
+	hs["sdfs.manifest"] = jsonHandler("sdfs.manifest", func(ctx context.Context, a versionArgs) (*Manifest, error) {
 		m := s.disk.manifest(a.Name, a.Version)
 		if m == nil {
 			return nil, fmt.Errorf("sdfs: %s version %s not held by %s", a.Name, a.Version, s.self.Name)
 		}
 		return m, nil
 	})
-	srv.Handle("sdfs.getblock", func(ctx context.Context, m *rpc.Message) (*rpc.Message, error) {
+	hs["sdfs.getblock"] = rpc.Handler(func(ctx context.Context, m *rpc.Message) (*rpc.Message, error) {
 		var a versionArgs
 		if err := json.Unmarshal(m.Args, &a); err != nil {
 			return nil, fmt.Errorf("sdfs: getblock: bad arguments: %w", err)
@@ -171,16 +192,76 @@ func (s *Store) Register(srv *rpc.Server) {
 		}
 		return &rpc.Message{Body: b}, nil
 	})
-	rpc.HandleJSON(srv, "sdfs.drop", func(ctx context.Context, a versionArgs) (empty, error) {
+	hs["sdfs.drop"] = jsonHandler("sdfs.drop", func(ctx context.Context, a versionArgs) (empty, error) {
 		s.disk.drop(a.Name, a.Version)
 		return empty{}, nil
 	})
-	rpc.HandleJSON(srv, "sdfs.store", func(ctx context.Context, a listArgs) ([]StoredFile, error) {
+	hs["sdfs.store"] = bodyHandler("sdfs.store", func(ctx context.Context, a listArgs) ([]StoredFile, error) {
 		return s.stored(a.Prefix), nil
 	})
-	rpc.HandleJSON(srv, "sdfs.verify", func(ctx context.Context, _ empty) (VerifyReport, error) {
+	hs["sdfs.verify"] = jsonHandler("sdfs.verify", func(ctx context.Context, _ empty) (VerifyReport, error) {
 		return s.Verify(ctx, 0), nil
 	})
+	return hs
+}
+
+// bodyHandler is jsonHandler with the result in the message body, for results that may
+// outgrow rpc.MaxHeader (listings of many names).
+func bodyHandler[A, R any](method string, f func(ctx context.Context, args A) (R, error)) rpc.Handler {
+	h := jsonHandler(method, f)
+	return func(ctx context.Context, req *rpc.Message) (*rpc.Message, error) {
+		m, err := h(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		return &rpc.Message{Body: m.Args}, nil
+	}
+}
+
+// jsonHandler adapts a function of JSON arguments and result to an rpc.Handler.
+func jsonHandler[A, R any](method string, f func(ctx context.Context, args A) (R, error)) rpc.Handler {
+	return func(ctx context.Context, req *rpc.Message) (*rpc.Message, error) {
+		var a A
+		if len(req.Args) > 0 {
+			if err := json.Unmarshal(req.Args, &a); err != nil {
+				return nil, fmt.Errorf("sdfs: %s: bad arguments: %w", method, err)
+			}
+		}
+		r, err := f(ctx, a)
+		if err != nil {
+			return nil, err
+		}
+		raw, err := json.Marshal(r)
+		if err != nil {
+			return nil, err
+		}
+		return &rpc.Message{Args: raw}, nil
+	}
+}
+
+// writeSmall stages and commits a version of at most one block in one step.
+func (s *Store) writeSmall(txn string, m *Manifest, body []byte) error {
+	if err := m.Validate(s.cfg); err != nil {
+		return err
+	}
+	if len(m.Sums) > 1 || int64(len(body)) != m.Size {
+		return fmt.Errorf("sdfs: write of %s: %d blocks and %d bytes for a one-step write", m.Name, len(m.Sums), len(body))
+	}
+	now := s.now()
+	if err := s.disk.begin(txn, m.Name, m.Version, now); err != nil {
+		return err
+	}
+	var err error
+	if len(m.Sums) == 1 {
+		err = s.disk.putBlock(txn, 0, m.Sums[0], body, now)
+	}
+	if err == nil {
+		err = s.disk.commit(txn, m, now)
+	}
+	if err != nil {
+		s.disk.abort(txn)
+	}
+	return err
 }
 
 func (s *Store) stored(prefix string) []StoredFile {

@@ -331,7 +331,7 @@ type nopWriter struct{}
 func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-func f1(x float64) string       { return strconv.FormatFloat(x, 'f', 1, 64) }
+func f1(x float64) string        { return strconv.FormatFloat(x, 'f', 1, 64) }
 
 func mean(x []float64) float64 {
 	if len(x) == 0 {

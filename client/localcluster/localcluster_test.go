@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,5 +99,44 @@ func TestUpKillRestartDown(t *testing.T) {
 	log, _ := os.ReadFile(filepath.Join(dir, "node0", "node.log"))
 	if len(log) == 0 {
 		t.Fatal("node0 wrote no log")
+	}
+}
+
+// TestLossAndStopBurstsNoFalseFailure: real processes with 3% injected loss, one of them
+// frozen by SIGSTOP bursts of 100-350 ms; nobody may be declared failed. (The 10-minute run
+// is the benchmark.)
+func TestLossAndStopBurstsNoFalseFailure(t *testing.T) {
+	t.Setenv("IDUNNO_FD_LOSS", "0.03")
+	dir := t.TempDir()
+	c, err := Up(dir, 5, 0, bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Down() })
+	time.Sleep(500 * time.Millisecond)
+	end := time.Now().Add(8 * time.Second)
+	for i := 0; time.Now().Before(end); i++ {
+		time.Sleep(700 * time.Millisecond)
+		if err := c.Stop("node2"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(100+(i*83)%250) * time.Millisecond)
+		if err := c.Cont("node2"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(time.Second)
+	for _, n := range c.Nodes() {
+		log, _ := os.ReadFile(filepath.Join(n.DataDir, "node.log"))
+		for _, line := range strings.Split(string(log), "\n") {
+			if strings.Contains(line, ") failed (") {
+				t.Errorf("false failure: %s", line)
+			}
+		}
+		for name, st := range states(t, c, n.Name) {
+			if st != fd.Alive {
+				t.Errorf("%s sees %s %v", n.Name, name, st)
+			}
+		}
 	}
 }

@@ -71,6 +71,7 @@ func Compile(m *onnx.Model, shapes map[string][]int64, consts map[string]*onnx.T
 	if err := c.foldBatchNorm(); err != nil {
 		return nil, err
 	}
+	c.foldPads()
 	c.fusePostOps()
 	c.pruneDead()
 	return c.build(src)
@@ -335,8 +336,13 @@ func (c *compiler) visit(n *onnx.Node) error {
 	if err := x.checkArity(spec); err != nil {
 		return err
 	}
-	for name, a := range n.Attrs {
-		if a == nil {
+	attrNames := make([]string, 0, len(n.Attrs))
+	for name := range n.Attrs {
+		attrNames = append(attrNames, name)
+	}
+	sort.Strings(attrNames) // deterministic errors
+	for _, name := range attrNames {
+		if a := n.Attrs[name]; a == nil {
 			return x.errf("attribute %q is empty", name)
 		}
 		if !spec.allows(name, c.opset) {

@@ -15,6 +15,7 @@ type opSpec struct {
 	// eval computes the outputs when every input is constant (or always, with alwaysFold).
 	eval       func(x *nodeCtx) ([]*onnx.Tensor, error)
 	alwaysFold bool
+	foldOnly   bool // the kernel does not run it: only constant inputs are accepted
 	// passThrough reports that the node only renames its first input.
 	passThrough func(x *nodeCtx) (bool, error)
 }

@@ -60,6 +60,7 @@ func init() {
 		"ReduceMean": {attrs: []string{"axes", "keepdims"}, minIn: 1, maxIn: 1, infer: inferReduce},
 		"Cast":       {attrs: []string{"to", "saturate"}, minIn: 1, maxIn: 1, passThrough: castThrough, eval: evalCast},
 	}
+	registerFoldOnly()
 	ops["Relu"].eval = evalUnaryFloat(func(v float32) float32 {
 		if v > 0 {
 			return v
@@ -794,13 +795,17 @@ func resolveSlice(start, end, step, dim int64) sliceRange {
 		start = clamp(start, 0, dim)
 		end = clamp(end, 0, dim)
 		if end > start {
-			count = (end - start + step - 1) / step
+			count = (end-start-1)/step + 1 // no overflow for huge steps
 		}
 	} else {
 		start = clamp(start, 0, dim-1)
 		end = clamp(end, -1, dim-1)
 		if start > end {
-			count = (start - end + (-step) - 1) / (-step)
+			if step == math.MinInt64 {
+				count = 1
+			} else {
+				count = (start-end-1)/(-step) + 1
+			}
 		}
 	}
 	return sliceRange{start, step, count}
@@ -877,6 +882,11 @@ func inferReduce(x *nodeCtx) ([]onnx.ValueInfo, error) {
 }
 
 func dropoutThrough(x *nodeCtx) (bool, error) {
+	if t, err := x.attrInt("is_test", 1); err != nil {
+		return false, err
+	} else if t != 1 {
+		return false, x.errf("is_test=%d (training) not supported", t)
+	}
 	if _, err := x.attrFloat("ratio", 0.5); err != nil {
 		return false, err
 	}

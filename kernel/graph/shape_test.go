@@ -1,12 +1,15 @@
 package graph
 
 import (
+	"math"
 	"math/rand"
 	"strings"
 	"testing"
 
 	"idunno/kernel/onnx"
 )
+
+var noAxes = ""
 
 // TestShapeInference checks the output dims of one node per case, or the error it gives.
 func TestShapeInference(t *testing.T) {
@@ -170,6 +173,10 @@ func TestShapeInference(t *testing.T) {
 		{"slice attrs", 9, func(b *builder) {
 			b.input("x", 20, 10).node("Slice", ss("x"), ss("y"), aInts("starts", 2), aInts("ends", 5), aInts("axes", 1))
 		}, []int64{20, 3}, ""},
+		{"slice huge steps", 13, func(b *builder) {
+			b.input("x", 20, 10).init("s", ints(1, -2)).init("e", ints(20, math.MinInt64)).init("st", ints(math.MaxInt64, math.MinInt64)).
+				node("Slice", ss("x", "s", "e", noAxes, "st"), ss("y"))
+		}, []int64{1, 1}, ""},
 		{"slice step 0", 13, func(b *builder) {
 			b.input("x", 20).init("s", ints(0)).init("e", ints(3)).init("a", ints(0)).init("st", ints(0)).
 				node("Slice", ss("x", "s", "e", "a", "st"), ss("y"))
@@ -189,6 +196,15 @@ func TestShapeInference(t *testing.T) {
 		{"unknown attribute", 13, func(b *builder) { b.input("x", 2).node("Relu", ss("x"), ss("y"), aInt("bogus", 1)) }, nil, `attribute "bogus" not supported`},
 		{"cast at runtime", 13, func(b *builder) { b.input("x", 2).node("Cast", ss("x"), ss("y"), aInt("to", 7)) }, nil, "Cast to int64 at run time"},
 		{"cast float at runtime", 13, func(b *builder) { b.input("x", 2).node("Cast", ss("x"), ss("y"), aInt("to", 1)) }, []int64{2}, ""},
+		{"fold-only op at run time", 13, func(b *builder) { b.input("x", 2).node("Neg", ss("x"), ss("y")) }, nil, "supported only on constant inputs"},
+		{"fold-only chain", 13, func(b *builder) {
+			b.input("x", 2, 3, 4).init("one", &onnx.Tensor{DType: onnx.Int64, Dims: []int64{1}, I64: []int64{1}}).
+				node("ConstantOfShape", ss("one"), ss("z"), aTensor("value", &onnx.Tensor{DType: onnx.Int64, Dims: []int64{1}, I64: []int64{-2}})).
+				node("Neg", ss("z"), ss("p")).node("Expand", ss("p", "one"), ss("e")).
+				node("Shape", ss("x"), ss("s")).node("Slice", ss("s", "one", "e"), ss("tail")).
+				node("Neg", ss("one"), ss("m1")).node("Concat", ss("m1", "tail"), ss("shape"), aInt("axis", 0)).
+				node("Reshape", ss("x", "shape"), ss("y"))
+		}, []int64{8, 3}, ""},
 		{"custom domain", 13, func(b *builder) {
 			b.input("x", 2).node("Relu", ss("x"), ss("y"))
 			b.m.Graph.Nodes[0].Domain = "com.microsoft"

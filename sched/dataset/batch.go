@@ -151,7 +151,13 @@ func (b *batcher) run(buf []float32) (*onnx.Tensor, error) {
 		work scratch
 	)
 	for i := b.from; i < b.to; i++ {
-		im, err := b.ds.Sample(i)
+		var im Image
+		var err error
+		if d, ok := b.ds.(*dense); ok {
+			im, err = d.view(i) // channels-first data stays planar: no transpose
+		} else {
+			im, err = b.ds.Sample(i)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -181,10 +187,12 @@ func (b *batcher) run(buf []float32) (*onnx.Tensor, error) {
 
 // scratch holds buffers reused across the samples of one batch.
 type scratch struct {
-	plane []float32 // one resized source channel
-	rows  []float32 // horizontally resampled rows
-	lut   [256]float32
-	taps  resizeTaps
+	plane      []float32    // one resized source channel
+	rows       []float32    // horizontally resampled rows
+	lut        [256]float32 // a*v + b for every byte v, for the lutA, lutB last used
+	lutOK      bool
+	lutA, lutB float32
+	taps       resizeTaps
 }
 
 // sample writes one preprocessed image into dst (CHW, s.c*s.h*s.w values).
@@ -197,10 +205,15 @@ func (w *scratch) sample(dst []float32, im Image, s shape, p Preprocess) {
 		if im.C == 1 && s.c == 3 {
 			outs = []int{0, 1, 2}
 		}
+		// The source channel as an image of its own: a plane of planar data, else strided.
+		ch, ci := im, sc
+		if im.chw {
+			ch, ci = im.plane(sc), 0
+		}
 		if !resize {
 			for _, oc := range outs {
 				a, b := p.affine(oc)
-				w.direct(dst[oc*plane:(oc+1)*plane], im, sc, a, b)
+				w.direct(dst[oc*plane:(oc+1)*plane], ch, ci, a, b)
 			}
 			continue
 		}
@@ -208,7 +221,7 @@ func (w *scratch) sample(dst []float32, im Image, s shape, p Preprocess) {
 			w.plane = make([]float32, plane)
 		}
 		src := w.plane[:plane]
-		w.resize(src, im, sc, s.h, s.w)
+		w.resize(src, ch, ci, s.h, s.w)
 		for _, oc := range outs {
 			a, b := p.affine(oc)
 			d := dst[oc*plane : (oc+1)*plane]
@@ -222,8 +235,11 @@ func (w *scratch) sample(dst []float32, im Image, s shape, p Preprocess) {
 // direct normalises channel sc of im into d without resizing.
 func (w *scratch) direct(d []float32, im Image, sc int, a, b float32) {
 	if im.U8 != nil {
-		for v := range w.lut {
-			w.lut[v] = float32(a*float32(v)) + b
+		if !w.lutOK || w.lutA != a || w.lutB != b {
+			for v := range w.lut {
+				w.lut[v] = float32(a*float32(v)) + b
+			}
+			w.lutOK, w.lutA, w.lutB = true, a, b
 		}
 		lut := &w.lut
 		if im.C == 1 {

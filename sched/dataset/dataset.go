@@ -28,6 +28,20 @@ type Image struct {
 	H, W, C int
 	U8      []uint8
 	F32     []float32
+
+	chw bool // internal views only: values stored channels first
+}
+
+// plane returns channel c of a channels-first view as a one-channel image.
+func (im Image) plane(c int) Image {
+	n := im.H * im.W
+	out := Image{H: im.H, W: im.W, C: 1}
+	if im.U8 != nil {
+		out.U8 = im.U8[c*n : (c+1)*n]
+	} else {
+		out.F32 = im.F32[c*n : (c+1)*n]
+	}
+	return out
 }
 
 // Len is the number of values the image holds.
@@ -232,6 +246,21 @@ type dense struct {
 }
 
 func (d *dense) Len() int { return d.n }
+
+// view returns sample i without copying: channels-first data comes back as a planar view.
+func (d *dense) view(i int) (Image, error) {
+	if !d.chw || d.c == 1 || i < 0 || i >= d.n {
+		return d.Sample(i)
+	}
+	per := d.h * d.w * d.c
+	im := Image{H: d.h, W: d.w, C: d.c, chw: true}
+	if d.u8 != nil {
+		im.U8 = d.u8[i*per : (i+1)*per : (i+1)*per]
+	} else {
+		im.F32 = d.f32[i*per : (i+1)*per : (i+1)*per]
+	}
+	return im, nil
+}
 
 func (d *dense) Sample(i int) (Image, error) {
 	if i < 0 || i >= d.n {

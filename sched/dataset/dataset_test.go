@@ -210,7 +210,7 @@ func TestResizeBilinear(t *testing.T) {
 }
 
 func TestNPYLayouts(t *testing.T) {
-	// Two 2x3 RGB images; channels-last and channels-first files of the same data must give
+	// Two 2x5 RGB images; channels-last and channels-first files of the same data must give
 	// the same batch, and float64/float32/uint8 of the same values too.
 	const n, h, w, c = 2, 2, 5, 3
 	hwc := make([]uint8, n*h*w*c)
@@ -231,7 +231,24 @@ func TestNPYLayouts(t *testing.T) {
 	for i, v := range hwc {
 		f32[i], f64[i] = float32(v), float64(v)
 	}
-	p := Preprocess{Scale: 1.0 / 255, Mean: []float32{0.5}, Std: []float32{0.25, 0.5, 1}}
+	for _, p := range []Preprocess{
+		{Scale: 1.0 / 255, Mean: []float32{0.5}, Std: []float32{0.25, 0.5, 1}},
+		{Resize: [2]int{3, 7}, Scale: 1.0 / 255, Mean: []float32{0.5}, Std: []float32{0.25, 0.5, 1}},
+	} {
+		npyLayouts(t, p, hwc, chw, f32, f64)
+	}
+}
+
+func npyLayouts(t *testing.T, p Preprocess, hwc, chw []uint8, f32 []float32, f64 []float64) {
+	const n, h, w, c = 2, 2, 5, 3
+	oh, ow := h, w
+	if p.Resize[0] > 0 {
+		oh, ow = p.Resize[0], p.Resize[1]
+	}
+	chwF32 := make([]float32, len(chw))
+	for i, v := range chw {
+		chwF32[i] = float32(v)
+	}
 	var ref []float32
 	for _, in := range []struct {
 		shape []int
@@ -241,6 +258,7 @@ func TestNPYLayouts(t *testing.T) {
 		{[]int{n, c, h, w}, chw},
 		{[]int{n, h, w, c}, f32},
 		{[]int{n, h, w, c}, f64},
+		{[]int{n, c, h, w}, chwF32},
 	} {
 		var buf bytes.Buffer
 		if err := WriteNPY(&buf, in.shape, in.data); err != nil {
@@ -250,12 +268,15 @@ func TestNPYLayouts(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v %T: %v", in.shape, in.data, err)
 		}
-		tn, err := Batch(ds, 0, 2, p, []int64{-1, 3, h, w})
+		tn, err := Batch(ds, 0, 2, p, []int64{-1, 3, int64(oh), int64(ow)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if ref == nil {
 			ref = tn.F32
+			if p.Resize[0] > 0 {
+				continue
+			}
 			// Spot check: sample 1, channel 2, pixel (1,4) = (hwc/255 - 0.5) / 1.
 			v := hwc[1*h*w*c+(1*w+4)*c+2]
 			if got, want := tn.F32[1*c*h*w+2*h*w+1*w+4], float32(v)/255-0.5; math.Abs(float64(got-want)) > 1e-6 {

@@ -22,6 +22,8 @@ type DashboardData struct {
 	Jobs      []JobStats       `json:"jobs"`
 	JobsError string           `json:"jobs_error,omitempty"`
 	Models    []DashboardModel `json:"models"`
+	// Cluster maps every model served anywhere (as far as this node knows) to its nodes.
+	Cluster map[string][]string `json:"cluster"`
 }
 
 // DashboardModel is one served model's row.
@@ -34,7 +36,8 @@ type DashboardModel struct {
 }
 
 func (s *Server) dashboardData() DashboardData {
-	d := DashboardData{Node: s.cfg.Node, Time: time.Now().UTC().Format(time.RFC3339), Members: -1, SDFSBytes: -1, Jobs: []JobStats{}}
+	d := DashboardData{Node: s.cfg.Node, Time: time.Now().UTC().Format(time.RFC3339), Members: -1, SDFSBytes: -1, Jobs: []JobStats{},
+		Models: []DashboardModel{}, Cluster: map[string][]string{}}
 	if s.Gauges != nil {
 		g := s.Gauges.Gauges()
 		d.Members, d.SDFSBytes = g.Members, g.SDFSBytesStored
@@ -49,6 +52,11 @@ func (s *Server) dashboardData() DashboardData {
 			d.Jobs = jobs
 		}
 	}
+	if r, ok := s.Remote.(*Router); ok {
+		c, cancel := context.WithTimeout(context.Background(), s.cfg.StatsTimeout)
+		d.Cluster = r.Models(c)
+		cancel()
+	}
 	sums := s.Metrics.Summaries()
 	depths := s.Local.Depths()
 	for _, m := range s.Local.Served() {
@@ -56,6 +64,7 @@ func (s *Server) dashboardData() DashboardData {
 			Name: m.Name, QueueDepth: depths[m.Name], MaxBatch: m.Batch.MaxBatch,
 			MaxDelayMs: float64(m.Batch.MaxDelay) / float64(time.Millisecond), ModelSummary: sums[m.Name],
 		})
+		d.Cluster[m.Name] = append([]string{s.cfg.Node}, d.Cluster[m.Name]...)
 	}
 	return d
 }

@@ -131,16 +131,11 @@ func TestRoutedQueueFullIs503(t *testing.T) {
 	gate := make(chan struct{})
 	b.fake.SetGate("double", gate)
 	done := make(chan int, 2)
-	for range 2 { // one runs, one waits
-		go func() { c, _, _ := infer(t, url, "double", doubleReq); done <- c }()
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for b.local.Depths()["double"] < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("request never queued at B")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	send := func() { go func() { c, _, _ := infer(t, url, "double", doubleReq); done <- c }() }
+	send() // runs, blocked at the gate
+	waitFor(t, func() bool { return len(b.fake.CallRows()) == 1 })
+	send() // waits in B's queue
+	waitFor(t, func() bool { return b.local.Depths()["double"] == 1 })
 	code, _, body := infer(t, url, "double", doubleReq)
 	if code != 503 || !strings.Contains(body, "queue is full") {
 		t.Fatalf("routed request over B's bound: %d %s", code, body)

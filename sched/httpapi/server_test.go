@@ -322,19 +322,17 @@ func TestQueueFullGets503(t *testing.T) {
 	body := `{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}`
 	var wg sync.WaitGroup
 	codes := make(chan int, 3)
-	for range 3 { // one runs (blocked at the gate), two wait in the queue
+	send := func() {
 		wg.Go(func() {
 			c, _, _ := infer(t, ts.url, "double", body)
 			codes <- c
 		})
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for ts.srv.Local.Depths()["double"] < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("requests never queued")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	send() // this one runs, blocked at the gate
+	waitFor(t, func() bool { return len(ts.fake.CallRows()) == 1 })
+	send() // these two wait in the queue
+	send()
+	waitFor(t, func() bool { return ts.srv.Local.Depths()["double"] == 2 })
 	code, _, b := infer(t, ts.url, "double", body)
 	if code != 503 || !strings.Contains(b, "queue is full") {
 		t.Fatalf("request over the bound: %d %s", code, b)
@@ -356,7 +354,7 @@ func TestQueueFullGets503(t *testing.T) {
 }
 
 func TestDynamicBatchingSplitsResults(t *testing.T) {
-	ts := startServer(t, Config{}, BatchConfig{MaxBatch: 8, MaxDelay: 2 * time.Second})
+	ts := startServer(t, Config{}, BatchConfig{MaxBatch: 8, MaxDelay: 20 * time.Second})
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for i := range 4 { // 4 requests of 2 rows: one full batch of 8
@@ -483,5 +481,21 @@ func TestDashboardServedAndJSON(t *testing.T) {
 	if d.Node != "node3" || d.Members != 4 || d.SDFSBytes != 99 || len(d.Jobs) != 1 || d.Jobs[0].Job != "j1" ||
 		len(d.Models) != 2 || d.Models[0].Name != "add" || d.Models[1].MaxBatch != 4 || d.Models[1].MaxDelayMs != 5 {
 		t.Fatalf("dashboard data %+v", d)
+	}
+}
+
+func netListen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+
+var httpNewRequest = http.NewRequest
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 10 s")
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
 }

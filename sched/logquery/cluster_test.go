@@ -1,6 +1,7 @@
 package logquery_test
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,7 +59,16 @@ func (e *buildError) Error() string { return "build idunno: " + e.out }
 
 func grep(t *testing.T, bin string, args ...string) (string, error) {
 	t.Helper()
-	out, err := exec.Command(bin, append([]string{"grep"}, args...)...).CombinedOutput()
+	return grepEnv(t, bin, nil, args...)
+}
+
+func grepEnv(t *testing.T, bin string, env []string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"grep"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
 
@@ -87,6 +97,15 @@ func TestGrepLocalCluster(t *testing.T) {
 	}
 	if !strings.Contains(out, "total: 3 matching lines on 3 nodes") {
 		t.Fatalf("no total in:\n%s", out)
+	}
+
+	// --at: one node's address and the secret from the environment reach every node.
+	out, err = grepEnv(t, bin, []string{"IDUNNO_SECRET=" + c.Secret()}, "node: started", "--at", c.RPCAddr("node2"))
+	if err != nil || !strings.Contains(out, "total: 3 matching lines on 3 nodes") {
+		t.Fatalf("--at: %v\n%s", err, out)
+	}
+	if out, err = grepEnv(t, bin, []string{"IDUNNO_SECRET=wrong"}, "started", "--at", c.RPCAddr("node2")); err == nil {
+		t.Fatalf("--at with a wrong secret succeeded:\n%s", out)
 	}
 
 	out, err = grep(t, bin, "--node", "node1", "--cluster", dir, `started|joined`)

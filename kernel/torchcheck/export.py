@@ -1,0 +1,203 @@
+"""Reference outputs from PyTorch for IDunno's cross-check test (run with /usr/bin/python3).
+
+usage: export.py [--torchvision OUTDIR] [--zoo ZOODIR]
+
+With --torchvision, for every case below: builds the model with random weights (fixed seed,
+BatchNormalization statistics randomised so BN folding is exercised), exports it with
+torch.onnx.export at the case's opset to OUTDIR/<case>/model.onnx, and writes the input
+and torch's output as ONNX TensorProto files (input_0.pb, output_0.pb).
+
+For every zoo model ZOODIR/<name>/model.onnx (written by `idunno zoo`): loads its
+initializers into the matching torchvision module (the zoo names its initializers like
+torchvision's state_dict keys; every key must match in name and shape), runs the input
+ZOODIR/<name>/input_0.pb, and writes torch's output to ZOODIR/<name>/output_0.pb.
+
+Writes manifest.json into OUTDIR and ZOODIR listing the cases done there.
+"""
+import json
+import os
+import sys
+import time
+import warnings
+
+warnings.filterwarnings("ignore")
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+import torch
+import torch.nn as nn
+import torchvision.models as tvm
+
+torch.set_num_threads(2)
+
+# (case name, torchvision constructor, kwargs, input shape NCHW, opset, constant folding).
+# With constant folding torch folds BatchNormalization into Conv itself; without it the
+# file keeps BatchNormalization (and more constant subgraphs) for IDunno's compiler to fold.
+CASES = [
+    ("resnet18_op11_nofold", "resnet18", {}, (1, 3, 64, 64), 11, False),
+    ("resnet18_op17_b2", "resnet18", {}, (2, 3, 64, 64), 17, True),
+    ("resnet50_op13", "resnet50", {}, (1, 3, 64, 64), 13, True),
+    ("alexnet_op12", "alexnet", {}, (1, 3, 224, 224), 12, True),
+    ("vgg11_op14", "vgg11", {}, (1, 3, 224, 224), 14, True),
+    ("squeezenet1_0_op11", "squeezenet1_0", {}, (1, 3, 64, 64), 11, True),
+    ("squeezenet1_1_op16_b2", "squeezenet1_1", {}, (2, 3, 64, 64), 16, True),
+    ("mobilenet_v2_op13", "mobilenet_v2", {}, (1, 3, 64, 64), 13, True),
+    ("mobilenet_v2_op15_nofold", "mobilenet_v2", {}, (1, 3, 96, 96), 15, False),
+    ("googlenet_op14", "googlenet", {"aux_logits": False, "init_weights": True}, (1, 3, 64, 64), 14, True),
+    ("inception_v3_op16", "inception_v3", {"aux_logits": False, "init_weights": True}, (1, 3, 96, 96), 16, True),
+    ("densenet121_op17", "densenet121", {}, (1, 3, 64, 64), 17, True),
+]
+
+
+def calibrate_bn(model, shape, gen):
+    """Sets BatchNorm statistics as training would (from random batches), then perturbs
+    the affine parameters, so activations stay O(1) and BN is far from the identity."""
+    bns = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    if not bns:
+        return
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None  # cumulative average over the calibration batches
+    model.train()
+    with torch.no_grad():
+        for _ in range(2):
+            model(torch.randn(4, *shape[1:], generator=gen))
+    for m in bns:
+        c = m.num_features
+        m.weight.data = torch.empty(c).uniform_(0.5, 1.5, generator=gen)
+        m.bias.data = torch.randn(c, generator=gen) * 0.1
+
+
+def save_tensor(arr, path, name):
+    t = numpy_helper.from_array(np.ascontiguousarray(arr), name=name)
+    with open(path, "wb") as f:
+        f.write(t.SerializeToString())
+
+
+def export_case(outdir, case, seed):
+    name, ctor, kwargs, shape, opset, fold = case
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    model = getattr(tvm, ctor)(weights=None, **kwargs)
+    calibrate_bn(model, shape, gen)
+    model.eval()
+    x = torch.randn(*shape, generator=gen)
+    d = os.path.join(outdir, name)
+    os.makedirs(d, exist_ok=True)
+    with torch.no_grad():
+        y = model(x)
+        torch.onnx.export(model, x, os.path.join(d, "model.onnx"), opset_version=opset,
+                          input_names=["input"], output_names=["output"], do_constant_folding=fold)
+    save_tensor(x.numpy(), os.path.join(d, "input_0.pb"), "input")
+    save_tensor(y.numpy(), os.path.join(d, "output_0.pb"), "output")
+    return {"name": name, "dir": d, "source": "torchvision", "model": ctor, "opset": opset,
+            "constant_folding": fold, "input_shape": list(shape), "max_abs_output": float(y.abs().max())}
+
+
+class LeNet5(nn.Module):
+    """LeNet-5 with the zoo's layer names."""
+
+    def __init__(self, in_ch, classes, flat):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_ch, 6, 5, padding=2)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        self.fc1 = nn.Linear(flat, 120)
+        self.fc2 = nn.Linear(120, 84)
+        self.fc3 = nn.Linear(84, classes)
+
+    def forward(self, x):
+        x = torch.max_pool2d(torch.relu(self.conv1(x)), 2)
+        x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
+        x = torch.flatten(x, 1)
+        return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+
+
+ZOO_TO_TORCH = {
+    "resnet18": lambda k: tvm.resnet18(weights=None, num_classes=k),
+    "resnet50": lambda k: tvm.resnet50(weights=None, num_classes=k),
+    "alexnet": lambda k: tvm.alexnet(weights=None, num_classes=k),
+    "vgg16": lambda k: tvm.vgg16(weights=None, num_classes=k),
+    "mobilenet_v2": lambda k: tvm.mobilenet_v2(weights=None, num_classes=k),
+    "squeezenet": lambda k: tvm.squeezenet1_0(weights=None, num_classes=k),
+    "inception_v3": lambda k: tvm.inception_v3(weights=None, num_classes=k, aux_logits=False, init_weights=False),
+}
+
+
+def zoo_case(zoodir, name):
+    d = os.path.join(zoodir, name)
+    m = onnx.load(os.path.join(d, "model.onnx"))
+    weights = {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in m.graph.initializer}
+    x = numpy_helper.to_array(onnx.load_tensor(os.path.join(d, "input_0.pb")))
+    arch = name
+    if arch == "lenet5":
+        flat = weights["fc1.weight"].shape[1]
+        model = LeNet5(x.shape[1], weights["fc3.weight"].shape[0], flat)
+    else:
+        model = ZOO_TO_TORCH[arch](model_classes(weights, arch))
+    state = model.state_dict()
+    missing = [k for k in state if k not in weights and not k.endswith("num_batches_tracked")]
+    unused = [k for k in weights if k not in state and not k.startswith("clip_")]
+    if missing or unused:
+        raise SystemExit(f"zoo {name}: state_dict mismatch: missing {missing[:5]}, unexpected {unused[:5]}")
+    for k in weights:
+        if k in state and tuple(state[k].shape) != tuple(weights[k].shape):
+            raise SystemExit(f"zoo {name}: {k} has shape {tuple(weights[k].shape)}, torch wants {tuple(state[k].shape)}")
+    model.load_state_dict({k: v for k, v in weights.items() if k in state}, strict=False)
+    model.eval()
+    with torch.no_grad():
+        y = model(torch.from_numpy(x))
+    save_tensor(y.numpy(), os.path.join(d, "output_0.pb"), "output")
+    return {"name": "zoo_" + name, "dir": d, "source": "zoo", "model": arch, "opset": 13,
+            "input_shape": list(x.shape), "max_abs_output": float(y.abs().max())}
+
+
+def model_classes(weights, arch):
+    last = {"resnet18": "fc.weight", "resnet50": "fc.weight", "inception_v3": "fc.weight",
+            "alexnet": "classifier.6.weight", "vgg16": "classifier.6.weight",
+            "mobilenet_v2": "classifier.1.weight", "squeezenet": "classifier.1.weight"}[arch]
+    return weights[last].shape[0]
+
+
+def main():
+    args = sys.argv[1:]
+    outdir = zoodir = None
+    while args:
+        if args[0] == "--torchvision" and len(args) > 1:
+            outdir, args = args[1], args[2:]
+        elif args[0] == "--zoo" and len(args) > 1:
+            zoodir, args = args[1], args[2:]
+        else:
+            raise SystemExit(__doc__)
+    only = os.environ.get("TORCHCHECK_ONLY", "")
+    if outdir:
+        os.makedirs(outdir, exist_ok=True)
+        done = []
+        for i, case in enumerate(CASES):
+            if only and only not in case[0]:
+                continue
+            t0 = time.time()
+            done.append(export_case(outdir, case, seed=100 + i))
+            print(f"exported {case[0]} in {time.time() - t0:.1f}s", file=sys.stderr)
+        write_manifest(outdir, done)
+    if zoodir:
+        done = []
+        for name in sorted(os.listdir(zoodir)):
+            if not os.path.isdir(os.path.join(zoodir, name)):
+                continue
+            t0 = time.time()
+            done.append(zoo_case(zoodir, name))
+            print(f"ran zoo {name} in torch in {time.time() - t0:.1f}s", file=sys.stderr)
+        write_manifest(zoodir, done)
+
+
+def write_manifest(d, done):
+    # Relative directories, so a cached export can be moved.
+    for c in done:
+        c["dir"] = os.path.basename(c["dir"])
+    with open(os.path.join(d, "manifest.json"), "w") as f:
+        json.dump(done, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"math/bits"
+	"sync"
+
+	"idunno/kernel"
+	"idunno/kernel/onnx"
+)
+
+// KernelBackend runs models through IDunno's kernel. Batches of a size that is not a power
+// of two are padded with zero rows up to the next one (and the padding cut from the
+// outputs), so dynamic batching compiles at most log2(max batch)+1 plans per model instead
+// of one per batch size.
+type KernelBackend struct {
+	threads int
+
+	mu     sync.RWMutex
+	models map[string]*kernelModel
+}
+
+type kernelModel struct {
+	m    *kernel.Model
+	meta ModelMetadata
+}
+
+// NewKernelBackend returns an empty backend whose model instances use threads kernel threads.
+func NewKernelBackend(threads int) *KernelBackend {
+	return &KernelBackend{threads: threads, models: map[string]*kernelModel{}}
+}
+
+// LoadFile loads an ONNX file under name, replacing any model of that name.
+func (b *KernelBackend) LoadFile(name, path string) error {
+	m, err := kernel.Load(path, kernel.Options{Threads: b.threads})
+	if err != nil {
+		return fmt.Errorf("httpapi: load %s: %w", name, err)
+	}
+	b.add(name, m)
+	return nil
+}
+
+// LoadModel loads a decoded ONNX model under name.
+func (b *KernelBackend) LoadModel(name string, om *onnx.Model) error {
+	m, err := kernel.LoadModel(om, kernel.Options{Threads: b.threads})
+	if err != nil {
+		return fmt.Errorf("httpapi: load %s: %w", name, err)
+	}
+	b.add(name, m)
+	return nil
+}
+
+func (b *KernelBackend) add(name string, m *kernel.Model) {
+	km := &kernelModel{m: m, meta: MetadataFromONNX(name, m.Inputs(), m.Outputs())}
+	b.mu.Lock()
+	old := b.models[name]
+	b.models[name] = km
+	b.mu.Unlock()
+	if old != nil {
+		old.m.Close()
+	}
+}
+
+// Close unloads every model.
+func (b *KernelBackend) Close() {
+	b.mu.Lock()
+	ms := b.models
+	b.models = map[string]*kernelModel{}
+	b.mu.Unlock()
+	for _, km := range ms {
+		km.m.Close()
+	}
+}
+
+// Metadata implements Backend.
+func (b *KernelBackend) Metadata(model string) (ModelMetadata, bool) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	km, ok := b.models[model]
+	if !ok {
+		return ModelMetadata{}, false
+	}
+	return km.meta, true
+}
+
+// Infer implements Backend.
+func (b *KernelBackend) Infer(ctx context.Context, model string, in []*onnx.Tensor) ([]*onnx.Tensor, error) {
+	b.mu.RLock()
+	km, ok := b.models[model]
+	b.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("httpapi: kernel backend has no model %q", model)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	rows := int(in[0].Dims[0])
+	padded := rows
+	if rows > 1 && rows&(rows-1) != 0 {
+		padded = 1 << bits.Len(uint(rows))
+		in = padRows(in, padded)
+	}
+	out, err := km.m.Run(in)
+	if err != nil {
+		return nil, err
+	}
+	if padded != rows {
+		for i, t := range out {
+			out[i] = cutRows(t, padded, rows)
+		}
+	}
+	return out, nil
+}
+
+// padRows returns copies of ts grown along the first dimension to rows, with zeros.
+func padRows(ts []*onnx.Tensor, rows int) []*onnx.Tensor {
+	r := make([]*onnx.Tensor, len(ts))
+	for i, t := range ts {
+		per := elements(t) / int(t.Dims[0])
+		p := &onnx.Tensor{Name: t.Name, DType: t.DType, Dims: append([]int64(nil), t.Dims...)}
+		p.Dims[0] = int64(rows)
+		switch {
+		case t.F32 != nil:
+			p.F32 = append(make([]float32, 0, rows*per), t.F32...)[:rows*per]
+		case t.F64 != nil:
+			p.F64 = append(make([]float64, 0, rows*per), t.F64...)[:rows*per]
+		default:
+			p.I64 = append(make([]int64, 0, rows*per), t.I64...)[:rows*per]
+		}
+		r[i] = p
+	}
+	return r
+}
+
+// cutRows keeps the first rows of t's first dimension (which is padded); other outputs
+// (no batch dimension) pass unchanged.
+func cutRows(t *onnx.Tensor, padded, rows int) *onnx.Tensor {
+	if len(t.Dims) == 0 || t.Dims[0] != int64(padded) {
+		return t
+	}
+	per := elements(t) / padded
+	c := *t
+	c.Dims = append([]int64(nil), t.Dims...)
+	c.Dims[0] = int64(rows)
+	switch {
+	case t.F32 != nil:
+		c.F32 = t.F32[:rows*per]
+	case t.F64 != nil:
+		c.F64 = t.F64[:rows*per]
+	case t.I64 != nil:
+		c.I64 = t.I64[:rows*per]
+	}
+	return &c
+}

@@ -1,0 +1,57 @@
+package sdfs
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"testing"
+)
+
+// BenchmarkPut64MiB and BenchmarkGet64MiB move a 64 MiB file on an in-process 4-node
+// cluster (real TCP on loopback, real fsyncs); benchmarks/sdfs has the multi-process figures.
+func BenchmarkPut64MiB(b *testing.B) {
+	tc, data := benchCluster(b)
+	b.SetBytes(int64(len(data)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := tc.client().Put(context.Background(), "bench", bytes.NewReader(data)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkGet64MiB(b *testing.B) {
+	tc, data := benchCluster(b)
+	if _, err := tc.client().Put(context.Background(), "bench", bytes.NewReader(data)); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := tc.client().Get(context.Background(), "bench", io.Discard); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func benchCluster(b *testing.B) (*testCluster, []byte) {
+	cfg := DefaultConfig()
+	cfg.ScrubInterval = 0
+	tc := newTestCluster(b, 4, cfg)
+	for _, nd := range tc.nodes {
+		nd.store.Logf = func(string, ...any) {}
+	}
+	return tc, randBytes(64<<20, 1)
+}
+
+// BenchmarkPut1KiB is the latency of a small put (task results are small files).
+func BenchmarkPut1KiB(b *testing.B) {
+	tc, _ := benchCluster(b)
+	data := randBytes(1024, 2)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := tc.client().Put(context.Background(), "small", bytes.NewReader(data)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
