@@ -88,6 +88,8 @@ type benchResult struct {
 	CPUGFLOPS     float64 `json:"gflops_per_cpu_second"`
 	CPUPeakGFLOPS float64 `json:"peak_gflops_per_cpu_second"`
 	CPUFraction   float64 `json:"fraction_of_peak_cpu"`
+	// The rate of a median batch against the peak: less hurt by other processes' bursts.
+	P50Fraction float64 `json:"fraction_of_peak_p50"`
 }
 
 func runBench(args []string) error {
