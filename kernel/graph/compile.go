@@ -71,6 +71,7 @@ func Compile(m *onnx.Model, shapes map[string][]int64, consts map[string]*onnx.T
 	if err := c.foldBatchNorm(); err != nil {
 		return nil, err
 	}
+	c.foldPads()
 	c.fusePostOps()
 	c.pruneDead()
 	return c.build(src)
