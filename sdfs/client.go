@@ -700,7 +700,9 @@ func (c *Client) Verify(ctx context.Context, node string) (VerifyReport, error) 
 	if err != nil {
 		return r, err
 	}
-	if err := c.rc.CallJSON(ctx, p.Addr, "sdfs.verify", empty{}, &r); err != nil {
+	vctx, cancel := context.WithTimeout(ctx, 5*time.Minute) // a whole store's blocks
+	defer cancel()
+	if err := c.rc.CallJSON(vctx, p.Addr, "sdfs.verify", empty{}, &r); err != nil {
 		return r, fmt.Errorf("sdfs: verify on %s: %w", node, err)
 	}
 	return r, nil

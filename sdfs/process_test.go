@@ -5,12 +5,13 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"flag"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,27 +20,41 @@ import (
 	"idunno/sdfs"
 )
 
-var bin string
+var (
+	binOnce sync.Once
+	bin     string
+	binErr  error
+	binDir  string
+)
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	bin = os.Getenv("IDUNNO_BIN")
-	if bin != "" || testing.Short() {
-		os.Exit(m.Run())
-	}
-	dir, err := os.MkdirTemp("", "idunno-sdfs-bin")
-	if err != nil {
-		panic(err)
-	}
-	bin = filepath.Join(dir, "idunno")
-	cmd := exec.Command("go", "build", "-o", bin, "idunno/client")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		panic(string(out))
-	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
 	os.Exit(code)
+}
+
+// binary returns $IDUNNO_BIN or an idunno binary built once for this test run.
+func binary(t *testing.T) string {
+	binOnce.Do(func() {
+		if bin = os.Getenv("IDUNNO_BIN"); bin != "" {
+			return
+		}
+		if binDir, binErr = os.MkdirTemp("", "idunno-sdfs-bin"); binErr != nil {
+			return
+		}
+		bin = filepath.Join(binDir, "idunno")
+		cmd := exec.Command("go", "build", "-o", bin, "idunno/client")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("build idunno: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return bin
 }
 
 type procCluster struct {
@@ -53,7 +68,7 @@ func upCluster(t *testing.T, n int) *procCluster {
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
-	lc, err := localcluster.Up(t.TempDir(), n, 0, bin)
+	lc, err := localcluster.Up(t.TempDir(), n, 0, binary(t))
 	if err != nil {
 		t.Fatal(err)
 	}
