@@ -23,9 +23,20 @@ func main() {
 	}{
 		{"kernel.csv", "kernel.png", kernelChart},
 		{"fd_sim_scaling.csv", "fd_scaling.png", fdScalingChart},
-		{"http_load.csv", "latency_throughput.png", latencyChart},
+		{"http.csv", "latency_throughput.png", latencyChart},
 	} {
 		rows, err := readCSV(filepath.Join(*out, c.csv))
+		if c.csv == "http.csv" && err == nil {
+			// A second run of the HTTP benchmark with a smaller max batch, if make bench made one.
+			if more, err := readCSV(filepath.Join(*out, "http_b4.csv")); err == nil {
+				for _, r := range more {
+					if r["run"] == "batched" {
+						r["run"] = "batched, max batch 4"
+						rows = append(rows, r)
+					}
+				}
+			}
+		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "charts: skipping %s: %v\n", c.png, err)
 			continue
@@ -101,10 +112,17 @@ func fdScalingChart(rows []map[string]string) plot.Chart {
 		XLabel: "nodes", YLabel: "ms  |  bytes/s/100", Series: []plot.Series{p99, bw}}
 }
 
-// latencyChart: offered load against p50 and p99 latency, one pair of lines per batch setting.
+// latencyChart: offered load against p50 and p99 latency, one pair of lines per batching
+// configuration ("plain" is no batching, "batched" the benchmark's default max batch).
 func latencyChart(rows []map[string]string) plot.Chart {
-	p50 := group(rows, "max_batch", "offered_rps", "p50_ms", "p50, max batch ")
-	p99 := group(rows, "max_batch", "offered_rps", "p99_ms", "p99, max batch ")
+	var load []map[string]string
+	for _, r := range rows {
+		if r["offered_rps"] != "" && num(r["offered_rps"]) > 0 {
+			load = append(load, r)
+		}
+	}
+	p50 := group(load, "run", "offered_rps", "p50_ms", "p50 ")
+	p99 := group(load, "run", "offered_rps", "p99_ms", "p99 ")
 	return plot.Chart{Title: "Inference endpoint: latency against offered load", XLabel: "offered requests/s",
 		YLabel: "latency (ms, log)", LogY: true, Series: append(p50, p99...)}
 }
