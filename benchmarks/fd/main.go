@@ -33,7 +33,7 @@ func main() {
 	kill := flag.Int("kill", 1, "nodes killed at once per trial (crash)")
 	trials := flag.Int("trials", 20, "trials (crash, sim)")
 	dur := flag.Duration("duration", 10*time.Minute, "run length (loss)")
-	loss := flag.Float64("loss", 0.03, "injected packet loss (loss)")
+	loss := flag.Float64("loss", 0.03, "packet loss (loss, sim)")
 	starve := flag.String("starve", "node4", "node frozen by SIGSTOP bursts (loss; empty for none)")
 	maxStop := flag.Duration("max-stop", 400*time.Millisecond, "longest SIGSTOP burst (loss)")
 	sizes := flag.String("sizes", "10,30,100,300,1000", "cluster sizes (sim)")
@@ -48,7 +48,7 @@ func main() {
 	case "loss":
 		err = lossRun(*bin, *nodes, *loss, *dur, *starve, *maxStop, *out)
 	case "sim":
-		err = simRun(*sizes, *trials, *out)
+		err = simRun(*sizes, *trials, *loss, *out)
 	default:
 		err = fmt.Errorf("unknown mode %q", *mode)
 	}
@@ -275,10 +275,10 @@ func stats(cl *rpc.Client, c *localcluster.Cluster) map[string]fd.Stats {
 	return out
 }
 
-func simRun(sizes string, trials int, out string) error {
+func simRun(sizes string, trials int, loss float64, out string) error {
 	w, closeOut := csvOut(out, "nodes,trials,detect_p50_ms,detect_p99_ms,detect_max_ms,bytes_per_node_per_s,packets_per_node_per_s")
 	defer closeOut()
-	fmt.Printf("sim: 1 crash per trial, 1 ms +0-2 ms latency, no loss; detection = failed at every live member\n")
+	fmt.Printf("sim: 1 crash per trial, 1 ms +0-2 ms latency, %.1f%% loss; detection = failed at every live member\n", loss*100)
 	fmt.Printf("%7s %9s %9s %9s %14s %14s\n", "nodes", "p50 ms", "p99 ms", "max ms", "bytes/node/s", "pkts/node/s")
 	for _, f := range strings.Split(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -288,7 +288,7 @@ func simRun(sizes string, trials int, out string) error {
 		var det []float64
 		var bytesRate, pktRate []float64
 		for t := 0; t < trials; t++ {
-			s := fd.NewSim(fd.SimConfig{N: n, Seed: uint64(t + 1), Latency: time.Millisecond, Jitter: 2 * time.Millisecond, Bootstrap: true})
+			s := fd.NewSim(fd.SimConfig{N: n, Seed: uint64(t + 1), Loss: loss, Latency: time.Millisecond, Jitter: 2 * time.Millisecond, Bootstrap: true})
 			s.Run(2 * time.Second)
 			b0, p0 := sent(s)
 			s.Run(3 * time.Second)
