@@ -54,6 +54,9 @@ func NewClient(cfg Config, rc *rpc.Client, members MemberSource) *Client {
 	return &Client{cfg: cfg, rc: rc, members: members}
 }
 
+// Peers returns the live nodes as the client's membership source reports them.
+func (c *Client) Peers(ctx context.Context) ([]Peer, error) { return c.members(ctx) }
+
 // view is one node's answer to a version query.
 type view struct {
 	peer     Peer
@@ -700,7 +703,9 @@ func (c *Client) Verify(ctx context.Context, node string) (VerifyReport, error) 
 	if err != nil {
 		return r, err
 	}
-	if err := c.rc.CallJSON(ctx, p.Addr, "sdfs.verify", empty{}, &r); err != nil {
+	vctx, cancel := context.WithTimeout(ctx, 5*time.Minute) // a whole store's blocks
+	defer cancel()
+	if err := c.rc.CallJSON(vctx, p.Addr, "sdfs.verify", empty{}, &r); err != nil {
 		return r, fmt.Errorf("sdfs: verify on %s: %w", node, err)
 	}
 	return r, nil
