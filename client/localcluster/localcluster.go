@@ -480,7 +480,7 @@ func (c *Cluster) Members(ctx context.Context, name string) ([]fd.Member, error)
 }
 
 // WaitConverged waits until every running (not stopped) node sees exactly the running nodes
-// alive. It fails early if a node this process started exits.
+// alive and suspects no one. It fails early if a node this process started exits.
 func (c *Cluster) WaitConverged(limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	cl := rpc.NewClient([]byte(c.f.Secret))
@@ -538,6 +538,9 @@ func (c *Cluster) converged(cl *rpc.Client) (bool, string) {
 		}
 		alive := 0
 		for _, m := range r.Members {
+			if m.State == fd.Suspect {
+				return false, fmt.Sprintf("%s suspects %s", n.Name, m.Name)
+			}
 			if m.State == fd.Alive {
 				if !want[m.Addr] {
 					return false, fmt.Sprintf("%s sees %s alive", n.Name, m.Name)
