@@ -54,6 +54,9 @@ func NewClient(cfg Config, rc *rpc.Client, members MemberSource) *Client {
 	return &Client{cfg: cfg, rc: rc, members: members}
 }
 
+// Peers returns the live nodes as the client's membership source reports them.
+func (c *Client) Peers(ctx context.Context) ([]Peer, error) { return c.members(ctx) }
+
 // view is one node's answer to a version query.
 type view struct {
 	peer     Peer

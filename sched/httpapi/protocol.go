@@ -156,9 +156,12 @@ func DecodeInferRequest(body []byte, headerLen int, lim Limits) (*InferRequest, 
 		}
 		js, bin = body[:headerLen], body[headerLen:]
 	}
-	var w wireRequest
-	if err := json.Unmarshal(js, &w); err != nil {
-		return nil, badf("malformed JSON: %v", err)
+	w, err := parseRequest(js, lim)
+	if err != nil {
+		if IsBadRequest(err) {
+			return nil, err
+		}
+		return nil, badf("%v", err)
 	}
 	if len(w.ID) > lim.MaxNameLen {
 		return nil, badf("id longer than %d bytes", lim.MaxNameLen)
@@ -170,7 +173,6 @@ func DecodeInferRequest(body []byte, headerLen int, lim Limits) (*InferRequest, 
 		return nil, badf("more than %d inputs or outputs", lim.MaxInputs)
 	}
 	req := &InferRequest{ID: w.ID}
-	var err error
 	if req.BinaryOutput, err = boolParam(w.Parameters, "binary_data_output"); err != nil {
 		return nil, err
 	}
