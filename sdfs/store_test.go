@@ -265,9 +265,15 @@ func TestReReplicationAfterThreeCrashes(t *testing.T) {
 	for _, n := range h[:3] {
 		tc.crash(tc.node(n))
 	}
+	if tc.node(h[3]).store.Scan(ctx); tc.node(h[3]).store.Backlog() != 3 {
+		t.Fatalf("survivor's backlog %d, want 3 missing replicas", tc.node(h[3]).store.Backlog())
+	}
 	tc.scanAll(2)
 	if h2 := tc.holders("x", v); len(h2) != 4 {
 		t.Fatalf("after repair the version is on %v", h2)
+	}
+	if b := tc.node(h[3]).store.Backlog(); b != 0 {
+		t.Fatalf("backlog %d after repair", b)
 	}
 	if got := mustGet(t, tc.client(), "x"); !bytes.Equal(got, data) {
 		t.Fatal("bytes differ after re-replication")

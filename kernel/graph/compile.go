@@ -17,16 +17,17 @@ const (
 
 // compiler holds one compilation; it is used by one goroutine.
 type compiler struct {
-	opset     int64
-	nodes     []*onnx.Node               // kept nodes, topological order
-	consts    map[string]*onnx.Tensor    // every constant value by name
-	vals      map[string]*onnx.ValueInfo // dtype and dims of every value
-	outputs   map[string]bool            // graph output names
-	alias     map[string]string          // removed value -> value that replaces it
-	names     map[string]bool            // every name seen, for fresh names
-	runtime   []onnx.ValueInfo           // run-time graph inputs in model order
-	deferred  []*onnx.Node               // Identity nodes whose output is a graph output
-	usedNames map[string]bool            // every name some source node reads
+	opset      int64
+	nodes      []*onnx.Node               // kept nodes, topological order
+	consts     map[string]*onnx.Tensor    // every constant value by name
+	vals       map[string]*onnx.ValueInfo // dtype and dims of every value
+	outputs    map[string]bool            // graph output names
+	alias      map[string]string          // removed value -> value that replaces it
+	names      map[string]bool            // every name seen, for fresh names
+	runtime    []onnx.ValueInfo           // run-time graph inputs in model order
+	deferred   []*onnx.Node               // Identity nodes whose output is a graph output
+	usedNames  map[string]bool            // every name some source node reads
+	foldBudget int64                      // elements folding may still create
 }
 
 // Compile returns a graph ready for the kernel, for these exact input shapes.
@@ -38,12 +39,13 @@ func Compile(m *onnx.Model, shapes map[string][]int64, consts map[string]*onnx.T
 		return nil, fmt.Errorf("graph: opset %d not supported (want %d to %d)", m.Opset, MinOpset, MaxOpset)
 	}
 	c := &compiler{
-		opset:   m.Opset,
-		consts:  map[string]*onnx.Tensor{},
-		vals:    map[string]*onnx.ValueInfo{},
-		outputs: map[string]bool{},
-		alias:   map[string]string{},
-		names:   map[string]bool{},
+		opset:      m.Opset,
+		consts:     map[string]*onnx.Tensor{},
+		vals:       map[string]*onnx.ValueInfo{},
+		outputs:    map[string]bool{},
+		alias:      map[string]string{},
+		names:      map[string]bool{},
+		foldBudget: maxFoldTotal,
 	}
 	src := m.Graph
 	if err := c.bindInputs(src, shapes, consts); err != nil {
@@ -369,7 +371,7 @@ func (c *compiler) visit(n *onnx.Node) error {
 		if err == nil {
 			return c.setConstOutputs(x, outs)
 		}
-		if !errors.Is(err, errFoldTooBig) || spec.infer == nil {
+		if !errors.Is(err, errFoldTooBig) || spec.infer == nil || spec.foldOnly {
 			return err
 		}
 	}

@@ -2,6 +2,7 @@ package graph
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"math/rand"
 	"strings"
@@ -583,6 +584,19 @@ func TestLargeFoldRunsAtRunTime(t *testing.T) {
 	}
 	if opTypes(g) != "Add" || !dimsEqual(g.Values["y"].Dims, []int64{1 << 13, 1 << 13}) {
 		t.Fatalf("nodes %s, y %v", opTypes(g), g.Values["y"].Dims)
+	}
+}
+
+// TestFoldBudget stops a model that folds many large constants from exhausting memory.
+func TestFoldBudget(t *testing.T) {
+	b := newBuilder(13).init("shape", ints(2048, 1024))
+	for i := 0; i < 20; i++ {
+		name := fmt.Sprintf("c%d", i)
+		b.node("ConstantOfShape", ss("shape"), ss(name)).output(name)
+	}
+	_, err := b.compile()
+	if err == nil || !strings.Contains(err.Error(), "exceed") {
+		t.Fatalf("err = %v; want the fold budget exceeded", err)
 	}
 }
 

@@ -36,8 +36,8 @@
 //
 // ConstantOfShape, Range, Expand, Equal, Where and Neg are accepted only when they fold
 // (exporters use them to compute shapes); the kernel never sees them. Shape always folds,
-// because every dim is exact. Folds whose result would exceed 2^24 elements run as nodes
-// instead (float ops only). The model's opset must be 7 to 17.
+// because every dim is exact. Folds whose result would exceed 2^22 elements (or 2^25 in
+// all) run as nodes instead (float ops only; otherwise an error). The model's opset must be 7 to 17.
 //
 // Anything unsupported (an op, an attribute value, a dtype at run time) is an error
 // "graph: node <name> (<OpType>): ...", never a silently wrong graph.
