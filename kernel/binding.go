@@ -22,6 +22,7 @@ var (
 	idkPlanLastRunNs  func(p uintptr) int64
 	idkPeakGflops     func(threads int32, seconds float64) float64
 	idkNoop           func(x int32) int32
+	idkFmaRun         func(threads int32, iters int64) float64
 )
 
 func register(h uintptr) (err error) {
@@ -45,5 +46,6 @@ func register(h uintptr) (err error) {
 	purego.RegisterLibFunc(&idkPlanLastRunNs, h, "idk_plan_last_run_ns")
 	purego.RegisterLibFunc(&idkPeakGflops, h, "idk_peak_gflops")
 	purego.RegisterLibFunc(&idkNoop, h, "idk_noop")
+	purego.RegisterLibFunc(&idkFmaRun, h, "idk_fma_run")
 	return nil
 }

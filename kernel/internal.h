@@ -8,7 +8,6 @@
 
 #define IDK_MAX_VIEWS 6
 #define IDK_MAX_POST 8
-#define IDK_MAX_ARGS 12
 #define IDK_MAX_IN 64
 
 /* A buffer is one region of storage: in the arena (ext == NULL, placed at off
@@ -54,18 +53,22 @@ typedef struct {
     idk_post_t post[IDK_MAX_POST];
 } idk_op_t;
 
+/* One argument of a oneDNN primitive: its kind, layout and buffer (-1: the scratchpad). */
+typedef struct {
+    int kind, buf;
+    dnnl_memory_desc_t md;
+    dnnl_memory_t mem;
+} idk_arg_t;
+
 struct idk_step;
 typedef idk_status_t (*idk_step_fn)(idk_plan_t *p, struct idk_step *s);
 
 /* A step is one thing done at run time: a oneDNN primitive, or a C loop. */
 typedef struct idk_step {
     dnnl_primitive_t prim;
-    int nargs;
-    int argkind[IDK_MAX_ARGS];
-    int argbuf[IDK_MAX_ARGS]; /* -1: the scratchpad */
-    dnnl_memory_desc_t argmd[IDK_MAX_ARGS];
-    dnnl_memory_t argmem[IDK_MAX_ARGS];
-    dnnl_exec_arg_t args[IDK_MAX_ARGS];
+    int nargs, capargs, oom;
+    idk_arg_t *arg;        /* owned, nargs entries */
+    dnnl_exec_arg_t *args; /* owned, built at compile */
     /* C loops */
     idk_step_fn fn;
     int nb;

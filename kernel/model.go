@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"unsafe"
 
 	"idunno/kernel/graph"
@@ -371,6 +372,35 @@ func PeakGFLOPS(threads int) float64 {
 		threads = 1
 	}
 	return idkPeakGflops(int32(threads), 0.3)
+}
+
+// PeakGFLOPSPerCPUSecond measures the FP32 FMA peak of one core per second of CPU time
+// the loop actually got, which stays meaningful on a loaded machine where wall-clock peaks
+// do not.
+func PeakGFLOPSPerCPUSecond() float64 {
+	if load() != nil {
+		return 0
+	}
+	iters := int64(1 << 16)
+	for {
+		c0 := CPUSeconds()
+		f := idkFmaRun(1, iters)
+		dt := CPUSeconds() - c0
+		if dt > 0.2 {
+			return f / dt / 1e9
+		}
+		iters *= 2
+	}
+}
+
+// CPUSeconds returns the user+system CPU time this process has used.
+func CPUSeconds() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+	return tv(ru.Utime) + tv(ru.Stime)
 }
 
 // Overhead measures the cost of one bare call into the library, for dispatch reports.

@@ -213,3 +213,50 @@ func TestFLOPs(t *testing.T) {
 		t.Fatalf("FLOPs(1)=%v FLOPs(4)=%v", f1, f4)
 	}
 }
+
+// TestWideConcat: a Concat of many inputs (DenseNet concatenates dozens) after a conv, so
+// the inputs arrive in blocked layouts.
+func TestWideConcat(t *testing.T) {
+	const n = 40
+	g := &onnx.Graph{Initializers: map[string]*onnx.Tensor{}}
+	g.Inputs = []onnx.ValueInfo{{Name: "x", DType: onnx.Float, Dims: []int64{-1, 16, 5, 5}}}
+	var cat []string
+	w := &onnx.Tensor{Name: "w", DType: onnx.Float, Dims: []int64{16, 16, 1, 1}, F32: make([]float32, 256)}
+	for i := 0; i < 16; i++ {
+		w.F32[i*16+i] = 1 // identity 1x1 conv
+	}
+	g.Initializers["w"] = w
+	for i := 0; i < n; i++ {
+		name := "c" + string(rune('A'+i))
+		g.Nodes = append(g.Nodes, &onnx.Node{Name: name, OpType: "Conv", Inputs: []string{"x", "w"}, Outputs: []string{name},
+			Attrs: map[string]*onnx.Attribute{"kernel_shape": {Name: "kernel_shape", Type: onnx.AttrInts, Ints: []int64{1, 1}}}})
+		cat = append(cat, name)
+	}
+	g.Nodes = append(g.Nodes, &onnx.Node{Name: "cat", OpType: "Concat", Inputs: cat, Outputs: []string{"y"},
+		Attrs: map[string]*onnx.Attribute{"axis": {Name: "axis", Type: onnx.AttrInt, I: 1}}})
+	g.Outputs = []onnx.ValueInfo{{Name: "y", DType: onnx.Float, Dims: []int64{-1, 16 * n, 5, 5}}}
+	m, err := LoadModel(&onnx.Model{IRVersion: 8, Opset: 13, Graph: g}, Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for _, batch := range []int{1, 4} {
+		x := &onnx.Tensor{DType: onnx.Float, Dims: []int64{int64(batch), 16, 5, 5}, F32: make([]float32, batch*400)}
+		for i := range x.F32 {
+			x.F32[i] = float32(i)
+		}
+		out, err := m.Run([]*onnx.Tensor{x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for b := 0; b < batch; b++ {
+			for k := 0; k < n; k++ {
+				for j := 0; j < 400; j++ {
+					if got, want := out[0].F32[b*400*n+k*400+j], x.F32[b*400+j]; got != want {
+						t.Fatalf("batch %d copy %d elem %d: %v want %v", batch, k, j, got, want)
+					}
+				}
+			}
+		}
+	}
+}

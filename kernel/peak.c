@@ -68,3 +68,13 @@ IDK_API double idk_peak_gflops(int32_t threads, double seconds) {
     }
     return best;
 }
+
+IDK_API double idk_fma_run(int32_t threads, int64_t iters) {
+    if (threads < 1) threads = 1;
+    if (iters < 1) iters = 1;
+    __builtin_cpu_init();
+    double flops = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : flops)
+    flops += run((long)iters);
+    return flops;
+}

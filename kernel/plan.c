@@ -63,7 +63,9 @@ IDK_API void idk_plan_destroy(idk_plan_t *p) {
         idk_step_t *s = &p->s[i];
         if (s->prim) dnnl_primitive_destroy(s->prim);
         for (int a = 0; a < s->nargs; a++)
-            if (s->argmem[a]) dnnl_memory_destroy(s->argmem[a]);
+            if (s->arg[a].mem) dnnl_memory_destroy(s->arg[a].mem);
+        free(s->arg);
+        free(s->args);
         free(s->extra);
     }
     for (int i = 0; i < p->nt; i++) free(p->t[i].cdata);
@@ -287,10 +289,17 @@ idk_step_t *idk_new_step(idk_plan_t *p) {
 }
 
 void idk_step_arg(idk_step_t *s, int kind, const dnnl_memory_desc_t *md, int buf) {
-    s->argkind[s->nargs] = kind;
-    s->argmd[s->nargs] = *md;
-    s->argbuf[s->nargs] = buf;
-    s->nargs++;
+    if (s->nargs >= s->capargs) {
+        int nc = s->capargs ? s->capargs * 2 : 4;
+        idk_arg_t *na = realloc(s->arg, (size_t)nc * sizeof *na);
+        if (!na) {
+            s->oom = 1;
+            return;
+        }
+        s->arg = na;
+        s->capargs = nc;
+    }
+    s->arg[s->nargs++] = (idk_arg_t){kind, buf, *md, NULL};
 }
 
 void *idk_buf_ptr(idk_plan_t *p, int buf) {
@@ -423,6 +432,13 @@ int idk_get_plain(idk_plan_t *p, int tid, int *buf) {
     return idk_get_view(p, tid, &md, buf);
 }
 
+/* idk_arena_limit bounds one plan's activation memory: 8 GiB, or $IDK_MAX_ARENA_MB. */
+static size_t idk_arena_limit(void) {
+    const char *e = getenv("IDK_MAX_ARENA_MB");
+    long v = e ? atol(e) : 0;
+    return v > 0 ? (size_t)v << 20 : (size_t)8 << 30;
+}
+
 /* place assigns arena offsets: buffers whose lifetimes overlap never share bytes. */
 static int cmp_size_desc(const void *a, const void *b, void *ctx) {
     const idk_buffer_t *bs = ctx;
@@ -480,6 +496,9 @@ static idk_status_t place(idk_plan_t *p) {
     free(order);
     free(placed);
     p->arena_size = total;
+    if (total > idk_arena_limit())
+        return idk_fail(p, IDK_ERR_NOMEM, "activations need %zu MiB, over the limit of %zu MiB (IDK_MAX_ARENA_MB)",
+                        total >> 20, idk_arena_limit() >> 20);
     p->arena = aligned_alloc(64, total + 64);
     if (!p->arena) return IDK_ERR_NOMEM;
     memset(p->arena, 0, total + 64);
@@ -539,21 +558,23 @@ IDK_API idk_status_t idk_plan_compile(idk_plan_t *p) {
     for (int i = 0; i < p->nin; i++) touch(p, p->t[p->in[i]].views[0].buf, 0);
     for (int si = 0; si < p->ns; si++) {
         idk_step_t *s = &p->s[si];
-        for (int a = 0; a < s->nargs; a++) touch(p, s->argbuf[a], si);
+        if (s->oom) return idk_fail(p, IDK_ERR_NOMEM, "step %d: out of memory", si);
+        for (int a = 0; a < s->nargs; a++) touch(p, s->arg[a].buf, si);
         for (int a = 0; a < s->nb; a++) touch(p, s->bufs[a], si);
     }
     for (int i = 0; i < p->nout; i++) touch(p, p->outbuf[i], p->ns);
     for (int i = 0; i < p->nb; i++)
         if (!p->b[i].ext && p->b[i].first < 0) p->b[i].first = p->b[i].last = 0;
+    p->err[0] = 0;
     idk_status_t st = place(p);
-    if (st != IDK_OK) return idk_fail(p, st, "arena of %zu bytes: allocation failed", p->arena_size);
+    if (st != IDK_OK) return p->err[0] ? st : idk_fail(p, st, "arena of %zu bytes: allocation failed", p->arena_size);
     /* memory objects now that every buffer has an address */
     size_t scratch = 0;
     for (int si = 0; si < p->ns; si++) {
         idk_step_t *s = &p->s[si];
         for (int a = 0; a < s->nargs; a++) {
-            if (s->argbuf[a] < 0) {
-                size_t z = dnnl_memory_desc_get_size(&s->argmd[a]);
+            if (s->arg[a].buf < 0) {
+                size_t z = dnnl_memory_desc_get_size(&s->arg[a].md);
                 if (z > scratch) scratch = z;
             }
         }
@@ -563,10 +584,12 @@ IDK_API idk_status_t idk_plan_compile(idk_plan_t *p) {
     if (!p->scratch) return IDK_ERR_NOMEM;
     for (int si = 0; si < p->ns; si++) {
         idk_step_t *s = &p->s[si];
+        if (s->nargs && !(s->args = calloc((size_t)s->nargs, sizeof *s->args))) return IDK_ERR_NOMEM;
         for (int a = 0; a < s->nargs; a++) {
-            if (dnnl_memory_create(&s->argmem[a], &s->argmd[a], p->eng, idk_buf_ptr(p, s->argbuf[a])) != dnnl_success)
+            idk_arg_t *g = &s->arg[a];
+            if (dnnl_memory_create(&g->mem, &g->md, p->eng, idk_buf_ptr(p, g->buf)) != dnnl_success)
                 return idk_fail(p, IDK_ERR_DNNL, "memory object for step %d failed", si);
-            s->args[a] = (dnnl_exec_arg_t){s->argkind[a], s->argmem[a]};
+            s->args[a] = (dnnl_exec_arg_t){g->kind, g->mem};
         }
     }
     p->compiled = 1;

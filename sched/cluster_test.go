@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"strings"
 	"sync"
@@ -42,7 +43,7 @@ func newMemCluster(t *testing.T, n int) *memCluster {
 	cfg.TakeoverGrace = 500 * time.Millisecond
 	cfg.PullEvery = 50 * time.Millisecond
 	cfg.ControlEvery = 200 * time.Millisecond
-	cfg.RateWindow = time.Second
+	cfg.RateWindow = 2 * time.Second
 	c := &memCluster{t: t, mem: NewStaticMembership(), blobs: NewMemBlobs(), cfg: cfg, nodes: map[string]*memNode{},
 		exec: &FakeExecutor{
 			Datasets: map[string]int{"small.idx": 2000, "big.npy": 3001},
@@ -322,5 +323,50 @@ func TestClusterRestartAll(t *testing.T) {
 	recomputed := c.blobs.Puts - putsBefore - 1 - (done.Tasks - js.DoneTasks)
 	if recomputed > 4*2 {
 		t.Fatalf("%d tasks recomputed after the restart", recomputed)
+	}
+}
+
+// TestClusterFairTime runs two jobs whose queries cost 10x apart on 5 workers and checks
+// that the controller brings their query rates within 10% of each other, that the split
+// chosen at the second job's add is recorded, and that its first query starts in < 0.5 s.
+func TestClusterFairTime(t *testing.T) {
+	c := newMemCluster(t, 6)
+	c.exec.Datasets["long"] = 200000
+	c.waitCoordinator("")
+	c.callRetry("sched.phase", PhaseArgs{PhaseInference}, nil)
+	if err := c.callRetry("sched.job.add", JobSpec{Name: "cheap", Model: "fast.onnx", Data: "long", Batch: 10, TaskSize: 100}, nil); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	var r JobAddReply
+	if err := c.callRetry("sched.job.add", JobSpec{Name: "costly", Model: "slow.onnx", Data: "long", Batch: 5, TaskSize: 20}, &r); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("split at add: %s", r.Split)
+	deadline := time.Now().Add(20 * time.Second)
+	var a, b JobSummary
+	for time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+		c.callRetry("sched.job.get", NameArgs{"cheap"}, &a)
+		c.callRetry("sched.job.get", NameArgs{"costly"}, &b)
+		// Compare rates measured entirely under the controller (10 s windows after the add).
+		if b.Seconds < 10.5 {
+			continue
+		}
+		spread := math.Abs(a.Rate10s-b.Rate10s) / math.Min(a.Rate10s, b.Rate10s)
+		t.Logf("rates %.0f and %.0f queries/s (%.1f%% apart), shares %.3f/%.3f", a.Rate10s, b.Rate10s, spread*100, a.Share, b.Share)
+		if spread > 0.10 {
+			t.Fatalf("rates %.1f%% apart", spread*100)
+		}
+		break
+	}
+	if b.Seconds < 10.5 {
+		t.Fatal("never measured")
+	}
+	if b.FirstQueryMS < 0 || b.FirstQueryMS > 500 {
+		t.Fatalf("first query of the second job after %.0f ms", b.FirstQueryMS)
+	}
+	if b.SplitAtAdd == "" || !strings.Contains(b.SplitAtAdd, "costly=") {
+		t.Fatalf("split at add not recorded: %q", b.SplitAtAdd)
 	}
 }

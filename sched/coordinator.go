@@ -30,6 +30,7 @@ type coordTables struct {
 	addSplit    map[string]string
 	since       time.Time
 	lastBeat    time.Time
+	lastGain    time.Time
 }
 
 func newCoordTables(now time.Time) *coordTables {
@@ -281,6 +282,15 @@ func (s *Scheduler) control(now time.Time) {
 			loads[i].Rate = st.Rate(now, s.cfg.RateWindow)
 		}
 	}
+	// Gains move once per rate window, on rates measured since the last move: correcting
+	// again before the window reflects the previous correction would overshoot.
+	if now.Sub(co.lastGain) < s.cfg.RateWindow {
+		for i := range loads {
+			loads[i].Rate = 0
+		}
+	} else {
+		co.lastGain = now
+	}
 	for _, l := range loads {
 		if l.Rate == 0 {
 			for i := range loads {
@@ -440,7 +450,7 @@ func (s *Scheduler) handlePull(epoch uint64, a PullArgs) (PullReply, uint64, err
 		r.Acked = append(r.Acked, TaskRef{d.Job, d.Task})
 	}
 	if s.st.Phase == PhaseInference {
-		if _, ok := co.assign[a.Worker]; !ok && !contains(co.workers, a.Worker) {
+		if a.Want > 0 && !contains(co.workers, a.Worker) {
 			co.workers = append(co.workers, a.Worker) // a worker that joined since the last split
 			s.control(now)
 		}

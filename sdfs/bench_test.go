@@ -43,3 +43,15 @@ func benchCluster(b *testing.B) (*testCluster, []byte) {
 	}
 	return tc, randBytes(64<<20, 1)
 }
+
+// BenchmarkPut1KiB is the latency of a small put (task results are small files).
+func BenchmarkPut1KiB(b *testing.B) {
+	tc, _ := benchCluster(b)
+	data := randBytes(1024, 2)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := tc.client().Put(context.Background(), "small", bytes.NewReader(data)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

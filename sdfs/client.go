@@ -1,6 +1,7 @@
 package sdfs
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -53,6 +54,9 @@ func NewClient(cfg Config, rc *rpc.Client, members MemberSource) *Client {
 	return &Client{cfg: cfg, rc: rc, members: members}
 }
 
+// Peers returns the live nodes as the client's membership source reports them.
+func (c *Client) Peers(ctx context.Context) ([]Peer, error) { return c.members(ctx) }
+
 // view is one node's answer to a version query.
 type view struct {
 	peer     Peer
@@ -77,13 +81,29 @@ func (c *Client) stat(ctx context.Context, peers []Peer, names []string) (replie
 		cctx, cancel := context.WithTimeout(ctx, c.cfg.StatTimeout)
 		defer cancel()
 		var r statReply
-		if err := c.rc.CallJSON(cctx, p.Addr, "sdfs.stat", statArgs{Names: names}, &r); err != nil {
+		if err := c.callBody(cctx, p.Addr, "sdfs.stat", statArgs{Names: names}, &r); err != nil {
 			return err
 		}
 		replies[i], ok[i] = r.Versions, true
 		return nil
 	})
 	return replies, ok
+}
+
+// callBody calls a method whose JSON result comes in the message body.
+func (c *Client) callBody(ctx context.Context, addr, method string, args, reply any) error {
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return fmt.Errorf("sdfs: encode %s arguments: %w", method, err)
+	}
+	r, err := c.rc.Call(ctx, addr, &rpc.Message{Method: method, Args: raw})
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(r.Body, reply); err != nil {
+		return fmt.Errorf("sdfs: decode %s result from %s: %w", method, addr, err)
+	}
+	return nil
 }
 
 // each runs f on every peer in parallel and returns the errors by index.
@@ -261,28 +281,95 @@ func (c *Client) put(ctx context.Context, name string, exclude map[string]bool, 
 	}
 	tmpl := Manifest{Name: name, Version: Version{Seq: newest(views).Seq + 1, Writer: randHex(8)},
 		BlockSize: c.cfg.BlockSize, Deleted: deleted, Created: time.Now().UnixNano()}
-	var next func([]byte) ([]byte, error)
 	if deleted {
 		tmpl.BlockSize = 0
-		next = func([]byte) ([]byte, error) { return nil, io.EOF }
-	} else {
-		next = func(buf []byte) ([]byte, error) {
-			n, err := io.ReadFull(r, buf)
-			if err == io.ErrUnexpectedEOF || (err == io.EOF && n > 0) {
-				err = nil
-			}
-			return buf[:n], err
+		return c.writeSmall(ctx, targets, tmpl, nil, true)
+	}
+	// A file that fits in smallFile bytes goes in one call per replica.
+	head := make([]byte, min(smallFile, c.cfg.BlockSize)+1)
+	n, err := io.ReadFull(r, head)
+	switch {
+	case err == io.EOF || err == io.ErrUnexpectedEOF:
+		return c.writeSmall(ctx, targets, tmpl, head[:n], true)
+	case err != nil:
+		return nil, nil, fmt.Errorf("sdfs: put %s: read: %w", name, err)
+	}
+	r = io.MultiReader(bytes.NewReader(head), r)
+	next := func(buf []byte) ([]byte, error) {
+		n, err := io.ReadFull(r, buf)
+		if err == io.ErrUnexpectedEOF || (err == io.EOF && n > 0) {
+			err = nil
+		}
+		return buf[:n], err
+	}
+	return c.writeVersion(ctx, targets, tmpl, next, true)
+}
+
+// smallFile is the size up to which a put sends the whole file in one call per replica.
+const smallFile = 64 << 10
+
+// writeSmall writes a version of at most one block (or a tombstone) with one "sdfs.write"
+// call per target: each stages, fsyncs and commits it. If any target fails, the version
+// is dropped where it was committed, as in writeVersion.
+func (c *Client) writeSmall(ctx context.Context, targets []Peer, tmpl Manifest, body []byte, rollback bool) (*Manifest, []Peer, error) {
+	if len(targets) == 0 {
+		return nil, nil, errors.New("sdfs: no live nodes to write to")
+	}
+	m := tmpl
+	m.Sums, m.Size = []string{}, int64(len(body))
+	if len(body) > 0 {
+		m.Sums = append(m.Sums, sumHex(sha256.Sum256(body)))
+	}
+	args, err := json.Marshal(commitArgs{Txn: randHex(16), Manifest: m})
+	if err != nil {
+		return nil, nil, fmt.Errorf("sdfs: encode write: %w", err)
+	}
+	errs := c.each(targets, func(_ int, p Peer) error {
+		cctx, cancel := context.WithTimeout(ctx, c.cfg.BlockTimeout)
+		defer cancel()
+		_, err := c.rc.Call(cctx, p.Addr, &rpc.Message{Method: "sdfs.write", Args: args, Body: body})
+		return err
+	})
+	var bad, committed []Peer
+	var first error
+	for i, err := range errs {
+		if err == nil {
+			committed = append(committed, targets[i])
+			continue
+		}
+		bad = append(bad, targets[i])
+		if first == nil {
+			first = fmt.Errorf("sdfs: put %s: %s: %w", m.Name, targets[i].Name, err)
 		}
 	}
-	return c.writeVersion(ctx, targets, tmpl, next)
+	if first != nil {
+		if rollback {
+			c.dropVersion(committed, m.Name, m.Version)
+		}
+		if ctx.Err() != nil {
+			bad = nil
+		}
+		return nil, bad, first
+	}
+	return &m, nil, nil
+}
+
+// dropVersion takes a version back from peers (best effort) after a failed write.
+func (c *Client) dropVersion(peers []Peer, name string, v Version) {
+	c.each(peers, func(_ int, p Peer) error {
+		dctx, cancel := context.WithTimeout(context.Background(), c.cfg.StatTimeout)
+		defer cancel()
+		return c.rc.CallJSON(dctx, p.Addr, "sdfs.drop", versionArgs{Name: name, Version: v}, nil)
+	})
 }
 
 // writeVersion writes one version to targets in two phases: every block to every
 // target's staging area (fsynced there), then the manifest commit everywhere. next fills
 // the buffer it is given (or returns its own) with the next block, io.EOF at the end. On
-// failure the version is aborted or dropped everywhere it reached, and the nodes that
-// failed are returned.
-func (c *Client) writeVersion(ctx context.Context, targets []Peer, tmpl Manifest, next func([]byte) ([]byte, error)) (*Manifest, []Peer, error) {
+// failure the version is aborted, and with rollback (a new version from a put, not a
+// copy of an existing one) dropped where it was committed; the nodes that failed are
+// returned.
+func (c *Client) writeVersion(ctx context.Context, targets []Peer, tmpl Manifest, next func([]byte) ([]byte, error), rollback bool) (*Manifest, []Peer, error) {
 	if len(targets) == 0 {
 		return nil, nil, errors.New("sdfs: no live nodes to write to")
 	}
@@ -407,11 +494,9 @@ func (c *Client) writeVersion(ctx context.Context, targets []Peer, tmpl Manifest
 	}
 	if err := failed(); err != nil {
 		// Not durable on every replica: take the version back where it landed.
-		c.each(committed, func(_ int, p Peer) error {
-			dctx, dcancel := context.WithTimeout(context.Background(), c.cfg.StatTimeout)
-			defer dcancel()
-			return c.rc.CallJSON(dctx, p.Addr, "sdfs.drop", versionArgs{Name: m.Name, Version: m.Version}, nil)
-		})
+		if rollback {
+			c.dropVersion(committed, m.Name, m.Version)
+		}
 		return nil, badList(), err
 	}
 	return &m, nil, nil
@@ -610,7 +695,7 @@ func (c *Client) Store(ctx context.Context, node string) ([]StoredFile, error) {
 	var out []StoredFile
 	cctx, cancel := context.WithTimeout(ctx, c.cfg.StatTimeout)
 	defer cancel()
-	if err := c.rc.CallJSON(cctx, p.Addr, "sdfs.store", listArgs{}, &out); err != nil {
+	if err := c.callBody(cctx, p.Addr, "sdfs.store", listArgs{}, &out); err != nil {
 		return nil, fmt.Errorf("sdfs: store of %s: %w", node, err)
 	}
 	return out, nil
@@ -623,7 +708,9 @@ func (c *Client) Verify(ctx context.Context, node string) (VerifyReport, error) 
 	if err != nil {
 		return r, err
 	}
-	if err := c.rc.CallJSON(ctx, p.Addr, "sdfs.verify", empty{}, &r); err != nil {
+	vctx, cancel := context.WithTimeout(ctx, 5*time.Minute) // a whole store's blocks
+	defer cancel()
+	if err := c.rc.CallJSON(vctx, p.Addr, "sdfs.verify", empty{}, &r); err != nil {
 		return r, fmt.Errorf("sdfs: verify on %s: %w", node, err)
 	}
 	return r, nil
@@ -662,7 +749,7 @@ func (c *Client) List(ctx context.Context, prefix string) ([]FileInfo, error) {
 	errs := c.each(peers, func(i int, p Peer) error {
 		cctx, cancel := context.WithTimeout(ctx, c.cfg.StatTimeout)
 		defer cancel()
-		return c.rc.CallJSON(cctx, p.Addr, "sdfs.store", listArgs{Prefix: prefix}, &lists[i])
+		return c.callBody(cctx, p.Addr, "sdfs.store", listArgs{Prefix: prefix}, &lists[i])
 	})
 	best := map[string]VersionInfo{}
 	answered := 0

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -247,6 +248,9 @@ func (d *disk) commit(id string, m *Manifest, now time.Time) error {
 	}
 	t, err := d.take(id, now)
 	if err != nil {
+		if held := d.manifest(m.Name, m.Version); held != nil && slices.Equal(held.Sums, m.Sums) {
+			return nil // a repeated commit of a version already installed
+		}
 		return err
 	}
 	defer d.finish(id, t)
@@ -280,11 +284,13 @@ func (d *disk) install(dir string, m *Manifest) error {
 		return fmt.Errorf("sdfs: %w", err)
 	}
 	parent := d.nameDir(m.Name)
+	d.mu.Lock() // drop may remove an empty name directory: create it under the same lock
+	defer d.mu.Unlock()
+	_, statErr := os.Stat(parent)
+	created := statErr != nil
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return fmt.Errorf("sdfs: %w", err)
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	if err := os.Rename(dir, d.versionDir(m.Name, m.Version)); err != nil {
 		if d.hasLocked(m.Name, m.Version) {
 			return nil
@@ -294,7 +300,10 @@ func (d *disk) install(dir string, m *Manifest) error {
 	if err := syncDir(parent); err != nil {
 		return fmt.Errorf("sdfs: %w", err)
 	}
-	syncDir(filepath.Dir(parent))
+	if created { // the name's directory entry (and maybe its parent's) is new too
+		syncDir(filepath.Dir(parent))
+		syncDir(filepath.Dir(filepath.Dir(parent)))
+	}
 	d.insert(m)
 	d.prune(m.Name)
 	return nil

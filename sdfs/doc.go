@@ -22,7 +22,10 @@ package sdfs
 // acknowledged version is on the disks of 4 nodes and survives any 3 crashes. If a
 // replica fails, the write is aborted (staging discarded, and the version dropped where
 // it was already committed) and, when the source can be re-read, retried with the failed
-// nodes replaced by the next ones in the rendezvous order. A version that was committed
+// nodes replaced by the next ones in the rendezvous order. Files up to 64 KiB (and
+// tombstones) skip the separate phases: one "sdfs.write" call per replica carries the
+// manifest and the bytes, and the replica stages, fsyncs and commits them in one step; a
+// failure anywhere drops the version where it landed, as above. A version that was committed
 // on a node which crashed before the drop reached it can reappear when that node
 // restarts; it is complete (all its blocks are checked), merely unacknowledged.
 //

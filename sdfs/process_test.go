@@ -5,12 +5,13 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"flag"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,27 +20,41 @@ import (
 	"idunno/sdfs"
 )
 
-var bin string
+var (
+	binOnce sync.Once
+	bin     string
+	binErr  error
+	binDir  string
+)
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	bin = os.Getenv("IDUNNO_BIN")
-	if bin != "" || testing.Short() {
-		os.Exit(m.Run())
-	}
-	dir, err := os.MkdirTemp("", "idunno-sdfs-bin")
-	if err != nil {
-		panic(err)
-	}
-	bin = filepath.Join(dir, "idunno")
-	cmd := exec.Command("go", "build", "-o", bin, "idunno/client")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		panic(string(out))
-	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
 	os.Exit(code)
+}
+
+// binary returns $IDUNNO_BIN or an idunno binary built once for this test run.
+func binary(t *testing.T) string {
+	binOnce.Do(func() {
+		if bin = os.Getenv("IDUNNO_BIN"); bin != "" {
+			return
+		}
+		if binDir, binErr = os.MkdirTemp("", "idunno-sdfs-bin"); binErr != nil {
+			return
+		}
+		bin = filepath.Join(binDir, "idunno")
+		cmd := exec.Command("go", "build", "-o", bin, "idunno/client")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("build idunno: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return bin
 }
 
 type procCluster struct {
@@ -53,7 +68,7 @@ func upCluster(t *testing.T, n int) *procCluster {
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
-	lc, err := localcluster.Up(t.TempDir(), n, 0, bin)
+	lc, err := localcluster.Up(t.TempDir(), n, 0, binary(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,11 +175,12 @@ func TestProcessCluster(t *testing.T) {
 		if err := pc.lc.Kill(h[:3]...); err != nil {
 			t.Fatal(err)
 		}
+		killed := time.Now()
 		if got := pc.get("after/put"); !bytes.Equal(got, data) {
 			t.Fatal("bytes differ after 3 replicas were killed")
 		}
-		took := pc.waitReplicas("after/put", v, 4, 30*time.Second)
-		t.Logf("4 replicas restored %v after the kill", took)
+		pc.waitReplicas("after/put", v, 4, 30*time.Second)
+		t.Logf("4 replicas restored %v after the kill", time.Since(killed))
 		if err := pc.lc.Restart(h[:3]...); err != nil {
 			t.Fatal(err)
 		}
@@ -248,6 +264,65 @@ func TestProcessCluster(t *testing.T) {
 			t.Fatalf("block not repaired on disk (verify: %+v)", rep)
 		}
 		t.Logf("verify on %s: %+v", victim, rep)
+	})
+
+	t.Run("rebalance when nodes join", func(t *testing.T) {
+		pc.t = t
+		late := []string{"node5", "node6"}
+		if err := pc.lc.Kill(late...); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(15 * time.Second); ; {
+			peers, err := pc.c.Peers(ctx)
+			if err == nil && len(peers) == 5 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("membership still %d nodes after the kill", len(peers))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		want := map[string][]byte{}
+		vers := map[string]sdfs.Version{}
+		for i := 0; i < 8; i++ {
+			name := fmt.Sprintf("join/%d", i)
+			src, data := randomFile(t, 200<<10+i)
+			v, _, err := pc.c.PutFile(ctx, src, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[name], vers[name] = data, v
+		}
+		if err := pc.lc.Restart(late...); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		for name, v := range vers {
+			for {
+				peers, err := pc.c.Peers(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				desired := sdfs.Rank(name, peers)[:4]
+				var ds []string
+				for _, p := range desired {
+					ds = append(ds, p.Name)
+				}
+				sort.Strings(ds)
+				h := pc.holders(name, v)
+				if len(peers) == 7 && fmt.Sprint(h) == fmt.Sprint(ds) {
+					break
+				}
+				if time.Since(start) > 30*time.Second {
+					t.Fatalf("%s on %v, its replica set is %v", name, h, ds)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			if got := pc.get(name); !bytes.Equal(got, want[name]) {
+				t.Fatalf("%s differs after rebalancing", name)
+			}
+		}
+		t.Logf("placement settled %v after the joins", time.Since(start))
 	})
 
 	t.Run("restart every node", func(t *testing.T) {

@@ -134,7 +134,7 @@ func (s *Store) handlers() map[string]rpc.Handler {
 	hs["sdfs.members"] = jsonHandler("sdfs.members", func(ctx context.Context, _ empty) ([]Peer, error) {
 		return s.Peers(), nil
 	})
-	hs["sdfs.stat"] = jsonHandler("sdfs.stat", func(ctx context.Context, a statArgs) (statReply, error) {
+	hs["sdfs.stat"] = bodyHandler("sdfs.stat", func(ctx context.Context, a statArgs) (statReply, error) {
 		if len(a.Names) > maxStatNames {
 			return statReply{}, fmt.Errorf("sdfs: stat of %d names (limit %d)", len(a.Names), maxStatNames)
 		}
@@ -155,6 +155,13 @@ func (s *Store) handlers() map[string]rpc.Handler {
 			return nil, fmt.Errorf("sdfs: putblock: bad arguments: %w", err)
 		}
 		return &rpc.Message{}, s.disk.putBlock(a.Txn, a.Index, a.Sum, m.Body, s.now())
+	})
+	hs["sdfs.write"] = rpc.Handler(func(ctx context.Context, m *rpc.Message) (*rpc.Message, error) {
+		var a commitArgs
+		if err := json.Unmarshal(m.Args, &a); err != nil {
+			return nil, fmt.Errorf("sdfs: write: bad arguments: %w", err)
+		}
+		return &rpc.Message{}, s.writeSmall(a.Txn, &a.Manifest, m.Body)
 	})
 	hs["sdfs.commit"] = jsonHandler("sdfs.commit", func(ctx context.Context, a commitArgs) (empty, error) {
 		return empty{}, s.disk.commit(a.Txn, &a.Manifest, s.now())
@@ -189,13 +196,26 @@ func (s *Store) handlers() map[string]rpc.Handler {
 		s.disk.drop(a.Name, a.Version)
 		return empty{}, nil
 	})
-	hs["sdfs.store"] = jsonHandler("sdfs.store", func(ctx context.Context, a listArgs) ([]StoredFile, error) {
+	hs["sdfs.store"] = bodyHandler("sdfs.store", func(ctx context.Context, a listArgs) ([]StoredFile, error) {
 		return s.stored(a.Prefix), nil
 	})
 	hs["sdfs.verify"] = jsonHandler("sdfs.verify", func(ctx context.Context, _ empty) (VerifyReport, error) {
 		return s.Verify(ctx, 0), nil
 	})
 	return hs
+}
+
+// bodyHandler is jsonHandler with the result in the message body, for results that may
+// outgrow rpc.MaxHeader (listings of many names).
+func bodyHandler[A, R any](method string, f func(ctx context.Context, args A) (R, error)) rpc.Handler {
+	h := jsonHandler(method, f)
+	return func(ctx context.Context, req *rpc.Message) (*rpc.Message, error) {
+		m, err := h(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		return &rpc.Message{Body: m.Args}, nil
+	}
 }
 
 // jsonHandler adapts a function of JSON arguments and result to an rpc.Handler.
@@ -217,6 +237,31 @@ func jsonHandler[A, R any](method string, f func(ctx context.Context, args A) (R
 		}
 		return &rpc.Message{Args: raw}, nil
 	}
+}
+
+// writeSmall stages and commits a version of at most one block in one step.
+func (s *Store) writeSmall(txn string, m *Manifest, body []byte) error {
+	if err := m.Validate(s.cfg); err != nil {
+		return err
+	}
+	if len(m.Sums) > 1 || int64(len(body)) != m.Size {
+		return fmt.Errorf("sdfs: write of %s: %d blocks and %d bytes for a one-step write", m.Name, len(m.Sums), len(body))
+	}
+	now := s.now()
+	if err := s.disk.begin(txn, m.Name, m.Version, now); err != nil {
+		return err
+	}
+	var err error
+	if len(m.Sums) == 1 {
+		err = s.disk.putBlock(txn, 0, m.Sums[0], body, now)
+	}
+	if err == nil {
+		err = s.disk.commit(txn, m, now)
+	}
+	if err != nil {
+		s.disk.abort(txn)
+	}
+	return err
 }
 
 func (s *Store) stored(prefix string) []StoredFile {

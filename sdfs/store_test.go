@@ -265,9 +265,15 @@ func TestReReplicationAfterThreeCrashes(t *testing.T) {
 	for _, n := range h[:3] {
 		tc.crash(tc.node(n))
 	}
+	if tc.node(h[3]).store.Scan(ctx); tc.node(h[3]).store.Backlog() != 3 {
+		t.Fatalf("survivor's backlog %d, want 3 missing replicas", tc.node(h[3]).store.Backlog())
+	}
 	tc.scanAll(2)
 	if h2 := tc.holders("x", v); len(h2) != 4 {
 		t.Fatalf("after repair the version is on %v", h2)
+	}
+	if b := tc.node(h[3]).store.Backlog(); b != 0 {
+		t.Fatalf("backlog %d after repair", b)
 	}
 	if got := mustGet(t, tc.client(), "x"); !bytes.Equal(got, data) {
 		t.Fatal("bytes differ after re-replication")
@@ -385,3 +391,57 @@ func TestRestartAllNodesFindsEveryFile(t *testing.T) {
 }
 
 var _ = fd.Alive
+
+// Listings of many names travel in message bodies, not the 1 MiB JSON header.
+func TestListManyNames(t *testing.T) {
+	tc := newTestCluster(t, 4, testConfig())
+	c := tc.client()
+	ctx := context.Background()
+	long := strings.Repeat("x", 900)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i := 0; i < 1100; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if _, err := c.Put(ctx, fmt.Sprintf("many/%s%04d", long, i), bytes.NewReader(nil)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	files, err := c.List(ctx, "many/")
+	if err != nil || len(files) != 1100 {
+		t.Fatalf("list: %d %v", len(files), err)
+	}
+	tc.scanAll(1) // stat of every name in chunks
+}
+
+// A small (one-call) put whose replica is dead but not yet detected goes to the next node.
+func TestSmallPutSkipsDeadReplica(t *testing.T) {
+	tc := newTestCluster(t, 6, testConfig())
+	ctx := context.Background()
+	target := firstN(Rank("tiny", mustPeers(t, tc.client())), 4)
+	dead := tc.node(target[1].Name)
+	dead.srv.Close() // the client's membership still lists it
+	c := NewClient(tc.cfg, tc.rc, func(context.Context) ([]Peer, error) {
+		var out []Peer
+		for _, nd := range tc.nodes {
+			out = append(out, Peer{Name: nd.name, Addr: nd.addr})
+		}
+		return out, nil
+	})
+	data := []byte("small result file")
+	v, err := c.Put(ctx, "tiny", bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead.up = false
+	if h := tc.holders("tiny", v); len(h) != 4 {
+		t.Fatalf("small put on %v", h)
+	}
+	if got := mustGet(t, c, "tiny"); !bytes.Equal(got, data) {
+		t.Fatal("bytes differ")
+	}
+}

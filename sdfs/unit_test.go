@@ -350,3 +350,23 @@ func FuzzName(f *testing.F) {
 		}
 	})
 }
+
+func TestStatChunkFitsOneFrame(t *testing.T) {
+	long := strings.Repeat("n", MaxNameLen)
+	var ns []string
+	for i := 0; i < 3000; i++ {
+		ns = append(ns, long)
+	}
+	total := 0
+	for len(ns) > 0 {
+		c := statChunk(ns)
+		if len(c) == 0 || len(c)*(MaxNameLen+4) > 300<<10 {
+			t.Fatalf("chunk of %d long names", len(c))
+		}
+		total += len(c)
+		ns = ns[len(c):]
+	}
+	if total != 3000 {
+		t.Fatalf("chunks cover %d names", total)
+	}
+}

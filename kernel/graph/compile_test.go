@@ -2,10 +2,12 @@ package graph
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"math/rand"
 	"strings"
 	"testing"
+	"time"
 
 	"idunno/kernel/onnx"
 )
@@ -124,6 +126,49 @@ func TestFoldAllConstant(t *testing.T) {
 	y := g.Initializers["y"]
 	if y == nil || !dimsEqual(y.Dims, []int64{2, 2}) || y.F32[0] != 11 || y.F32[1] != 13 || y.F32[2] != 22 || y.F32[3] != 24 {
 		t.Fatalf("y = %+v; want [[11 13] [22 24]]", y)
+	}
+}
+
+// TestFoldShapeStartEnd folds Shape with opset-15 start/end and rejects them earlier.
+func TestFoldShapeStartEnd(t *testing.T) {
+	b := newBuilder(15).input("x", 2, 3, 4, 5).
+		node("Shape", ss("x"), ss("y"), aInt("start", 1), aInt("end", -1)).output("y")
+	g, err := b.compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if y := g.Initializers["y"]; y == nil || !dimsEqual(y.I64, []int64{3, 4}) || g.Values["y"].DType != onnx.Int64 {
+		t.Fatalf("y = %+v; want int64 [3 4]", y)
+	}
+	b = newBuilder(14).input("x", 2, 3).node("Shape", ss("x"), ss("y"), aInt("start", 1)).output("y")
+	if _, err := b.compile(); err == nil || !strings.Contains(err.Error(), "need opset 15") {
+		t.Fatalf("start at opset 14: %v", err)
+	}
+}
+
+// TestInitializerInputOverride runs an input that has an initializer default as a
+// run-time input when its shape is given, and as a constant otherwise.
+func TestInitializerInputOverride(t *testing.T) {
+	mk := func() *builder {
+		b := newBuilder(13).input("x", 2, 3).input("bias", 3).
+			init("bias", &onnx.Tensor{DType: onnx.Float, Dims: []int64{3}, F32: []float32{1, 2, 3}}).
+			node("Add", ss("x", "bias"), ss("y")).output("y")
+		return b
+	}
+	g, err := mk().compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Inputs) != 2 || g.Initializers["bias"] != nil {
+		t.Fatalf("bias with a shape: inputs %v, initializer %v", g.Inputs, g.Initializers["bias"])
+	}
+	b := mk()
+	delete(b.shapes, "bias")
+	if g, err = b.compile(); err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Inputs) != 1 || g.Initializers["bias"] == nil {
+		t.Fatalf("bias without a shape: inputs %v, initializer %v", g.Inputs, g.Initializers["bias"])
 	}
 }
 
@@ -396,6 +441,55 @@ func TestFuseActivations(t *testing.T) {
 	}
 }
 
+// TestFoldPads merges zero spatial Pads into Conv and AveragePool windows, and only then.
+func TestFoldPads(t *testing.T) {
+	r := rand.New(rand.NewSource(13))
+	w := randTensor(r, 4, 2, 3, 3)
+	padded := func(pads []int64, value float32, consumer func(b *builder)) *builder {
+		b := newBuilder(13).input("x", 1, 2, 8, 8).init("w", w).init("p", ints(pads...)).init("v", scalarF(value)).
+			node("Pad", ss("x", "p", "v"), ss("xp"))
+		consumer(b)
+		return b.output("y")
+	}
+	conv := func(b *builder) { b.node("Conv", ss("xp", "w"), ss("y"), aInts("pads", 1, 0, 1, 0)) }
+	avg := func(b *builder) {
+		b.node("AveragePool", ss("xp"), ss("y"), aInts("kernel_shape", 3, 3), aInts("strides", 1, 1))
+	}
+	maxp := func(b *builder) { b.node("MaxPool", ss("xp"), ss("y"), aInts("kernel_shape", 3, 3)) }
+	cases := []struct {
+		name     string
+		b        *builder
+		nodes    string
+		wantPads []int64
+	}{
+		{"conv", padded([]int64{0, 0, 0, 1, 0, 0, 1, 2}, 0, conv), "Conv", []int64{1, 1, 2, 2}},
+		{"avgpool", padded([]int64{0, 0, 1, 1, 0, 0, 1, 1}, 0, avg), "AveragePool", []int64{1, 1, 1, 1}},
+		{"nonzero value", padded([]int64{0, 0, 1, 1, 0, 0, 1, 1}, 1, conv), "Pad,Conv", nil},
+		{"channel pad", padded([]int64{0, 1, 0, 0, 0, 0, 0, 0}, 0, avg), "Pad,AveragePool", nil},
+		{"maxpool", padded([]int64{0, 0, 1, 1, 0, 0, 1, 1}, 0, maxp), "Pad,MaxPool", nil},
+		{"pad as large as the window", padded([]int64{0, 0, 3, 0, 0, 0, 0, 0}, 0, avg), "Pad,AveragePool", nil},
+	}
+	for _, tc := range cases {
+		g, err := tc.b.compile()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if opTypes(g) != tc.nodes {
+			t.Fatalf("%s: nodes %s; want %s", tc.name, opTypes(g), tc.nodes)
+		}
+		n := g.Nodes[len(g.Nodes)-1]
+		if tc.wantPads != nil {
+			if !dimsEqual(n.Attrs["pads"].Ints, tc.wantPads) || n.Inputs[0] != "x" {
+				t.Fatalf("%s: pads %v input %s; want %v from x", tc.name, n.Attrs["pads"].Ints, n.Inputs[0], tc.wantPads)
+			}
+			if n.OpType == "AveragePool" && n.Attrs["count_include_pad"].I != 1 {
+				t.Fatalf("%s: count_include_pad not set", tc.name)
+			}
+		}
+		checkComplete(t, g)
+	}
+}
+
 // TestCompileRejects covers malformed graphs and inputs: errors, never panics.
 func TestCompileRejects(t *testing.T) {
 	cases := map[string]struct {
@@ -491,6 +585,54 @@ func TestLargeFoldRunsAtRunTime(t *testing.T) {
 	}
 	if opTypes(g) != "Add" || !dimsEqual(g.Values["y"].Dims, []int64{1 << 13, 1 << 13}) {
 		t.Fatalf("nodes %s, y %v", opTypes(g), g.Values["y"].Dims)
+	}
+}
+
+// TestFoldBudget stops a model that folds many large constants from exhausting memory.
+func TestFoldBudget(t *testing.T) {
+	b := newBuilder(13).init("shape", ints(2048, 1024))
+	for i := 0; i < 20; i++ {
+		name := fmt.Sprintf("c%d", i)
+		b.node("ConstantOfShape", ss("shape"), ss(name)).output(name)
+	}
+	_, err := b.compile()
+	if err == nil || !strings.Contains(err.Error(), "exceed") {
+		t.Fatalf("err = %v; want the fold budget exceeded", err)
+	}
+}
+
+// TestCompileLargeGraph compiles 50,000 nodes (conv, BN, add, relu blocks and Identity
+// chains) quickly: the passes are near-linear, so a huge model cannot stall a node.
+func TestCompileLargeGraph(t *testing.T) {
+	r := rand.New(rand.NewSource(17))
+	b := newBuilder(13).input("x", 1, 2, 2, 2).init("w", randTensor(r, 2, 2, 1, 1)).
+		init("s", randTensor(r, 2)).init("bb", randTensor(r, 2)).init("m", randTensor(r, 2)).
+		init("v", &onnx.Tensor{DType: onnx.Float, Dims: []int64{2}, F32: []float32{1, 2}})
+	prev := "x"
+	const blocks = 10000
+	for i := 0; i < blocks; i++ {
+		p := fmt.Sprintf("b%d_", i)
+		b.node("Conv", ss(prev, "w"), ss(p+"c")).
+			node("BatchNormalization", ss(p+"c", "s", "bb", "m", "v"), ss(p+"n")).
+			node("Add", ss(p+"n", prev), ss(p+"a")).
+			node("Relu", ss(p+"a"), ss(p+"r")).
+			node("Identity", ss(p+"r"), ss(p+"i"))
+		prev = p + "i"
+	}
+	b.output(prev)
+	start := time.Now()
+	g, err := b.compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Nodes) != blocks || postOps(g.Nodes[blocks-1]) != "sum:"+g.Nodes[blocks-2].Outputs[0]+" relu" {
+		t.Fatalf("%d nodes, last post-ops %q", len(g.Nodes), postOps(g.Nodes[blocks-1]))
+	}
+	if g.Nodes[blocks-1].Outputs[0] != prev {
+		t.Fatalf("graph output renamed: %v", g.Nodes[blocks-1].Outputs)
+	}
+	if d := time.Since(start); d > 30*time.Second { // quadratic passes would take minutes
+		t.Fatalf("compiling %d nodes took %v", 5*blocks, d)
 	}
 }
 

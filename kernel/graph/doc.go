@@ -17,7 +17,10 @@
 //     to the convolution's result: "sum:<value>" (add that same-shaped tensor, always
 //     first), "relu", "leaky_relu:<alpha>", "clip:<min>:<max>", "sigmoid", "tanh",
 //     "elu:<alpha>", "hard_sigmoid:<alpha>:<beta>", "hard_swish". Gemm and MatMul may carry
-//     activations only. Numbers are printed with strconv 'g' -1 (exact float32 round trip);
+//     activations only. Numbers are printed with strconv 'g' -1 (exact float32 round trip).
+//     A "sum:" operand is computed before the Conv (or is a graph input) and has exactly the
+//     Conv output's dims; it may have other readers (it may even be the Conv's own input),
+//     so the kernel must not overwrite it;
 //   - Conv, MaxPool and AveragePool have explicit attributes: kernel_shape, strides, pads
 //     (begin values then end values), dilations (Conv, MaxPool), group (Conv); auto_pad is
 //     resolved into pads and removed;
@@ -30,6 +33,11 @@
 // Squeeze/Unsqueeze axes, Pad pads and value, Clip min/max, Gather indices) must be
 // constant; ConstantInputs lists the graph inputs that feed such slots, so a caller that
 // feeds every input from files (the ONNX backend tests) knows which to pass as consts.
+//
+// ConstantOfShape, Range, Expand, Equal, Where and Neg are accepted only when they fold
+// (exporters use them to compute shapes); the kernel never sees them. Shape always folds,
+// because every dim is exact. Folds whose result would exceed 2^22 elements (or 2^25 in
+// all) run as nodes instead (float ops only; otherwise an error). The model's opset must be 7 to 17.
 //
 // Anything unsupported (an op, an attribute value, a dtype at run time) is an error
 // "graph: node <name> (<OpType>): ...", never a silently wrong graph.

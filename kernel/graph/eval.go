@@ -35,6 +35,11 @@ func checkFoldSize(x *nodeCtx, dims []int64) (int64, error) {
 		return 0, fmt.Errorf("graph: node %s (%s): folded constant would have %d elements (limit %d): %w",
 			x.n.Name, x.n.OpType, n, maxFoldElems, errFoldTooBig)
 	}
+	if n > x.c.foldBudget {
+		return 0, fmt.Errorf("graph: node %s (%s): folded constants exceed %d elements in all: %w",
+			x.n.Name, x.n.OpType, maxFoldTotal, errFoldTooBig)
+	}
+	x.c.foldBudget -= n
 	return n, nil
 }
 
@@ -314,6 +319,11 @@ func evalCast(x *nodeCtx) ([]*onnx.Tensor, error) {
 		return nil, err
 	}
 	out := &onnx.Tensor{DType: to, Dims: cloneDims(t.Dims)}
+	if !(to == onnx.Float && isFloatType(t.DType)) {
+		if _, err := checkFoldSize(x, t.Dims); err != nil {
+			return nil, err
+		}
+	}
 	switch {
 	case to == onnx.Float && isFloatType(t.DType):
 		out.F32 = t.F32
@@ -460,6 +470,9 @@ func evalUnaryFloat(f func(float32) float32) func(*nodeCtx) ([]*onnx.Tensor, err
 		}
 		if !isFloatType(t.DType) {
 			return nil, x.errf("input is %s; want float32", dtypeName(t.DType))
+		}
+		if _, err := checkFoldSize(x, t.Dims); err != nil {
+			return nil, err
 		}
 		out := &onnx.Tensor{DType: onnx.Float, Dims: cloneDims(t.Dims), F32: make([]float32, len(t.F32))}
 		for i, v := range t.F32 {

@@ -89,8 +89,8 @@ func evalRange(x *nodeCtx) ([]*onnx.Tensor, error) {
 			return nil, x.errf("bad range %g..%g step %g", start, limit, delta)
 		}
 		cnt := math.Max(math.Ceil((limit-start)/delta), 0)
-		if cnt > float64(maxFoldElems) {
-			return nil, x.errf("range of %g elements too large", cnt)
+		if err := checkRange(x, cnt); err != nil {
+			return nil, err
 		}
 		out := &onnx.Tensor{DType: onnx.Float, Dims: []int64{int64(cnt)}, F32: make([]float32, int64(cnt))}
 		for i := range out.F32 {
@@ -103,8 +103,8 @@ func evalRange(x *nodeCtx) ([]*onnx.Tensor, error) {
 		return nil, x.errf("range step 0")
 	}
 	cnt := math.Max(math.Ceil((float64(limit)-float64(start))/float64(delta)), 0)
-	if cnt > float64(maxFoldElems) {
-		return nil, x.errf("range of %g elements too large", cnt)
+	if err := checkRange(x, cnt); err != nil {
+		return nil, err
 	}
 	out := &onnx.Tensor{DType: ts[0].DType, Dims: []int64{int64(cnt)}, I64: make([]int64, int64(cnt))}
 	for i := range out.I64 {
@@ -134,6 +134,15 @@ func evalExpand(x *nodeCtx) ([]*onnx.Tensor, error) {
 		return nil, err
 	}
 	return []*onnx.Tensor{pick(t, out, broadcastIndex(t.Dims, out, n))}, nil
+}
+
+// checkRange charges a Range of cnt elements to the fold budget.
+func checkRange(x *nodeCtx, cnt float64) error {
+	if cnt > float64(maxFoldElems) {
+		return x.errf("range of %g elements too large", cnt)
+	}
+	_, err := checkFoldSize(x, []int64{int64(cnt)})
+	return err
 }
 
 // broadcastAll returns the broadcast dims of several tensors and each one's index map.
@@ -227,6 +236,9 @@ func evalWhere(x *nodeCtx) ([]*onnx.Tensor, error) {
 func evalNeg(x *nodeCtx) ([]*onnx.Tensor, error) {
 	t, err := x.evalIn(0)
 	if err != nil {
+		return nil, err
+	}
+	if _, err := checkFoldSize(x, t.Dims); err != nil {
 		return nil, err
 	}
 	out := &onnx.Tensor{DType: t.DType, Dims: cloneDims(t.Dims)}

@@ -795,13 +795,17 @@ func resolveSlice(start, end, step, dim int64) sliceRange {
 		start = clamp(start, 0, dim)
 		end = clamp(end, 0, dim)
 		if end > start {
-			count = (end - start + step - 1) / step
+			count = (end-start-1)/step + 1 // no overflow for huge steps
 		}
 	} else {
 		start = clamp(start, 0, dim-1)
 		end = clamp(end, -1, dim-1)
 		if start > end {
-			count = (start - end + (-step) - 1) / (-step)
+			if step == math.MinInt64 {
+				count = 1
+			} else {
+				count = (start-end-1)/(-step) + 1
+			}
 		}
 	}
 	return sliceRange{start, step, count}

@@ -1,12 +1,15 @@
 package graph
 
 import (
+	"math"
 	"math/rand"
 	"strings"
 	"testing"
 
 	"idunno/kernel/onnx"
 )
+
+var noAxes = ""
 
 // TestShapeInference checks the output dims of one node per case, or the error it gives.
 func TestShapeInference(t *testing.T) {
@@ -170,6 +173,10 @@ func TestShapeInference(t *testing.T) {
 		{"slice attrs", 9, func(b *builder) {
 			b.input("x", 20, 10).node("Slice", ss("x"), ss("y"), aInts("starts", 2), aInts("ends", 5), aInts("axes", 1))
 		}, []int64{20, 3}, ""},
+		{"slice huge steps", 13, func(b *builder) {
+			b.input("x", 20, 10).init("s", ints(1, -2)).init("e", ints(20, math.MinInt64)).init("st", ints(math.MaxInt64, math.MinInt64)).
+				node("Slice", ss("x", "s", "e", noAxes, "st"), ss("y"))
+		}, []int64{1, 1}, ""},
 		{"slice step 0", 13, func(b *builder) {
 			b.input("x", 20).init("s", ints(0)).init("e", ints(3)).init("a", ints(0)).init("st", ints(0)).
 				node("Slice", ss("x", "s", "e", "a", "st"), ss("y"))

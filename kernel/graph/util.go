@@ -12,8 +12,12 @@ import (
 // turning into huge allocations or overflowing products.
 const maxElems = int64(1) << 31
 
-// maxFoldElems caps a constant that folding may create.
-const maxFoldElems = int64(1) << 24
+// maxFoldElems caps a constant that folding may create, and maxFoldTotal all of them
+// together in one compilation: a hostile model cannot make the compiler allocate much.
+const (
+	maxFoldElems = int64(1) << 22
+	maxFoldTotal = int64(1) << 25
+)
 
 // maxRank caps tensor rank.
 const maxRank = 16

@@ -183,6 +183,10 @@ IDK_API int64_t idk_plan_last_run_ns(const idk_plan_t *p);
  * with `threads` threads over about `seconds` seconds, in GFLOP/s. */
 IDK_API double idk_peak_gflops(int32_t threads, double seconds);
 
+/* idk_fma_run runs the FMA loop of idk_peak_gflops for `iters` rounds on `threads`
+ * threads and returns the floating-point operations done (for CPU-time based peaks). */
+IDK_API double idk_fma_run(int32_t threads, int64_t iters);
+
 /* idk_noop does nothing; it measures the cost of a call into the library. */
 IDK_API int32_t idk_noop(int32_t x);
 

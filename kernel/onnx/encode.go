@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sort"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -19,7 +20,11 @@ func Encode(m *Model) []byte {
 		b = appendString(b, modelProducerName, m.ProducerName)
 	}
 	if m.Graph != nil {
-		b = appendMessage(b, modelGraph, appendGraph(nil, m.Graph))
+		ge := encodeGraph(m.Graph)
+		b = slices.Grow(b, protowire.SizeTag(modelGraph)+protowire.SizeBytes(ge.size)+64)
+		b = protowire.AppendTag(b, modelGraph, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(ge.size))
+		b = ge.append(b)
 	}
 	opsets := map[string]int64{}
 	for d, v := range m.Opsets {
@@ -75,24 +80,63 @@ func appendMessage(b []byte, num protowire.Number, msg []byte) []byte {
 	return protowire.AppendBytes(b, msg)
 }
 
-func appendGraph(b []byte, g *Graph) []byte {
+// graphEncoding holds a graph's small parts encoded and the total size, so that the
+// graph, whose initializers may be hundreds of megabytes, is written in place once.
+type graphEncoding struct {
+	g              *Graph
+	nodes, ins, os [][]byte
+	inits          []string
+	size           int
+}
+
+func encodeGraph(g *Graph) *graphEncoding {
+	e := &graphEncoding{g: g, inits: sortedKeys(g.Initializers)}
+	add := func(num protowire.Number, msg []byte) []byte {
+		e.size += protowire.SizeTag(num) + protowire.SizeBytes(len(msg))
+		return msg
+	}
 	for _, n := range g.Nodes {
-		b = appendMessage(b, graphNode, appendNode(nil, n))
+		e.nodes = append(e.nodes, add(graphNode, appendNode(nil, n)))
 	}
 	if g.Name != "" {
-		b = appendString(b, graphName, g.Name)
+		e.size += protowire.SizeTag(graphName) + protowire.SizeBytes(len(g.Name))
 	}
-	for _, name := range sortedKeys(g.Initializers) {
-		b = appendMessage(b, graphInitializer, appendTensor(nil, g.Initializers[name]))
+	for _, name := range e.inits {
+		e.size += protowire.SizeTag(graphInitializer) + protowire.SizeBytes(sizeTensor(g.Initializers[name]))
 	}
 	for i := range g.Inputs {
-		b = appendMessage(b, graphInput, appendValueInfo(nil, &g.Inputs[i]))
+		e.ins = append(e.ins, add(graphInput, appendValueInfo(nil, &g.Inputs[i])))
 	}
 	for i := range g.Outputs {
-		b = appendMessage(b, graphOutput, appendValueInfo(nil, &g.Outputs[i]))
+		e.os = append(e.os, add(graphOutput, appendValueInfo(nil, &g.Outputs[i])))
+	}
+	return e
+}
+
+func (e *graphEncoding) append(b []byte) []byte {
+	b = slices.Grow(b, e.size)
+	for _, n := range e.nodes {
+		b = appendMessage(b, graphNode, n)
+	}
+	if e.g.Name != "" {
+		b = appendString(b, graphName, e.g.Name)
+	}
+	for _, name := range e.inits {
+		t := e.g.Initializers[name]
+		b = protowire.AppendTag(b, graphInitializer, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(sizeTensor(t)))
+		b = appendTensor(b, t)
+	}
+	for _, vi := range e.ins {
+		b = appendMessage(b, graphInput, vi)
+	}
+	for _, vi := range e.os {
+		b = appendMessage(b, graphOutput, vi)
 	}
 	return b
 }
+
+func appendGraph(b []byte, g *Graph) []byte { return encodeGraph(g).append(b) }
 
 func appendNode(b []byte, n *Node) []byte {
 	for _, in := range n.Inputs {

@@ -3,6 +3,7 @@ package onnx
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -392,17 +393,45 @@ func put64(b []byte, u uint64) {
 
 // EncodeTensor serializes t as a TensorProto, numeric data as raw_data.
 func EncodeTensor(t *Tensor) []byte {
-	return appendTensor(nil, t)
+	return appendTensor(make([]byte, 0, sizeTensor(t)), t)
+}
+
+// sizeTensor is the length of t's encoding, so big tensors are written in place once.
+func sizeTensor(t *Tensor) int {
+	n := 0
+	if len(t.Dims) > 0 {
+		packed := 0
+		for _, d := range t.Dims {
+			packed += protowire.SizeVarint(uint64(d))
+		}
+		n += protowire.SizeTag(tensorDims) + protowire.SizeBytes(packed)
+	}
+	n += protowire.SizeTag(tensorDataType) + protowire.SizeVarint(uint64(t.DType))
+	if t.DType == String {
+		for _, s := range t.Strings {
+			n += protowire.SizeTag(tensorStringData) + protowire.SizeBytes(len(s))
+		}
+	}
+	if t.Name != "" {
+		n += protowire.SizeTag(tensorName) + protowire.SizeBytes(len(t.Name))
+	}
+	if t.DType != String {
+		n += protowire.SizeTag(tensorRawData) + protowire.SizeBytes(rawLen(t))
+	}
+	return n
 }
 
 func appendTensor(b []byte, t *Tensor) []byte {
 	if len(t.Dims) > 0 {
-		var packed []byte
+		packed := 0
 		for _, d := range t.Dims {
-			packed = protowire.AppendVarint(packed, uint64(d))
+			packed += protowire.SizeVarint(uint64(d))
 		}
 		b = protowire.AppendTag(b, tensorDims, protowire.BytesType)
-		b = protowire.AppendBytes(b, packed)
+		b = protowire.AppendVarint(b, uint64(packed))
+		for _, d := range t.Dims {
+			b = protowire.AppendVarint(b, uint64(d))
+		}
 	}
 	b = protowire.AppendTag(b, tensorDataType, protowire.VarintType)
 	b = protowire.AppendVarint(b, uint64(t.DType))
@@ -417,40 +446,49 @@ func appendTensor(b []byte, t *Tensor) []byte {
 		b = protowire.AppendString(b, t.Name)
 	}
 	if t.DType != String {
-		raw := rawBytes(t)
 		b = protowire.AppendTag(b, tensorRawData, protowire.BytesType)
-		b = protowire.AppendBytes(b, raw)
+		b = protowire.AppendVarint(b, uint64(rawLen(t)))
+		b = appendRaw(b, t)
 	}
 	return b
 }
 
-// rawBytes returns t's elements as little-endian raw_data for its DType.
-func rawBytes(t *Tensor) []byte {
+// rawLen is the length of t's elements as raw_data.
+func rawLen(t *Tensor) int {
 	switch {
 	case t.F32 != nil && t.DType == Float:
-		out := make([]byte, 4*len(t.F32))
+		return 4 * len(t.F32)
+	case t.F64 != nil && t.DType == Double:
+		return 8 * len(t.F64)
+	case t.I64 != nil:
+		return ElemSize(t.DType) * len(t.I64)
+	}
+	return len(t.Raw)
+}
+
+// appendRaw appends t's elements as little-endian raw_data for its DType (rawLen bytes).
+func appendRaw(b []byte, t *Tensor) []byte {
+	n := rawLen(t)
+	b = slices.Grow(b, n)
+	out := b[len(b) : len(b)+n]
+	switch {
+	case t.F32 != nil && t.DType == Float:
 		for i, v := range t.F32 {
 			put32(out[4*i:], math.Float32bits(v))
 		}
-		return out
 	case t.F64 != nil && t.DType == Double:
-		out := make([]byte, 8*len(t.F64))
 		for i, v := range t.F64 {
 			put64(out[8*i:], math.Float64bits(v))
 		}
-		return out
 	case t.I64 != nil:
 		sz := ElemSize(t.DType)
-		if sz == 0 {
-			return nil
-		}
-		out := make([]byte, sz*len(t.I64))
 		for i, v := range t.I64 {
 			for k := 0; k < sz; k++ {
 				out[sz*i+k] = byte(uint64(v) >> (8 * k))
 			}
 		}
-		return out
+	default:
+		copy(out, t.Raw)
 	}
-	return t.Raw
+	return b[:len(b)+n]
 }

@@ -31,13 +31,16 @@ import torchvision.models as tvm
 
 torch.set_num_threads(2)
 
-# (case name, torchvision constructor, kwargs, input shape NCHW, opset, constant folding).
-# With constant folding torch folds BatchNormalization into Conv itself; without it the
-# file keeps BatchNormalization (and more constant subgraphs) for IDunno's compiler to fold.
+# (case name, torchvision constructor, kwargs, input shape NCHW, opset, constant folding
+# [, "dynbatch"]). With constant folding torch folds BatchNormalization into Conv itself;
+# without it the file keeps BatchNormalization (and more constant subgraphs) for IDunno's
+# compiler to fold. A "dynbatch" case is exported at batch 1 with a symbolic batch
+# dimension and checked at the batch of its input shape.
 CASES = [
     ("resnet18_op11_nofold", "resnet18", {}, (1, 3, 64, 64), 11, False),
     ("resnet18_op17_b2", "resnet18", {}, (2, 3, 64, 64), 17, True),
     ("resnet50_op13", "resnet50", {}, (1, 3, 64, 64), 13, True),
+    ("resnet18_op13_dynbatch3", "resnet18", {}, (3, 3, 64, 64), 13, True, "dynbatch"),
     ("alexnet_op12", "alexnet", {}, (1, 3, 224, 224), 12, True),
     ("vgg11_op14", "vgg11", {}, (1, 3, 224, 224), 14, True),
     ("squeezenet1_0_op11", "squeezenet1_0", {}, (1, 3, 64, 64), 11, True),
@@ -76,7 +79,8 @@ def save_tensor(arr, path, name):
 
 
 def export_case(outdir, case, seed):
-    name, ctor, kwargs, shape, opset, fold = case
+    name, ctor, kwargs, shape, opset, fold = case[:6]
+    dynbatch = case[6:] == ("dynbatch",)
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     model = getattr(tvm, ctor)(weights=None, **kwargs)
@@ -87,12 +91,14 @@ def export_case(outdir, case, seed):
     os.makedirs(d, exist_ok=True)
     with torch.no_grad():
         y = model(x)
-        torch.onnx.export(model, x, os.path.join(d, "model.onnx"), opset_version=opset,
-                          input_names=["input"], output_names=["output"], do_constant_folding=fold)
+        dyn = {"input": {0: "N"}, "output": {0: "N"}} if dynbatch else None
+        torch.onnx.export(model, x[:1] if dynbatch else x, os.path.join(d, "model.onnx"), opset_version=opset,
+                          input_names=["input"], output_names=["output"], do_constant_folding=fold,
+                          dynamic_axes=dyn)
     save_tensor(x.numpy(), os.path.join(d, "input_0.pb"), "input")
     save_tensor(y.numpy(), os.path.join(d, "output_0.pb"), "output")
     return {"name": name, "dir": d, "source": "torchvision", "model": ctor, "opset": opset,
-            "constant_folding": fold, "input_shape": list(shape), "max_abs_output": float(y.abs().max())}
+            "constant_folding": fold, "dynamic_batch": dynbatch, "input_shape": list(shape), "max_abs_output": float(y.abs().max())}
 
 
 class LeNet5(nn.Module):

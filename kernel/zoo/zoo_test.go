@@ -32,13 +32,9 @@ func TestEveryModelDecodesValidatesAndMatchesParamCount(t *testing.T) {
 			if got, want := ParamCount(m), torchvisionParams[name]; got != want {
 				t.Errorf("%s has %d parameters, torchvision's has %d", name, got, want)
 			}
-			if name == "vgg16" || name == "alexnet" {
-				// Half a gigabyte of weights: check the round trip on a small-class variant.
-				if m, err = Build(name, Options{Seed: 1, Classes: 10}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			back, err := onnx.Decode(onnx.Encode(m))
+			enc := onnx.Encode(m)
+			m = nil // vgg16 holds half a gigabyte of weights: keep one copy at a time
+			back, err := onnx.Decode(enc)
 			if err != nil {
 				t.Fatal(err)
 			}

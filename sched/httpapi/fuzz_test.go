@@ -14,9 +14,19 @@ func FuzzDecodeInferRequest(f *testing.F) {
 	f.Add(append([]byte(`{"inputs":[{"name":"x","shape":[1,2],"datatype":"FP32","parameters":{"binary_data_size":8}}]}`), 0, 0, 128, 63, 0, 0, 0, 64), 84)
 	f.Add([]byte(`{"inputs":[{"name":"x","shape":[1e9,1e9],"datatype":"UINT8","data":[]}]}`), -1)
 	f.Add([]byte(`{"inputs":[{"name":"x","shape":[1],"datatype":"FP64","data":[[[[[1]]]]]}]}`), 3)
+	f.Add([]byte(`{"id":"\u00e9\ud83d\ude00\n","x":{"y":[null,true,-0.5e-3]},"inputs":[{"name":"x","shape":[1],"datatype":"INT8","data":[-7],"z":"q"}]}`), -1)
 	lim := Limits{MaxBodyBytes: 1 << 16, MaxElements: 1 << 12}
 	f.Fuzz(func(t *testing.T, body []byte, headerLen int) {
 		req, err := DecodeInferRequest(body, headerLen, lim)
+		if err == nil {
+			js := body
+			if headerLen >= 0 {
+				js = body[:headerLen]
+			}
+			if !json.Valid(js) {
+				t.Fatalf("accepted a header that is not valid JSON: %q", js)
+			}
+		}
 		if err != nil {
 			if !IsBadRequest(err) {
 				t.Fatalf("decode error is not a bad request: %v", err)

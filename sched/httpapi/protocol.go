@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"unsafe"
 
 	"idunno/kernel/onnx"
 )
@@ -155,9 +156,12 @@ func DecodeInferRequest(body []byte, headerLen int, lim Limits) (*InferRequest, 
 		}
 		js, bin = body[:headerLen], body[headerLen:]
 	}
-	var w wireRequest
-	if err := json.Unmarshal(js, &w); err != nil {
-		return nil, badf("malformed JSON: %v", err)
+	w, err := parseRequest(js, lim)
+	if err != nil {
+		if IsBadRequest(err) {
+			return nil, err
+		}
+		return nil, badf("%v", err)
 	}
 	if len(w.ID) > lim.MaxNameLen {
 		return nil, badf("id longer than %d bytes", lim.MaxNameLen)
@@ -169,7 +173,6 @@ func DecodeInferRequest(body []byte, headerLen int, lim Limits) (*InferRequest, 
 		return nil, badf("more than %d inputs or outputs", lim.MaxInputs)
 	}
 	req := &InferRequest{ID: w.ID}
-	var err error
 	if req.BinaryOutput, err = boolParam(w.Parameters, "binary_data_output"); err != nil {
 		return nil, err
 	}
@@ -377,7 +380,9 @@ func isDelim(c byte) bool {
 }
 
 func appendElem(t *onnx.Tensor, tok []byte) error {
-	s := string(tok)
+	// The strconv parsers do not keep their argument, so the bytes need no copy; errors
+	// quote s, which copies it.
+	s := unsafe.String(unsafe.SliceData(tok), len(tok))
 	switch t.DType {
 	case onnx.Float:
 		v, err := strconv.ParseFloat(s, 32)
@@ -401,7 +406,15 @@ func appendElem(t *onnx.Tensor, tok []byte) error {
 			return fmt.Errorf("%q is not a BOOL", s)
 		}
 	default:
-		bits := map[onnx.DataType]int{onnx.Int64: 64, onnx.Int32: 32, onnx.Int16: 16, onnx.Int8: 8}[t.DType]
+		bits := 64
+		switch t.DType {
+		case onnx.Int32:
+			bits = 32
+		case onnx.Int16:
+			bits = 16
+		case onnx.Int8:
+			bits = 8
+		}
 		var v int64
 		var err error
 		if t.DType == onnx.Uint8 {

@@ -1,0 +1,379 @@
+// Package e2e tests the HTTP endpoint on a real local cluster of node processes: models
+// served from SDFS and reached through any node, a serving node killed and restarted, and
+// the dashboard rendered by headless Chromium compared with `idunno job stats`.
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"idunno/client/localcluster"
+	"idunno/kernel"
+	"idunno/kernel/onnx"
+)
+
+var bin string
+
+// TestMain finds the idunno binary ($IDUNNO_BIN, else built once) and the kernel library
+// ($IDUNNO_KERNEL_LIB, else the repository's bin/); the nodes it starts inherit both.
+func TestMain(m *testing.M) {
+	if os.Getenv("IDUNNO_KERNEL_LIB") == "" {
+		lib, _ := filepath.Abs("../../../bin/libidunno_kernel.so")
+		if _, err := os.Stat(lib); err != nil {
+			fmt.Fprintln(os.Stderr, "FATAL: set IDUNNO_KERNEL_LIB or run `make` to build bin/libidunno_kernel.so")
+			os.Exit(1)
+		}
+		os.Setenv("IDUNNO_KERNEL_LIB", lib)
+	}
+	bin = os.Getenv("IDUNNO_BIN")
+	if bin != "" {
+		os.Exit(m.Run())
+	}
+	dir, err := os.MkdirTemp("", "idunno-http-e2e")
+	if err != nil {
+		panic(err)
+	}
+	bin = filepath.Join(dir, "idunno")
+	cmd := exec.Command("go", "build", "-o", bin, "idunno/client")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintln(os.Stderr, "FATAL: build idunno:", string(out))
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// cli runs one idunno command against the cluster and returns its standard output.
+func cli(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "IDUNNO_CLUSTER="+dir)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("idunno %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errb.String())
+		}
+	case <-time.After(3 * time.Minute):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("idunno %s: timed out", strings.Join(args, " "))
+	}
+	return out.String()
+}
+
+var httpc = &http.Client{Timeout: 20 * time.Second}
+
+func post(url string, body []byte) (int, []byte, error) {
+	resp, err := httpc.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+func get(url string) (int, []byte, error) {
+	resp, err := httpc.Get(url)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+type inferResp struct {
+	Outputs []struct {
+		Name string    `json:"name"`
+		Data []float32 `json:"data"`
+	} `json:"outputs"`
+}
+
+func TestClusterEndpointAndDashboard(t *testing.T) {
+	dir := t.TempDir()
+	c, err := localcluster.Up(dir, 3, 0, bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Down() })
+	httpAddr := map[string]string{}
+	for _, n := range c.Nodes() {
+		node, _ := c.Node(n.Name)
+		httpAddr[n.Name] = "http://" + node.HTTPAddr
+	}
+	t.Run("dashboard matches job stats", func(t *testing.T) { dashboardMatchesJobStats(t, dir, httpAddr["node1"]) })
+	t.Run("serve, route, kill and restart", func(t *testing.T) { serveRouteRestart(t, c, dir, httpAddr) })
+}
+
+func serveRouteRestart(t *testing.T, c *localcluster.Cluster, dir string, httpAddr map[string]string) {
+	model := filepath.Join(dir, "lenet5.onnx")
+	cli(t, dir, "zoo", "lenet5", "--seed", "7", "--out", model)
+	cli(t, dir, "put", model, "http-lenet5.onnx")
+	out := cli(t, dir, "serve", "lenet5", "--sdfs", "http-lenet5.onnx", "--nodes", "node2", "--max-batch", "4", "--max-delay", "1ms")
+	if !strings.Contains(out, "node2 serves lenet5") {
+		t.Fatalf("serve said %q", out)
+	}
+	var served []struct {
+		Node string `json:"node"`
+		Name string `json:"name"`
+	}
+	if err := json.Unmarshal([]byte(cli(t, dir, "served", "--json")), &served); err != nil || len(served) != 1 || served[0].Node != "node2" {
+		t.Fatalf("served: %+v %v", served, err)
+	}
+
+	direct, err := kernel.Load(model, kernel.Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	img := make([]float32, 784)
+	for i := range img {
+		img[i] = float32(i%29) / 29
+	}
+	want, err := direct.Run([]*onnx.Tensor{{Name: "input", DType: onnx.Float, Dims: []int64{1, 1, 28, 28}, F32: img}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(img)
+	body := []byte(`{"inputs":[{"name":"input","shape":[1,1,28,28],"datatype":"FP32","data":` + string(data) + `}]}`)
+	check := func(node string) error {
+		code, b, err := post(httpAddr[node]+"/v2/models/lenet5/infer", body)
+		if err != nil {
+			return err
+		}
+		if code != 200 {
+			return fmt.Errorf("%s: status %d: %s", node, code, b)
+		}
+		var r inferResp
+		if err := json.Unmarshal(b, &r); err != nil {
+			return err
+		}
+		if fmt.Sprint(r.Outputs[0].Data) != fmt.Sprint(want[0].F32) {
+			return fmt.Errorf("%s: endpoint %v, kernel %v", node, r.Outputs[0].Data, want[0].F32)
+		}
+		return nil
+	}
+	for _, n := range []string{"node0", "node1", "node2"} { // node2 locally, the others forward to it
+		if err := check(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// node2 ran all three (one came to it over HTTP, two forwarded over rpc); node0 took one.
+	_, m, _ := get(httpAddr["node2"] + "/metrics")
+	if !strings.Contains(string(m), `idunno_model_batch_rows_count{model="lenet5"} 3`) ||
+		!strings.Contains(string(m), `idunno_http_requests_total{model="lenet5",code="200"} 1`) {
+		t.Fatalf("node2 metrics do not show the 3 requests it ran:\n%s", m)
+	}
+	_, m, _ = get(httpAddr["node0"] + "/metrics")
+	if !strings.Contains(string(m), `idunno_http_requests_total{model="lenet5",code="200"} 1`) {
+		t.Fatalf("node0 metrics do not count the request it forwarded:\n%s", m)
+	}
+
+	// The serving node dies: requests elsewhere fail with an error, not a hang.
+	if err := c.Kill("node2"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	code, b, err := post(httpAddr["node0"]+"/v2/models/lenet5/infer", body)
+	if err != nil || code < 400 || !strings.Contains(string(b), `"error"`) || time.Since(start) > 10*time.Second {
+		t.Fatalf("request while the only serving node is dead: %d %s %v after %v", code, b, err, time.Since(start))
+	}
+	// Restarted, it reloads the model from SDFS on its own and serves again through node0.
+	if err := c.Restart("node2"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := check("node0")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node2 never served lenet5 again after its restart: %v", err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// jobStats is `idunno job stats J --json`.
+type jobStats struct {
+	Job       string             `json:"job"`
+	Done      int64              `json:"done"`
+	Total     int64              `json:"total"`
+	Rate10s   float64            `json:"rate_10s"`
+	LatencyMs map[string]float64 `json:"latency_ms"`
+	Workers   []struct {
+		Name  string  `json:"name"`
+		Share float64 `json:"share"`
+	} `json:"workers"`
+}
+
+func stats(t *testing.T, dir, job string) jobStats {
+	t.Helper()
+	var s jobStats
+	if err := json.Unmarshal([]byte(cli(t, dir, "job", "stats", job, "--json")), &s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// dumpDashboard loads the dashboard in headless Chromium, lets it run for budget of
+// virtual time (several one-second refreshes), and returns the DOM it ends with.
+func dumpDashboard(t *testing.T, url string, budget time.Duration) string {
+	t.Helper()
+	cmd := exec.Command("/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+		"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--user-data-dir="+t.TempDir(), fmt.Sprintf("--virtual-time-budget=%d", budget.Milliseconds()), "--dump-dom", url)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("chromium (Debian packages chromium and chromium-driver; make test-deps installs them): %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("chromium: %v", err)
+		}
+	case <-time.After(90 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatal("chromium did not finish in 90 s")
+	}
+	return out.String()
+}
+
+var (
+	rowRE  = regexp.MustCompile(`(?s)<tr data-job="([^"]+)">(.*?)</tr>`)
+	cellRE = regexp.MustCompile(`(?s)<td class="(\w+)">([^<]*)</td>`)
+	spanRE = regexp.MustCompile(`<span id="(\w+)">([^<]*)</span>`)
+)
+
+// shownJobs returns, per job row of the dashboard, its cells by class.
+func shownJobs(dom string) map[string]map[string]string {
+	r := map[string]map[string]string{}
+	for _, m := range rowRE.FindAllStringSubmatch(dom, -1) {
+		cells := map[string]string{}
+		for _, c := range cellRE.FindAllStringSubmatch(m[2], -1) {
+			cells[c[1]] = c[2]
+		}
+		r[m[1]] = cells
+	}
+	return r
+}
+
+func num(t *testing.T, s string) float64 {
+	t.Helper()
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		t.Fatalf("dashboard shows %q where a number belongs", s)
+	}
+	return v
+}
+
+// workers formats a job's workers as the dashboard shows them.
+func workers(s jobStats) string {
+	var names []string
+	for _, w := range s.Workers {
+		names = append(names, fmt.Sprintf("%s (%.2f)", w.Name, w.Share))
+	}
+	return strings.Join(names, ", ")
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 0.0051 } // shown with 2 decimals
+
+func dashboardMatchesJobStats(t *testing.T, dir, dashURL string) {
+	cli(t, dir, "train", "start")
+	cli(t, dir, "train", "add", "--name", "lenet", "--model", "zoo:lenet5")
+	cli(t, dir, "train", "add", "--name", "resnet", "--model", "zoo:resnet18", "--input-shape", "1,64,64", "--classes", "10")
+	cli(t, dir, "train", "stop")
+	cli(t, dir, "inference", "start")
+	cli(t, dir, "put", "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz", "fm-test.gz")
+	cli(t, dir, "job", "add", "--name", "quick", "--model", "lenet", "--data", "fm-test.gz", "--batch", "16")
+	cli(t, dir, "job", "add", "--name", "slow", "--model", "resnet", "--data", "fm-test.gz", "--batch", "8", "--resize", "64x64")
+	t.Cleanup(func() {
+		cmd := exec.Command(bin, "job", "remove", "slow")
+		cmd.Env = append(os.Environ(), "IDUNNO_CLUSTER="+dir)
+		cmd.Run()
+	})
+	cli(t, dir, "job", "wait", "quick", "--timeout", "3m")
+	// Once its 10 s rate window has passed, a finished job's statistics stand still.
+	deadline := time.Now().Add(30 * time.Second)
+	for stats(t, dir, "quick").Rate10s != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the finished job's 10 s rate never reached 0")
+		}
+		time.Sleep(time.Second)
+	}
+	before := map[string]jobStats{"quick": stats(t, dir, "quick"), "slow": stats(t, dir, "slow")}
+	dom := dumpDashboard(t, dashURL, 3500*time.Millisecond)
+	after := map[string]jobStats{"quick": stats(t, dir, "quick"), "slow": stats(t, dir, "slow")}
+
+	spans := map[string]string{}
+	for _, m := range spanRE.FindAllStringSubmatch(dom, -1) {
+		spans[m[1]] = m[2]
+	}
+	if spans["node"] != "node1" || spans["members"] != "3" {
+		t.Errorf("dashboard header: node %q members %q", spans["node"], spans["members"])
+	}
+	if n, _ := strconv.Atoi(spans["refreshes"]); n < 2 {
+		t.Errorf("dashboard refreshed %q times in 3.5 s, want one a second", spans["refreshes"])
+	}
+	shown := shownJobs(dom)
+	if len(shown) != 2 {
+		t.Fatalf("dashboard shows jobs %v, want quick and slow:\n%s", shown, dom)
+	}
+	for _, job := range []string{"quick", "slow"} {
+		b, a, s := before[job], after[job], shown[job]
+		if s == nil {
+			t.Fatalf("dashboard lacks job %s", job)
+		}
+		if num(t, s["total"]) != float64(a.Total) {
+			t.Errorf("%s: total shown %s, job stats %d", job, s["total"], a.Total)
+		}
+		done := num(t, s["done"])
+		if done < float64(b.Done) || done > float64(a.Done) {
+			t.Errorf("%s: done shown %v, job stats %d before and %d after", job, done, b.Done, a.Done)
+		}
+		if w := s["workers"]; w != workers(b) && w != workers(a) { // shares may move between snapshots
+			t.Errorf("%s: workers shown %q, job stats %q before and %q after", job, w, workers(b), workers(a))
+		}
+		if b.Done != a.Done { // still running: figures move between the snapshots
+			continue
+		}
+		if !near(num(t, s["rate"]), a.Rate10s) {
+			t.Errorf("%s: rate shown %s, job stats %v", job, s["rate"], a.Rate10s)
+		}
+		for _, k := range []string{"mean", "stddev", "p50", "p90", "p95", "p99"} {
+			if !near(num(t, s[k]), a.LatencyMs[k]) {
+				t.Errorf("%s: %s shown %s, job stats %v", job, k, s[k], a.LatencyMs[k])
+			}
+		}
+	}
+	if len(after["slow"].Workers) == 0 && after["slow"].Done < after["slow"].Total {
+		t.Errorf("the running job has no workers in job stats: %+v", after["slow"])
+	}
+}
