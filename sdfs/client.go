@@ -283,14 +283,14 @@ func (c *Client) put(ctx context.Context, name string, exclude map[string]bool, 
 		BlockSize: c.cfg.BlockSize, Deleted: deleted, Created: time.Now().UnixNano()}
 	if deleted {
 		tmpl.BlockSize = 0
-		return c.writeSmall(ctx, targets, tmpl, nil)
+		return c.writeSmall(ctx, targets, tmpl, nil, true)
 	}
 	// A file that fits in smallFile bytes goes in one call per replica.
 	head := make([]byte, min(smallFile, c.cfg.BlockSize)+1)
 	n, err := io.ReadFull(r, head)
 	switch {
 	case err == io.EOF || err == io.ErrUnexpectedEOF:
-		return c.writeSmall(ctx, targets, tmpl, head[:n])
+		return c.writeSmall(ctx, targets, tmpl, head[:n], true)
 	case err != nil:
 		return nil, nil, fmt.Errorf("sdfs: put %s: read: %w", name, err)
 	}
@@ -302,7 +302,7 @@ func (c *Client) put(ctx context.Context, name string, exclude map[string]bool, 
 		}
 		return buf[:n], err
 	}
-	return c.writeVersion(ctx, targets, tmpl, next)
+	return c.writeVersion(ctx, targets, tmpl, next, true)
 }
 
 // smallFile is the size up to which a put sends the whole file in one call per replica.
@@ -311,7 +311,7 @@ const smallFile = 64 << 10
 // writeSmall writes a version of at most one block (or a tombstone) with one "sdfs.write"
 // call per target: each stages, fsyncs and commits it. If any target fails, the version
 // is dropped where it was committed, as in writeVersion.
-func (c *Client) writeSmall(ctx context.Context, targets []Peer, tmpl Manifest, body []byte) (*Manifest, []Peer, error) {
+func (c *Client) writeSmall(ctx context.Context, targets []Peer, tmpl Manifest, body []byte, rollback bool) (*Manifest, []Peer, error) {
 	if len(targets) == 0 {
 		return nil, nil, errors.New("sdfs: no live nodes to write to")
 	}
@@ -343,7 +343,9 @@ func (c *Client) writeSmall(ctx context.Context, targets []Peer, tmpl Manifest, 
 		}
 	}
 	if first != nil {
-		c.dropVersion(committed, m.Name, m.Version)
+		if rollback {
+			c.dropVersion(committed, m.Name, m.Version)
+		}
 		if ctx.Err() != nil {
 			bad = nil
 		}
@@ -364,9 +366,10 @@ func (c *Client) dropVersion(peers []Peer, name string, v Version) {
 // writeVersion writes one version to targets in two phases: every block to every
 // target's staging area (fsynced there), then the manifest commit everywhere. next fills
 // the buffer it is given (or returns its own) with the next block, io.EOF at the end. On
-// failure the version is aborted or dropped everywhere it reached, and the nodes that
-// failed are returned.
-func (c *Client) writeVersion(ctx context.Context, targets []Peer, tmpl Manifest, next func([]byte) ([]byte, error)) (*Manifest, []Peer, error) {
+// failure the version is aborted, and with rollback (a new version from a put, not a
+// copy of an existing one) dropped where it was committed; the nodes that failed are
+// returned.
+func (c *Client) writeVersion(ctx context.Context, targets []Peer, tmpl Manifest, next func([]byte) ([]byte, error), rollback bool) (*Manifest, []Peer, error) {
 	if len(targets) == 0 {
 		return nil, nil, errors.New("sdfs: no live nodes to write to")
 	}
@@ -491,7 +494,9 @@ func (c *Client) writeVersion(ctx context.Context, targets []Peer, tmpl Manifest
 	}
 	if err := failed(); err != nil {
 		// Not durable on every replica: take the version back where it landed.
-		c.dropVersion(committed, m.Name, m.Version)
+		if rollback {
+			c.dropVersion(committed, m.Name, m.Version)
+		}
 		return nil, badList(), err
 	}
 	return &m, nil, nil
