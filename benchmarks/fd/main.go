@@ -230,6 +230,7 @@ func lossRun(bin string, n int, loss float64, dur time.Duration, starve, busyNod
 	after := stats(cl, c)
 	evs, _ := scanLogs(c, offs)
 	failures, suspicions := 0, 0
+	suspectedBy := map[string]int{}
 	for _, e := range evs {
 		switch e.what {
 		case "failed":
@@ -243,6 +244,7 @@ func lossRun(bin string, n int, loss float64, dur time.Duration, starve, busyNod
 			fmt.Printf("  FALSE FAILURE: %s declared %s failed at %s (last stop began %s)\n", e.observer, e.subject, e.at.Format(time.RFC3339Nano), last)
 		case "suspected":
 			suspicions++
+			suspectedBy[e.subject]++
 		}
 	}
 	w, closeOut := csvOut(out, "node,bytes_sent_per_s,packets_sent_per_s,injected_drops")
@@ -261,7 +263,7 @@ func lossRun(bin string, n int, loss float64, dur time.Duration, starve, busyNod
 	if len(actual) > 0 {
 		fmt.Printf("  measured stop lengths: p50 %.0f ms  p99 %.0f ms  max %.0f ms\n", pct(actual, 50), pct(actual, 99), pct(actual, 100))
 	}
-	fmt.Printf("  false failures (observer, subject pairs): %d   suspicions raised (and refuted): %d\n", failures, suspicions)
+	fmt.Printf("  false failures (observer, subject pairs): %d   suspicions raised (and refuted): %d %v\n", failures, suspicions, suspectedBy)
 	fmt.Printf("  bytes sent per node per second: mean %.0f, max %.0f\n", mean(bps), pct(bps, 100))
 	return nil
 }
