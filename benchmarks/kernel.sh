@@ -15,14 +15,15 @@ CONFIGS=${CONFIGS:-"lenet5:1 lenet5:64 resnet18:1 resnet18:8 resnet50:1 resnet50
 OUT=benchmarks/out
 mkdir -p "$OUT/models"
 csv="$OUT/kernel.csv"
-echo "model,batch,threads,images_per_sec,p50_ms,p99_ms,gflop_per_image,peak_gflops,fraction_of_peak" > "$csv"
+echo "model,batch,threads,images_per_sec,p50_ms,p99_ms,gflop_per_image,peak_gflops,fraction_of_peak,gflops_per_cpu_second,peak_gflops_per_cpu_second,fraction_of_peak_cpu,fraction_of_peak_p50,load_avg" > "$csv"
 for cfg in $CONFIGS; do
   model=${cfg%%:*}; batch=${cfg##*:}
   f="$OUT/models/$model.onnx"
   [ -f "$f" ] || "$BIN" zoo "$model" --out "$f" >/dev/null
   json=$("$BIN" bench kernel --model "$f" --batch "$batch" --threads "$THREADS" --seconds "$SECS" --json)
-  line=$(printf '%s' "$json" | /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin); print(",".join(str(r[k]) for k in ["batch","threads","images_per_sec","p50_ms","p99_ms","gflop_per_image","peak_gflops","fraction_of_peak"]))')
-  echo "$model,$line" | tee -a "$csv"
+  line=$(printf '%s' "$json" | /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin); print(",".join(str(r[k]) for k in ["batch","threads","images_per_sec","p50_ms","p99_ms","gflop_per_image","peak_gflops","fraction_of_peak","gflops_per_cpu_second","peak_gflops_per_cpu_second","fraction_of_peak_cpu","fraction_of_peak_p50"]))')
+  load=$(cut -d' ' -f1 /proc/loadavg)
+  echo "$model,$line,$load" | tee -a "$csv"
 done
 echo "wrote $csv"
 go test ./kernel -run '^$' -bench 'DispatchLeNet5|NoopCall' -benchtime 20000x | tee "$OUT/kernel_dispatch.txt"

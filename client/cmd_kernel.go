@@ -88,6 +88,8 @@ type benchResult struct {
 	CPUGFLOPS     float64 `json:"gflops_per_cpu_second"`
 	CPUPeakGFLOPS float64 `json:"peak_gflops_per_cpu_second"`
 	CPUFraction   float64 `json:"fraction_of_peak_cpu"`
+	// The rate of a median batch against the peak: less hurt by other processes' bursts.
+	P50Fraction float64 `json:"fraction_of_peak_p50"`
 }
 
 func runBench(args []string) error {
@@ -119,6 +121,7 @@ func runBench(args []string) error {
 	fmt.Printf("work            %.3f GFLOP/image\n", r.GFLOPPerImage)
 	fmt.Printf("FP32 FMA peak   %.1f GFLOP/s (%d threads, measured now)\n", r.PeakGFLOPS, r.Threads)
 	fmt.Printf("reached         %.1f GFLOP/s = %.1f%% of peak\n", r.ImagesPerSec*r.GFLOPPerImage, 100*r.FractionOfPeak)
+	fmt.Printf("median batch    %.1f%% of peak\n", 100*r.P50Fraction)
 	fmt.Printf("per CPU-second  %.1f GFLOP vs %.1f peak per core = %.1f%% (independent of other load)\n",
 		r.CPUGFLOPS, r.CPUPeakGFLOPS, 100*r.CPUFraction)
 	return nil
@@ -197,6 +200,7 @@ func benchKernel(path string, batch, threads int, dur time.Duration) (*benchResu
 	}
 	if r.PeakGFLOPS > 0 {
 		r.FractionOfPeak = r.ImagesPerSec * r.GFLOPPerImage / r.PeakGFLOPS
+		r.P50Fraction = float64(batch) * r.GFLOPPerImage / (r.P50ms / 1e3) / r.PeakGFLOPS
 	}
 	if cpu > 0 {
 		r.CPUGFLOPS = float64(len(lat)*batch) * r.GFLOPPerImage / cpu

@@ -178,7 +178,9 @@ func (m *Membership) Receive(now time.Time, msg *Message) {
 		return
 	}
 	from := msg.From
-	from.State = Alive
+	if from.State != Left {
+		from.State = Alive // a sender speaks for itself: it is alive, or leaving
+	}
 	mode := eager
 	if msg.Kind == MsgJoinAck {
 		mode = piggyback // a whole membership list: pass it on, but at heartbeat pace
@@ -223,12 +225,25 @@ func (m *Membership) Leave(now time.Time) {
 }
 
 func (m *Membership) answerJoin(to string) {
-	all := m.Members()
-	for len(all) > 0 {
-		n := min(len(all), 12)
-		m.send(to, MsgJoinAck, all[:n])
-		all = all[n:]
+	for _, part := range m.chunks(m.Members(), len(m.Members())) {
+		m.send(to, MsgJoinAck, part)
 	}
+}
+
+// chunks splits ms into packets of at most max members that fit in MaxPacket bytes.
+func (m *Membership) chunks(ms []Member, max int) [][]Member {
+	var out [][]Member
+	room := MaxPacket - EncodedSize(&Message{From: m.self.Member}) - 2
+	for len(ms) > 0 {
+		n, size := 0, 0
+		for n < len(ms) && n < max && (n == 0 || size+memberSize(ms[n]) <= room) {
+			size += memberSize(ms[n])
+			n++
+		}
+		out = append(out, ms[:n])
+		ms = ms[n:]
+	}
+	return out
 }
 
 // spread says how a change to our view is passed on.
@@ -382,8 +397,8 @@ func (m *Membership) flushFresh(skip string) {
 	fresh := m.fresh
 	m.fresh = nil
 	for _, a := range m.randomLive(m.cfg.Fanout, skip) {
-		for i := 0; i < len(fresh); i += m.cfg.MaxPiggyback {
-			m.send(a, MsgGossip, fresh[i:min(len(fresh), i+m.cfg.MaxPiggyback)])
+		for _, part := range m.chunks(fresh, m.cfg.MaxPiggyback) {
+			m.send(a, MsgGossip, part)
 		}
 	}
 }
@@ -399,10 +414,12 @@ func (m *Membership) piggyback() []Member {
 	}
 	limit := m.cfg.RetransmitMult * bits.Len(uint(len(m.ring)+1))
 	sort.SliceStable(m.queue, func(i, j int) bool { return m.queue[i].sends < m.queue[j].sends })
-	n := min(len(m.queue), m.cfg.MaxPiggyback)
-	out := make([]Member, 0, n)
-	for _, b := range m.queue[:n] {
-		out = append(out, b.m)
+	all := make([]Member, len(m.queue))
+	for i, b := range m.queue {
+		all[i] = b.m
+	}
+	out := m.chunks(all, m.cfg.MaxPiggyback)[0]
+	for _, b := range m.queue[:len(out)] {
 		b.sends++
 	}
 	kept := m.queue[:0]

@@ -87,3 +87,21 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestJoinAnswerSplitsIntoPackets(t *testing.T) {
+	s := NewSim(SimConfig{N: 200, Seed: 1, Bootstrap: true})
+	m := s.Nodes[0].M
+	m.answerJoin("x:1")
+	out, _ := m.Ready()
+	got := 0
+	c := NewCodec([]byte("k"))
+	for _, e := range out {
+		if n := len(c.Encode(&e.Msg)); n > MaxPacket {
+			t.Fatalf("packet of %d bytes", n)
+		}
+		got += len(e.Msg.Updates)
+	}
+	if got != 200 || len(out) < 2 {
+		t.Fatalf("%d members in %d packets", got, len(out))
+	}
+}

@@ -432,6 +432,13 @@ int idk_get_plain(idk_plan_t *p, int tid, int *buf) {
     return idk_get_view(p, tid, &md, buf);
 }
 
+/* idk_arena_limit bounds one plan's activation memory: 8 GiB, or $IDK_MAX_ARENA_MB. */
+static size_t idk_arena_limit(void) {
+    const char *e = getenv("IDK_MAX_ARENA_MB");
+    long v = e ? atol(e) : 0;
+    return v > 0 ? (size_t)v << 20 : (size_t)8 << 30;
+}
+
 /* place assigns arena offsets: buffers whose lifetimes overlap never share bytes. */
 static int cmp_size_desc(const void *a, const void *b, void *ctx) {
     const idk_buffer_t *bs = ctx;
@@ -489,6 +496,9 @@ static idk_status_t place(idk_plan_t *p) {
     free(order);
     free(placed);
     p->arena_size = total;
+    if (total > idk_arena_limit())
+        return idk_fail(p, IDK_ERR_NOMEM, "activations need %zu MiB, over the limit of %zu MiB (IDK_MAX_ARENA_MB)",
+                        total >> 20, idk_arena_limit() >> 20);
     p->arena = aligned_alloc(64, total + 64);
     if (!p->arena) return IDK_ERR_NOMEM;
     memset(p->arena, 0, total + 64);
@@ -555,8 +565,9 @@ IDK_API idk_status_t idk_plan_compile(idk_plan_t *p) {
     for (int i = 0; i < p->nout; i++) touch(p, p->outbuf[i], p->ns);
     for (int i = 0; i < p->nb; i++)
         if (!p->b[i].ext && p->b[i].first < 0) p->b[i].first = p->b[i].last = 0;
+    p->err[0] = 0;
     idk_status_t st = place(p);
-    if (st != IDK_OK) return idk_fail(p, st, "arena of %zu bytes: allocation failed", p->arena_size);
+    if (st != IDK_OK) return p->err[0] ? st : idk_fail(p, st, "arena of %zu bytes: allocation failed", p->arena_size);
     /* memory objects now that every buffer has an address */
     size_t scratch = 0;
     for (int si = 0; si < p->ns; si++) {

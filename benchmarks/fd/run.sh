@@ -6,8 +6,10 @@ cd "$(dirname "$0")/../.."
 mkdir -p benchmarks/out
 BIN=${IDUNNO_BIN:-$PWD/bin/idunno}
 go build -o benchmarks/out/fdbench ./benchmarks/fd
-B=benchmarks/out/fdbench
+# setsid: the driver leads its own session so it can raise its priority like the nodes do.
+B="setsid -w benchmarks/out/fdbench"
 $B -mode crash -kill 1 -trials 40 -bin "$BIN" -out benchmarks/out/fd_crash1.csv | tee benchmarks/out/fd_crash1.txt
-$B -mode crash -kill 3 -trials 20 -bin "$BIN" -out benchmarks/out/fd_crash3.csv | tee benchmarks/out/fd_crash3.txt
-$B -mode sim -sizes 10,30,100,300,1000 -trials 5 -out benchmarks/out/fd_sim_scaling.csv | tee benchmarks/out/fd_sim_scaling.txt
+$B -mode crash -kill 3 -trials 30 -bin "$BIN" -out benchmarks/out/fd_crash3.csv | tee benchmarks/out/fd_crash3.txt
+$B -mode sim -loss 0 -sizes 10,30,100,300,1000 -trials 5 -out benchmarks/out/fd_sim_scaling.csv | tee benchmarks/out/fd_sim_scaling.txt
+$B -mode sim -loss 0.03 -sizes 10,100,1000 -trials 5 -out benchmarks/out/fd_sim_scaling_loss3.csv | tee benchmarks/out/fd_sim_scaling_loss3.txt
 $B -mode loss -duration "${FD_LOSS_DURATION:-10m}" -bin "$BIN" -out benchmarks/out/fd_loss.csv | tee benchmarks/out/fd_loss.txt
