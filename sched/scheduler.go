@@ -40,7 +40,7 @@ func DefaultSchedConfig() SchedConfig {
 		RateWindow:       5 * time.Second,
 		ReplicateTimeout: 300 * time.Millisecond,
 		CallTimeout:      2 * time.Second,
-		TaskQueries:      256,
+		TaskQueries:      512,
 		MaxTaskBatches:   8,
 	}
 }
@@ -129,10 +129,13 @@ func NewScheduler(d Deps, cfg SchedConfig, srv *rpc.Server) (*Scheduler, error) 
 
 // Start runs the control loop and the worker.
 func (s *Scheduler) Start() {
-	s.wg.Add(3)
+	ctx, cancel := context.WithCancel(context.Background())
+	s.wg.Add(5)
+	go func() { defer s.wg.Done(); <-s.stop; cancel() }()
 	go s.controlLoop()
 	go s.workerPullLoop()
-	go s.workerRunLoop()
+	go s.workerRunLoop(ctx)
+	go s.writerLoop(ctx)
 }
 
 // Stop stops every goroutine and closes the journal.

@@ -15,6 +15,8 @@ type workerState struct {
 	mu      sync.Mutex
 	queue   []TaskOrder
 	running *TaskOrder
+	writing map[TaskRef]bool // computed, result being written to SDFS
+	writeQ  chan computed    // to the writer: one waits while one is written
 	reports []TaskReport
 	kick    chan struct{} // wakes the pull loop
 	work    chan struct{} // wakes the run loop
@@ -24,6 +26,7 @@ type workerState struct {
 
 func (w *workerState) init(cfg SchedConfig) {
 	w.kick, w.work = make(chan struct{}, 1), make(chan struct{}, 1)
+	w.writing, w.writeQ = map[TaskRef]bool{}, make(chan computed, 1)
 	w.depth, w.bound = max(cfg.Depth, 1), max(cfg.MaxBuffered, 1)
 }
 
@@ -87,6 +90,9 @@ func (s *Scheduler) pullOnce() {
 	for _, o := range w.queue {
 		args.Held = append(args.Held, TaskRef{o.Spec.Name, o.Task})
 	}
+	for r := range w.writing {
+		args.Held = append(args.Held, r)
+	}
 	if len(w.reports) >= w.bound || (self && len(s.mem.Alive()) > 1) {
 		args.Want = 0 // the coordinator leaves the work to the workers
 	}
@@ -148,14 +154,8 @@ func (s *Scheduler) pullOnce() {
 	}
 }
 
-func (s *Scheduler) workerRunLoop() {
+func (s *Scheduler) workerRunLoop(ctx context.Context) {
 	defer s.wg.Done()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-s.stop
-		cancel()
-	}()
 	for {
 		w := &s.w
 		w.mu.Lock()
@@ -174,20 +174,29 @@ func (s *Scheduler) workerRunLoop() {
 		w.mu.Unlock()
 		w.wake() // ask for the next task while this one runs
 
-		rep, err := s.runTask(ctx, o)
+		c, err := s.computeTask(ctx, o)
 		w.mu.Lock()
 		w.running = nil
 		if err == nil {
-			w.reports = append(w.reports, rep)
+			w.writing[TaskRef{o.Spec.Name, o.Task}] = true
 		}
-		full := len(w.reports) >= w.bound
 		w.mu.Unlock()
 		if err != nil {
 			if errors.Is(err, context.Canceled) {
 				return
 			}
 			s.logf("sched: task %s/%d failed: %v", o.Spec.Name, o.Task, err)
+			w.wake()
+			continue
 		}
+		select { // the next task computes while this one's result is written
+		case w.writeQ <- c:
+		case <-s.stop:
+			return
+		}
+		w.mu.Lock()
+		full := len(w.reports) >= w.bound
+		w.mu.Unlock()
 		w.wake()
 		for full {
 			// Too many unacknowledged completions: stop taking work until a coordinator answers.
@@ -203,8 +212,14 @@ func (s *Scheduler) workerRunLoop() {
 	}
 }
 
-// runTask computes one task and writes its result lines to SDFS.
-func (s *Scheduler) runTask(ctx context.Context, o TaskOrder) (TaskReport, error) {
+// computed is a task's result on its way to SDFS.
+type computed struct {
+	rep   TaskReport
+	lines []byte
+}
+
+// computeTask runs the model over one task's queries.
+func (s *Scheduler) computeTask(ctx context.Context, o TaskOrder) (computed, error) {
 	from, to := o.Spec.TaskRange(o.Task)
 	s.logf("sched: worker %s starting task %s/%d (queries %d-%d)", s.name, o.Spec.Name, o.Task, from, to-1)
 	start := time.Now()
@@ -213,7 +228,7 @@ func (s *Scheduler) runTask(ctx context.Context, o TaskOrder) (TaskReport, error
 		if attempt > 0 {
 			select {
 			case <-ctx.Done():
-				return TaskReport{}, ctx.Err()
+				return computed{}, ctx.Err()
 			case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
 			}
 		}
@@ -222,16 +237,47 @@ func (s *Scheduler) runTask(ctx context.Context, o TaskOrder) (TaskReport, error
 			lastErr = err
 			continue
 		}
-		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err = s.blobs.Put(pctx, TaskResultName(o.Spec.Name, o.Task), FormatResultLines(from, preds))
-		cancel()
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		return TaskReport{Job: o.Spec.Name, Task: o.Task, Worker: s.name, Queries: to - from,
-			BusyNanos: time.Since(start).Nanoseconds(), BatchUS: lat, Epoch: o.Epoch,
-			StartNanos: start.UnixNano()}, nil
+		return computed{
+			rep: TaskReport{Job: o.Spec.Name, Task: o.Task, Worker: s.name, Queries: to - from,
+				BusyNanos: time.Since(start).Nanoseconds(), BatchUS: lat, Epoch: o.Epoch, StartNanos: start.UnixNano()},
+			lines: FormatResultLines(from, preds),
+		}, nil
 	}
-	return TaskReport{}, lastErr
+	return computed{}, lastErr
+}
+
+// writerLoop writes computed results to SDFS (the same bytes under the same name, however
+// often a task runs) and queues their reports.
+func (s *Scheduler) writerLoop(ctx context.Context) {
+	defer s.wg.Done()
+	w := &s.w
+	for {
+		var c computed
+		select {
+		case <-s.stop:
+			return
+		case c = <-w.writeQ:
+		}
+		ref := TaskRef{c.rep.Job, c.rep.Task}
+		var err error
+		for attempt := 0; attempt < 3; attempt++ {
+			pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err = s.blobs.Put(pctx, TaskResultName(c.rep.Job, c.rep.Task), c.lines)
+			cancel()
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond)
+		}
+		w.mu.Lock()
+		delete(w.writing, ref)
+		if err == nil {
+			w.reports = append(w.reports, c.rep)
+		}
+		w.mu.Unlock()
+		if err != nil {
+			s.logf("sched: task %s/%d: writing the result: %v", ref.Job, ref.Task, err)
+		}
+		w.wake()
+	}
 }

@@ -1,0 +1,140 @@
+// Command sched measures the whole inference path against the bare kernel: one node (the
+// coordinator working alone, 2 kernel threads) runs a job end to end — dataset read from
+// SDFS, preprocessing, kernel, results written to SDFS — and its query rate is compared
+// with `idunno bench kernel` for the same model and batch.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"idunno/client/localcluster"
+	"idunno/rpc"
+	"idunno/sched"
+)
+
+type workload struct {
+	name, zoo, shape string
+	batch            int
+	pre              []string
+}
+
+func main() {
+	bin := flag.String("bin", "bin/idunno", "idunno binary")
+	out := flag.String("out", "benchmarks/out/sched.csv", "CSV to write")
+	data := flag.String("data", "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz", "IDX dataset")
+	threads := flag.Int("threads", 2, "kernel threads of the worker and of bench kernel")
+	flag.Parse()
+	if err := run(*bin, *out, *data, *threads); err != nil {
+		fmt.Fprintln(os.Stderr, "sched bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(bin, out, data string, threads int) error {
+	bin, _ = filepath.Abs(bin)
+	dir, err := os.MkdirTemp("", "idunno-sched-bench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	lc, err := localcluster.Up(filepath.Join(dir, "cluster"), 1, 0, bin)
+	if err != nil {
+		return err
+	}
+	defer lc.Down()
+	// One node with the kernel threads under test.
+	cfgPath := filepath.Join(lc.Nodes()[0].DataDir, "config.json")
+	var cfg sched.NodeConfig
+	b, _ := os.ReadFile(cfgPath)
+	json.Unmarshal(b, &cfg)
+	cfg.Threads = threads
+	b, _ = json.Marshal(cfg)
+	os.WriteFile(cfgPath, b, 0o600)
+	if err := lc.Restart("node0"); err != nil {
+		return err
+	}
+	idn := func(args ...string) (string, error) {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), "IDUNNO_CLUSTER="+lc.Dir())
+		o, err := cmd.CombinedOutput()
+		if err != nil {
+			return string(o), fmt.Errorf("idunno %s: %v: %s", strings.Join(args, " "), err, o)
+		}
+		return string(o), nil
+	}
+	steps := [][]string{{"put", data, "bench-data"}, {"train", "start"}}
+	works := []workload{
+		{"lenet5-b64", "lenet5", "", 64, []string{"--scale", "1/255"}},
+		{"resnet18-64px-b8", "resnet18", "3,64,64", 8, []string{"--scale", "1/255", "--resize", "64x64", "--grey-to-rgb"}},
+	}
+	for _, w := range works {
+		model := filepath.Join(dir, w.name+".onnx")
+		zooArgs := []string{"zoo", w.zoo, "--out", model}
+		if w.shape != "" {
+			zooArgs = append(zooArgs, "--input-shape", w.shape)
+		}
+		if _, err := idn(zooArgs...); err != nil {
+			return err
+		}
+		steps = append(steps, []string{"train", "add", "--name", w.name, "--model", model})
+	}
+	steps = append(steps, []string{"train", "stop"}, []string{"inference", "start"})
+	for _, s := range steps {
+		if _, err := idn(s...); err != nil {
+			return err
+		}
+	}
+	rc := rpc.NewClient([]byte(lc.Secret()))
+	defer rc.Close()
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fmt.Fprintln(f, "workload,batch,threads,queries,path_qps,kernel_qps,ratio,first_query_ms")
+	for _, w := range works {
+		args := append([]string{"job", "add", "--name", w.name, "--model", w.name, "--data", "bench-data",
+			"--batch", fmt.Sprint(w.batch)}, w.pre...)
+		if _, err := idn(args...); err != nil {
+			return err
+		}
+		if _, err := idn("job", "wait", w.name, "--timeout", "30m"); err != nil {
+			return err
+		}
+		var js sched.JobSummary
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := rc.CallJSON(ctx, lc.Nodes()[0].RPCAddr, "sched.job.get", sched.NameArgs{Name: w.name}, &js)
+		cancel()
+		if err != nil {
+			return err
+		}
+		// From the first task's start (the model is already loaded by the job's validation)
+		// to the job's result CSV written.
+		path := float64(js.Queries) / (js.Seconds - js.FirstQueryMS/1000)
+		o, err := idn("bench", "kernel", "--model", filepath.Join(dir, w.name+".onnx"), "--batch", fmt.Sprint(w.batch),
+			"--threads", fmt.Sprint(threads), "--seconds", "10", "--json")
+		if err != nil {
+			return err
+		}
+		var k struct {
+			ImagesPerSec float64 `json:"images_per_sec"`
+		}
+		if err := json.Unmarshal([]byte(o[strings.Index(o, "{"):]), &k); err != nil {
+			return fmt.Errorf("bench kernel output %q: %w", o, err)
+		}
+		fmt.Fprintf(f, "%s,%d,%d,%d,%.1f,%.1f,%.3f,%.0f\n", w.name, w.batch, threads, js.Queries, path, k.ImagesPerSec,
+			path/k.ImagesPerSec, js.FirstQueryMS)
+		load, _ := os.ReadFile("/proc/loadavg")
+		fmt.Printf("%-18s batch %-3d whole path %8.1f queries/s, bench kernel %8.1f images/s: %.1f%% (first query %.0f ms; load %s)\n",
+			w.name, w.batch, path, k.ImagesPerSec, 100*path/k.ImagesPerSec, js.FirstQueryMS, strings.Fields(string(load))[0])
+	}
+	return nil
+}
