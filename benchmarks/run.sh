@@ -8,6 +8,10 @@ mkdir -p benchmarks/out
 ./benchmarks/fd/run.sh
 # sdfs: put/get throughput (1 MB, 1 GB) vs cp, node peak RSS, restore time after 3 kills
 go run ./benchmarks/sdfs --bin bin/idunno --out benchmarks/out/sdfs.csv | tee benchmarks/out/sdfs.txt
+# dataset: preprocessing and data-path throughput
+./benchmarks/dataset.sh
+# cluster: fair-time convergence after a second job arrives; rate around 1, 3 worker and coordinator crashes
+go run ./benchmarks/cluster --bin bin/idunno --out benchmarks/out | tee benchmarks/out/cluster.txt
 # sched: fair-time decision (1,000 workers x 100 jobs) and coordinator cost per task (Go
 # benchmarks), then one worker's whole path (SDFS, preprocessing, kernel, SDFS) vs bench kernel
 go test ./sched -run '^$' -bench 'FairDecision|CoordinatorPerTask' -benchtime 2000x | tee benchmarks/out/sched-go.txt
@@ -15,3 +19,6 @@ IDUNNO_KERNEL_LIB=${IDUNNO_KERNEL_LIB:-$PWD/bin/libidunno_kernel.so} go run ./be
 # http: KServe v2 endpoint with LeNet-5: overhead over a direct kernel call, latency and
 # throughput at several offered loads with and without dynamic batching, peak requests/s
 IDUNNO_KERNEL_LIB=${IDUNNO_KERNEL_LIB:-$PWD/bin/libidunno_kernel.so} go run ./benchmarks/http --out benchmarks/out/http.csv | tee benchmarks/out/http.txt
+IDUNNO_KERNEL_LIB=${IDUNNO_KERNEL_LIB:-$PWD/bin/libidunno_kernel.so} go run ./benchmarks/http --max-batch 4 --out benchmarks/out/http_b4.csv | tee benchmarks/out/http_b4.txt
+# charts: PNG figures from the CSV files above
+go run ./benchmarks/charts --out benchmarks/out

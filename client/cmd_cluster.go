@@ -18,6 +18,7 @@ func runCluster(args []string) error {
 	if len(args) == 0 {
 		return errors.New("usage: idunno cluster up|down|kill|stop|cont|restart --dir DIR ...")
 	}
+	localcluster.DieWithParent = false // nodes outlive this command
 	sub := args[0]
 	fs := flag.NewFlagSet("cluster "+sub, flag.ContinueOnError)
 	dir := fs.String("dir", os.Getenv("IDUNNO_CLUSTER"), "cluster directory (default $IDUNNO_CLUSTER)")

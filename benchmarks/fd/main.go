@@ -35,6 +35,7 @@ func main() {
 	dur := flag.Duration("duration", 10*time.Minute, "run length (loss)")
 	loss := flag.Float64("loss", 0.03, "packet loss (loss, sim)")
 	starve := flag.String("starve", "node4", "node frozen by SIGSTOP bursts (loss; empty for none)")
+	busy := flag.String("busy", "", "node that runs busy loops inside its own process all along (loss; IDUNNO_FD_STARVE)")
 	maxStop := flag.Duration("max-stop", 400*time.Millisecond, "longest SIGSTOP burst (loss)")
 	sizes := flag.String("sizes", "10,30,100,300,1000", "cluster sizes (sim)")
 	out := flag.String("out", "", "CSV output file")
@@ -46,7 +47,7 @@ func main() {
 	case "crash":
 		err = crash(*bin, *nodes, *kill, *trials, *out)
 	case "loss":
-		err = lossRun(*bin, *nodes, *loss, *dur, *starve, *maxStop, *out)
+		err = lossRun(*bin, *nodes, *loss, *dur, *starve, *busy, *maxStop, *out)
 	case "sim":
 		err = simRun(*sizes, *trials, *loss, *out)
 	default:
@@ -182,10 +183,12 @@ func crash(bin string, n, k, trials int, out string) error {
 	return nil
 }
 
-func lossRun(bin string, n int, loss float64, dur time.Duration, starve string, maxStop time.Duration, out string) error {
+func lossRun(bin string, n int, loss float64, dur time.Duration, starve, busyNode string, maxStop time.Duration, out string) error {
 	os.Setenv("IDUNNO_FD_LOSS", strconv.FormatFloat(loss, 'f', -1, 64))
+	os.Setenv("IDUNNO_FD_STARVE", busyNode)
 	c, down, err := up(bin, n)
 	os.Unsetenv("IDUNNO_FD_LOSS")
+	os.Unsetenv("IDUNNO_FD_STARVE")
 	if err != nil {
 		return err
 	}
@@ -227,6 +230,7 @@ func lossRun(bin string, n int, loss float64, dur time.Duration, starve string, 
 	after := stats(cl, c)
 	evs, _ := scanLogs(c, offs)
 	failures, suspicions := 0, 0
+	suspectedBy := map[string]int{}
 	for _, e := range evs {
 		switch e.what {
 		case "failed":
@@ -240,6 +244,7 @@ func lossRun(bin string, n int, loss float64, dur time.Duration, starve string, 
 			fmt.Printf("  FALSE FAILURE: %s declared %s failed at %s (last stop began %s)\n", e.observer, e.subject, e.at.Format(time.RFC3339Nano), last)
 		case "suspected":
 			suspicions++
+			suspectedBy[e.subject]++
 		}
 	}
 	w, closeOut := csvOut(out, "node,bytes_sent_per_s,packets_sent_per_s,injected_drops")
@@ -253,12 +258,12 @@ func lossRun(bin string, n int, loss float64, dur time.Duration, starve string, 
 			strconv.FormatUint(a.InjectedLoss-b.InjectedLoss, 10)})
 	}
 	w.Flush()
-	fmt.Printf("loss: %d nodes, %.1f%% injected loss, %v, %s SIGSTOPped %d times (%v total, bursts up to %v)\n",
-		n, loss*100, elapsed.Round(time.Second), starve, stops, stopped.Round(time.Millisecond), maxStop)
+	fmt.Printf("loss: %d nodes, %.1f%% injected loss, %v, %q SIGSTOPped %d times (%v total, bursts up to %v), %q busy-looping\n",
+		n, loss*100, elapsed.Round(time.Second), starve, stops, stopped.Round(time.Millisecond), maxStop, busyNode)
 	if len(actual) > 0 {
 		fmt.Printf("  measured stop lengths: p50 %.0f ms  p99 %.0f ms  max %.0f ms\n", pct(actual, 50), pct(actual, 99), pct(actual, 100))
 	}
-	fmt.Printf("  false failures (observer, subject pairs): %d   suspicions raised (and refuted): %d\n", failures, suspicions)
+	fmt.Printf("  false failures (observer, subject pairs): %d   suspicions raised (and refuted): %d %v\n", failures, suspicions, suspectedBy)
 	fmt.Printf("  bytes sent per node per second: mean %.0f, max %.0f\n", mean(bps), pct(bps, 100))
 	return nil
 }

@@ -1,4 +1,4 @@
-// Command http benchmarks the KServe v2 endpoint with LeNet-5: the direct kernel call
+// Command http benchmarks the KServe v2 endpoint with a zoo model (LeNet-5 by default): the direct kernel call
 // against the endpoint at low load (the overhead), p50/p99 latency and throughput at
 // several open-loop offered loads with and without dynamic batching, and peak requests/s.
 //
@@ -38,12 +38,24 @@ func main() {
 	dur := flag.Duration("duration", 3*time.Second, "length of each load run")
 	maxBatch := flag.Int("max-batch", 16, "max batch of the batching configuration")
 	maxDelay := flag.Duration("max-delay", 2*time.Millisecond, "max queue delay of the batching configuration")
+	arch := flag.String("zoo", "lenet5", "zoo model to serve")
+	shape := flag.String("input-shape", "", "C,H,W of the zoo model (default: the architecture's)")
+	classes := flag.Int64("classes", 0, "classes of the zoo model (default: the architecture's)")
+	peakClients := flag.Int("peak-clients", 64, "closed-loop clients of the peak run")
 	flag.Parse()
+	opt := zoo.Options{Seed: 7, Classes: *classes}
+	if *shape != "" {
+		for _, f := range strings.Split(*shape, ",") {
+			var d int64
+			fmt.Sscan(f, &d)
+			opt.InputShape = append(opt.InputShape, d)
+		}
+	}
 	var err error
 	if *serve != "" {
 		err = runServer(*serve, *maxBatch, *maxDelay)
 	} else {
-		err = runBench(*out, *loads, *dur, *maxBatch, *maxDelay)
+		err = runBench(*out, *arch, opt, *loads, *dur, *maxBatch, *maxDelay, *peakClients)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench http:", err)
@@ -80,13 +92,15 @@ func runServer(path string, maxBatch int, maxDelay time.Duration) error {
 
 type result struct {
 	name          string
-	offered       float64 // requests/s offered (0: closed loop)
-	achieved      float64 // responses/s
+	cpuPerReq     time.Duration // server process CPU time per response
+	offered       float64       // requests/s offered (0: closed loop)
+	achieved      float64       // responses/s
 	p50, p99      time.Duration
 	errors, drops int
+	responses     int
 }
 
-func runBench(out, loads string, dur time.Duration, maxBatch int, maxDelay time.Duration) error {
+func runBench(out, arch string, opt zoo.Options, loads string, dur time.Duration, maxBatch int, maxDelay time.Duration, peakClients int) error {
 	if err := kernel.Available(); err != nil {
 		return err
 	}
@@ -95,20 +109,26 @@ func runBench(out, loads string, dur time.Duration, maxBatch int, maxDelay time.
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	m, err := zoo.Build("lenet5", zoo.Options{Seed: 7})
+	m, err := zoo.Build(arch, opt)
 	if err != nil {
 		return err
 	}
-	model := filepath.Join(tmp, "lenet5.onnx")
+	model := filepath.Join(tmp, arch+".onnx")
 	if err := onnx.WriteFile(model, m); err != nil {
 		return err
 	}
-	img := make([]float32, 784)
+	dims := append([]int64(nil), m.Graph.Inputs[0].Dims...)
+	dims[0] = 1
+	n := 1
+	for _, d := range dims {
+		n *= int(d)
+	}
+	img := make([]float32, n)
 	for i := range img {
 		img[i] = float32(i%29) / 29
 	}
 
-	direct, err := directLatency(model, img, 2*time.Second)
+	direct, err := directLatency(model, img, dims, 2*time.Second)
 	if err != nil {
 		return err
 	}
@@ -130,13 +150,14 @@ func runBench(out, loads string, dur time.Duration, maxBatch int, maxDelay time.
 		return fmt.Errorf("server did not start: %w", err)
 	}
 	addr = strings.TrimSpace(addr)
+	pid := srv.Process.Pid
 	client := &fasthttp.HostClient{Addr: addr, MaxConns: 1024, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
 
-	jsonBody := jsonRequest(img)
-	binBody, binHdr := binaryRequest(img)
+	jsonBody := jsonRequest(img, dims)
+	binBody, binHdr := binaryRequest(img, dims)
 	la, _ := os.ReadFile("/proc/loadavg")
-	fmt.Printf("LeNet-5, 1 kernel thread; server and load generator on 127.0.0.1; %s per run; batched: max batch %d, max delay %v\n",
-		dur, maxBatch, maxDelay)
+	fmt.Printf("%s input %v, 1 kernel thread; server and load generator on 127.0.0.1; %s per run; batched: max batch %d, max delay %v\n",
+		arch, dims, dur, maxBatch, maxDelay)
 	fmt.Printf("load average at start: %s\n", strings.Join(strings.Fields(string(la))[:3], " "))
 	fmt.Printf("direct kernel.Run:        p50 %8.1f µs  p99 %8.1f µs\n", us(direct.p50), us(direct.p99))
 	var results []result
@@ -150,44 +171,68 @@ func runBench(out, loads string, dur time.Duration, maxBatch int, maxDelay time.
 			kind = "binary"
 		}
 		warm(client, v.name, v.body, v.hdr)
-		r := closedLoop(client, v.name, v.body, v.hdr, 1, 2*time.Second)
+		r := measured(pid, func() result { return closedLoop(client, v.name, v.body, v.hdr, 1, 2*time.Second) })
 		r.name = "low load, " + kind
-		fmt.Printf("endpoint %-7s 1 client: p50 %8.1f µs  p99 %8.1f µs  overhead over direct p50 %6.1f µs\n",
-			kind, us(r.p50), us(r.p99), us(r.p50-direct.p50))
+		fmt.Printf("endpoint %-7s 1 client: p50 %8.1f µs  p99 %8.1f µs  overhead over direct p50 %6.1f µs  server CPU %6.1f µs/request\n",
+			kind, us(r.p50), us(r.p99), us(r.p50-direct.p50), us(r.cpuPerReq))
 		results = append(results, r)
 	}
-	fmt.Printf("\n%-9s %9s %10s %10s %10s %7s %7s\n", "config", "offered", "achieved", "p50 ms", "p99 ms", "errors", "drops")
+	fmt.Printf("\n%-9s %9s %10s %10s %10s %7s %7s %12s\n", "config", "offered", "achieved", "p50 ms", "p99 ms", "errors", "drops", "CPU µs/req")
 	warm(client, "batched", binBody, binHdr)
 	for _, f := range strings.Split(loads, ",") { // interleaved, so both see the same machine load
 		var rate float64
 		fmt.Sscan(f, &rate)
 		for _, name := range []string{"plain", "batched"} {
-			r := openLoop(client, name, binBody, binHdr, rate, dur)
+			r := measured(pid, func() result { return openLoop(client, name, binBody, binHdr, rate, dur) })
 			r.name = name
-			fmt.Printf("%-9s %9.0f %10.0f %10.2f %10.2f %7d %7d\n", name, rate, r.achieved, ms(r.p50), ms(r.p99), r.errors, r.drops)
+			fmt.Printf("%-9s %9.0f %10.0f %10.2f %10.2f %7d %7d %12.0f\n", name, rate, r.achieved, ms(r.p50), ms(r.p99), r.errors, r.drops, us(r.cpuPerReq))
 			results = append(results, r)
 		}
 	}
 	fmt.Println()
 	for _, name := range []string{"plain", "batched"} {
-		r := closedLoop(client, name, binBody, binHdr, 64, dur)
+		r := measured(pid, func() result { return closedLoop(client, name, binBody, binHdr, peakClients, dur) })
 		r.name = "peak " + name
-		fmt.Printf("peak %-8s 64 clients: %8.0f requests/s  p50 %6.2f ms  p99 %6.2f ms  errors %d\n", name, r.achieved, ms(r.p50), ms(r.p99), r.errors)
+		fmt.Printf("peak %-8s %d clients: %8.0f requests/s  p50 %6.2f ms  p99 %6.2f ms  errors %d  server CPU %.0f µs/request\n",
+			name, peakClients, r.achieved, ms(r.p50), ms(r.p99), r.errors, us(r.cpuPerReq))
 		results = append(results, r)
 	}
 	return writeCSV(out, direct, results)
 }
 
+// procCPU returns the user+system CPU time of a process so far (from /proc, 100 Hz ticks).
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	var ut, st int64
+	fmt.Sscan(f[11], &ut)
+	fmt.Sscan(f[12], &st)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// measured runs f and sets the server CPU time per response of its result.
+func measured(pid int, f func() result) result {
+	c0 := procCPU(pid)
+	r := f()
+	if n := r.achieved; n > 0 {
+		r.cpuPerReq = (procCPU(pid) - c0) / time.Duration(max(1, r.responses))
+	}
+	return r
+}
+
 func us(d time.Duration) float64 { return float64(d) / 1e3 }
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 
-func directLatency(path string, img []float32, dur time.Duration) (result, error) {
+func directLatency(path string, img []float32, dims []int64, dur time.Duration) (result, error) {
 	m, err := kernel.Load(path, kernel.Options{Threads: 1})
 	if err != nil {
 		return result{}, err
 	}
 	defer m.Close()
-	in := []*onnx.Tensor{{Name: "input", DType: onnx.Float, Dims: []int64{1, 1, 28, 28}, F32: img}}
+	in := []*onnx.Tensor{{Name: "input", DType: onnx.Float, Dims: dims, F32: img}}
 	var lat []time.Duration
 	for end := time.Now().Add(dur); time.Now().Before(end); {
 		t0 := time.Now()
@@ -202,13 +247,16 @@ func directLatency(path string, img []float32, dur time.Duration) (result, error
 	return r, nil
 }
 
-func jsonRequest(img []float32) []byte {
+func jsonRequest(img []float32, dims []int64) []byte {
 	d, _ := json.Marshal(img)
-	return []byte(`{"inputs":[{"name":"input","shape":[1,1,28,28],"datatype":"FP32","data":` + string(d) + `}]}`)
+	sh, _ := json.Marshal(dims)
+	return []byte(`{"inputs":[{"name":"input","shape":` + string(sh) + `,"datatype":"FP32","data":` + string(d) + `}]}`)
 }
 
-func binaryRequest(img []float32) ([]byte, int) {
-	js := []byte(`{"inputs":[{"name":"input","shape":[1,1,28,28],"datatype":"FP32","parameters":{"binary_data_size":3136}}],"parameters":{"binary_data_output":true}}`)
+func binaryRequest(img []float32, dims []int64) ([]byte, int) {
+	sh, _ := json.Marshal(dims)
+	js := []byte(fmt.Sprintf(`{"inputs":[{"name":"input","shape":%s,"datatype":"FP32","parameters":{"binary_data_size":%d}}],"parameters":{"binary_data_output":true}}`,
+		sh, 4*len(img)))
 	b := append([]byte(nil), js...)
 	for _, v := range img {
 		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
@@ -263,7 +311,7 @@ func closedLoop(c *fasthttp.HostClient, model string, body []byte, hdr, n int, d
 		})
 	}
 	wg.Wait()
-	return result{achieved: float64(len(lat)) / dur.Seconds(), p50: pct(lat, 0.5), p99: pct(lat, 0.99), errors: int(errs.Load())}
+	return result{achieved: float64(len(lat)) / dur.Seconds(), p50: pct(lat, 0.5), p99: pct(lat, 0.99), errors: int(errs.Load()), responses: len(lat)}
 }
 
 // openLoop offers rate requests/s at fixed intervals for dur, each request on its own
@@ -309,7 +357,7 @@ func openLoop(c *fasthttp.HostClient, model string, body []byte, hdr int, rate f
 	wg.Wait()
 	elapsed := time.Since(start)
 	return result{offered: rate, achieved: float64(len(lat)) / elapsed.Seconds(), p50: pct(lat, 0.5), p99: pct(lat, 0.99),
-		errors: int(errs.Load()), drops: int(drops.Load())}
+		errors: int(errs.Load()), drops: int(drops.Load()), responses: len(lat)}
 }
 
 func pct(lat []time.Duration, q float64) time.Duration {
@@ -330,9 +378,9 @@ func writeCSV(path string, direct result, rs []result) error {
 		return err
 	}
 	defer f.Close()
-	fmt.Fprintln(f, "run,offered_rps,achieved_rps,p50_ms,p99_ms,errors,drops")
+	fmt.Fprintln(f, "run,offered_rps,achieved_rps,p50_ms,p99_ms,errors,drops,server_cpu_us_per_request")
 	for _, r := range append([]result{direct}, rs...) {
-		fmt.Fprintf(f, "%s,%.0f,%.1f,%.4f,%.4f,%d,%d\n", r.name, r.offered, r.achieved, ms(r.p50), ms(r.p99), r.errors, r.drops)
+		fmt.Fprintf(f, "%s,%.0f,%.1f,%.4f,%.4f,%d,%d,%.1f\n", r.name, r.offered, r.achieved, ms(r.p50), ms(r.p99), r.errors, r.drops, us(r.cpuPerReq))
 	}
 	fmt.Println("\nwrote", path)
 	return nil

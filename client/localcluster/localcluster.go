@@ -68,6 +68,11 @@ type proc struct {
 // ConvergeTimeout bounds how long Up and Restart wait for membership to converge.
 var ConvergeTimeout = 60 * time.Second
 
+// DieWithParent makes node processes started by this process get SIGKILL when it dies, so a
+// test killed by its timeout leaves no nodes behind. `idunno cluster up` turns it off: its
+// nodes must outlive the command.
+var DieWithParent = true
+
 // Up starts n nodes (node0 ...) as processes of bin (`bin node --config ...`) on 127.0.0.1
 // and returns once every node sees all n alive. basePort 0 picks a free random one (and
 // retries elsewhere if a port turns out to be taken). bin "" means $IDUNNO_BIN, else this
@@ -175,6 +180,9 @@ func (c *Cluster) spawn(i int) error {
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(os.Environ(), "IDUNNO_CLUSTER="+c.dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if DieWithParent {
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("localcluster: start %s: %w", nd.Name, err)
 	}
@@ -472,7 +480,7 @@ func (c *Cluster) Members(ctx context.Context, name string) ([]fd.Member, error)
 }
 
 // WaitConverged waits until every running (not stopped) node sees exactly the running nodes
-// alive. It fails early if a node this process started exits.
+// alive and suspects no one. It fails early if a node this process started exits.
 func (c *Cluster) WaitConverged(limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	cl := rpc.NewClient([]byte(c.f.Secret))
@@ -530,6 +538,9 @@ func (c *Cluster) converged(cl *rpc.Client) (bool, string) {
 		}
 		alive := 0
 		for _, m := range r.Members {
+			if m.State == fd.Suspect {
+				return false, fmt.Sprintf("%s suspects %s", n.Name, m.Name)
+			}
 			if m.State == fd.Alive {
 				if !want[m.Addr] {
 					return false, fmt.Sprintf("%s sees %s alive", n.Name, m.Name)

@@ -140,3 +140,29 @@ func TestLossAndStopBurstsNoFalseFailure(t *testing.T) {
 		}
 	}
 }
+
+// TestThreeSimultaneousKillsConverge: 3 of 7 real processes SIGKILLed at once; every live
+// node declares all three failed and the live nodes agree on the view.
+func TestThreeSimultaneousKillsConverge(t *testing.T) {
+	c, err := Up(t.TempDir(), 7, 0, bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Down() })
+	time.Sleep(300 * time.Millisecond)
+	victims := []string{"node2", "node3", "node4"} // ring neighbours: the hard case
+	if err := c.Kill(victims...); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitConverged(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"node0", "node1", "node5", "node6"} {
+		st := states(t, c, n)
+		for _, v := range victims {
+			if st[v] != fd.Failed {
+				t.Fatalf("%s sees %s %v", n, v, st[v])
+			}
+		}
+	}
+}

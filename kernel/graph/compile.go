@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"idunno/kernel/onnx"
 )
@@ -479,53 +480,60 @@ func (c *compiler) passThrough(x *nodeCtx) error {
 
 // finishIdentities removes the Identity nodes kept for graph outputs where possible.
 func (c *compiler) finishIdentities() error {
+	ix := c.index()
 	for _, n := range c.deferred {
 		in, out := n.Inputs[0], n.Outputs[0]
 		if t, ok := c.consts[in]; ok {
 			ct := *t
 			ct.Name = out
 			c.consts[out] = &ct
-			c.removeNode(n)
+			ix.kill(n)
 			continue
 		}
-		p := c.producer(in)
-		if p == nil || c.outputs[in] {
+		if ix.producer[in] == nil || c.outputs[in] {
 			continue // graph input or another graph output: keep the copy
 		}
-		c.removeNode(n)
-		c.rename(in, out)
+		ix.kill(n)
+		c.rename(ix, in, out)
 	}
+	c.compact(ix)
 	return nil
 }
 
-// rename replaces value name from with to in every node and in Values.
-func (c *compiler) rename(from, to string) {
-	for _, n := range c.nodes {
+// rename gives value from the name to, in its producer, its readers and Values.
+func (c *compiler) rename(ix *graphIndex, from, to string) {
+	if p := ix.producer[from]; p != nil {
+		for i, s := range p.Outputs {
+			if s == from {
+				p.Outputs[i] = to
+			}
+		}
+		ix.producer[to] = p
+		delete(ix.producer, from)
+	}
+	for n := range ix.readers[from] {
 		for i, s := range n.Inputs {
 			if s == from {
 				n.Inputs[i] = to
 			}
 		}
-		for i, s := range n.Outputs {
-			if s == from {
-				n.Outputs[i] = to
-			}
-		}
 		if a, ok := n.Attrs[postOpsAttr]; ok {
-			var changed []string
-			for i, s := range a.Strings {
+			changed := append([]string(nil), a.Strings...)
+			for i, s := range changed {
 				if s == "sum:"+from {
-					if changed == nil {
-						changed = append([]string(nil), a.Strings...)
-					}
 					changed[i] = "sum:" + to
 				}
 			}
-			if changed != nil {
-				n.Attrs[postOpsAttr] = &onnx.Attribute{Name: postOpsAttr, Type: onnx.AttrStrings, Strings: changed}
-			}
+			n.Attrs[postOpsAttr] = &onnx.Attribute{Name: postOpsAttr, Type: onnx.AttrStrings, Strings: changed}
 		}
 	}
+	for n, k := range ix.readers[from] {
+		for ; k > 0; k-- {
+			ix.addReader(to, n)
+		}
+	}
+	delete(ix.readers, from)
+	delete(ix.nreads, from)
 	if v, ok := c.vals[from]; ok {
 		nv := *v
 		nv.Name = to
@@ -534,70 +542,142 @@ func (c *compiler) rename(from, to string) {
 	}
 }
 
-func (c *compiler) producer(name string) *onnx.Node {
-	for _, n := range c.nodes {
+// graphIndex maps values to the nodes that write and read them, for the passes after
+// shape inference. Passes mark removed nodes dead and keep the maps current; compact
+// then drops the dead nodes, so positions stay valid during a pass.
+type graphIndex struct {
+	producer map[string]*onnx.Node
+	readers  map[string]map[*onnx.Node]int // of run-time values: node -> input slots (and "sum:") reading it
+	nreads   map[string]int                // total slots reading each run-time value
+	pos      map[*onnx.Node]int
+	dead     map[*onnx.Node]bool
+}
+
+func (c *compiler) index() *graphIndex {
+	ix := &graphIndex{
+		producer: map[string]*onnx.Node{},
+		readers:  map[string]map[*onnx.Node]int{},
+		nreads:   map[string]int{},
+		pos:      map[*onnx.Node]int{},
+		dead:     map[*onnx.Node]bool{},
+	}
+	for i, n := range c.nodes {
+		ix.pos[n] = i
 		for _, o := range n.Outputs {
-			if o == name {
-				return n
+			if o != "" {
+				ix.producer[o] = n
 			}
 		}
+		for _, in := range reads(n) {
+			if c.consts[in] == nil { // constants may have thousands of readers; no pass asks
+				ix.addReader(in, n)
+			}
+		}
+	}
+	return ix
+}
+
+// reads lists the values a node reads: its inputs and its "sum:" post-op operand.
+func reads(n *onnx.Node) []string {
+	var out []string
+	for _, in := range n.Inputs {
+		if in != "" {
+			out = append(out, in)
+		}
+	}
+	if a, ok := n.Attrs[postOpsAttr]; ok {
+		for _, s := range a.Strings {
+			if strings.HasPrefix(s, "sum:") {
+				out = append(out, s[4:])
+			}
+		}
+	}
+	return out
+}
+
+// uses counts the input slots that read name.
+func (ix *graphIndex) uses(name string) int { return ix.nreads[name] }
+
+// onlyReader returns the node reading name when exactly one slot reads it.
+func (ix *graphIndex) onlyReader(name string) *onnx.Node {
+	if ix.nreads[name] != 1 {
+		return nil
+	}
+	for n := range ix.readers[name] {
+		return n
 	}
 	return nil
 }
 
-func (c *compiler) removeNode(target *onnx.Node) {
-	for i, n := range c.nodes {
-		if n == target {
-			c.nodes = append(c.nodes[:i], c.nodes[i+1:]...)
-			return
+func (ix *graphIndex) addReader(name string, n *onnx.Node) {
+	rs := ix.readers[name]
+	if rs == nil {
+		rs = map[*onnx.Node]int{}
+		ix.readers[name] = rs
+	}
+	rs[n]++
+	ix.nreads[name]++
+}
+
+// dropReader forgets every slot of n that reads name.
+func (ix *graphIndex) dropReader(name string, n *onnx.Node) {
+	if k, ok := ix.readers[name][n]; ok {
+		ix.nreads[name] -= k
+		delete(ix.readers[name], n)
+	}
+}
+
+// kill marks n removed and forgets it as a reader and producer.
+func (ix *graphIndex) kill(n *onnx.Node) {
+	ix.dead[n] = true
+	for _, in := range reads(n) {
+		ix.dropReader(in, n)
+	}
+	for _, o := range n.Outputs {
+		if ix.producer[o] == n {
+			delete(ix.producer, o)
 		}
 	}
 }
 
-// consumers counts, for every value, how many node inputs read it.
-func (c *compiler) consumers() map[string]int {
-	uses := map[string]int{}
+// compact drops the nodes a pass killed.
+func (c *compiler) compact(ix *graphIndex) {
+	kept := c.nodes[:0]
 	for _, n := range c.nodes {
-		for _, in := range n.Inputs {
-			if in != "" {
-				uses[in]++
-			}
-		}
-		if a, ok := n.Attrs[postOpsAttr]; ok {
-			for _, s := range a.Strings {
-				if len(s) > 4 && s[:4] == "sum:" {
-					uses[s[4:]]++
-				}
-			}
+		if !ix.dead[n] {
+			kept = append(kept, n)
 		}
 	}
-	return uses
+	c.nodes = kept
 }
 
-// pruneDead drops nodes none of whose outputs is used.
+// pruneDead drops nodes none of whose outputs is used, in one backward pass.
 func (c *compiler) pruneDead() {
-	for {
-		uses := c.consumers()
-		kept := c.nodes[:0]
-		removed := false
-		for _, n := range c.nodes {
-			live := false
-			for _, o := range n.Outputs {
-				if o != "" && (uses[o] > 0 || c.outputs[o]) {
-					live = true
-				}
-			}
-			if live {
-				kept = append(kept, n)
-			} else {
-				removed = true
+	live := map[string]bool{}
+	for o := range c.outputs {
+		live[o] = true
+	}
+	keep := make([]bool, len(c.nodes))
+	for i := len(c.nodes) - 1; i >= 0; i-- {
+		n := c.nodes[i]
+		for _, o := range n.Outputs {
+			if o != "" && live[o] {
+				keep[i] = true
 			}
 		}
-		c.nodes = kept
-		if !removed {
-			return
+		if keep[i] {
+			for _, in := range reads(n) {
+				live[in] = true
+			}
 		}
 	}
+	kept := c.nodes[:0]
+	for i, n := range c.nodes {
+		if keep[i] {
+			kept = append(kept, n)
+		}
+	}
+	c.nodes = kept
 }
 
 // build assembles the result graph.

@@ -7,6 +7,7 @@ import (
 	"math/rand"
 	"strings"
 	"testing"
+	"time"
 
 	"idunno/kernel/onnx"
 )
@@ -597,6 +598,41 @@ func TestFoldBudget(t *testing.T) {
 	_, err := b.compile()
 	if err == nil || !strings.Contains(err.Error(), "exceed") {
 		t.Fatalf("err = %v; want the fold budget exceeded", err)
+	}
+}
+
+// TestCompileLargeGraph compiles 50,000 nodes (conv, BN, add, relu blocks and Identity
+// chains) quickly: the passes are near-linear, so a huge model cannot stall a node.
+func TestCompileLargeGraph(t *testing.T) {
+	r := rand.New(rand.NewSource(17))
+	b := newBuilder(13).input("x", 1, 2, 2, 2).init("w", randTensor(r, 2, 2, 1, 1)).
+		init("s", randTensor(r, 2)).init("bb", randTensor(r, 2)).init("m", randTensor(r, 2)).
+		init("v", &onnx.Tensor{DType: onnx.Float, Dims: []int64{2}, F32: []float32{1, 2}})
+	prev := "x"
+	const blocks = 10000
+	for i := 0; i < blocks; i++ {
+		p := fmt.Sprintf("b%d_", i)
+		b.node("Conv", ss(prev, "w"), ss(p+"c")).
+			node("BatchNormalization", ss(p+"c", "s", "bb", "m", "v"), ss(p+"n")).
+			node("Add", ss(p+"n", prev), ss(p+"a")).
+			node("Relu", ss(p+"a"), ss(p+"r")).
+			node("Identity", ss(p+"r"), ss(p+"i"))
+		prev = p + "i"
+	}
+	b.output(prev)
+	start := time.Now()
+	g, err := b.compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Nodes) != blocks || postOps(g.Nodes[blocks-1]) != "sum:"+g.Nodes[blocks-2].Outputs[0]+" relu" {
+		t.Fatalf("%d nodes, last post-ops %q", len(g.Nodes), postOps(g.Nodes[blocks-1]))
+	}
+	if g.Nodes[blocks-1].Outputs[0] != prev {
+		t.Fatalf("graph output renamed: %v", g.Nodes[blocks-1].Outputs)
+	}
+	if d := time.Since(start); d > 30*time.Second { // quadratic passes would take minutes
+		t.Fatalf("compiling %d nodes took %v", 5*blocks, d)
 	}
 }
 

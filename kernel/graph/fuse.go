@@ -48,21 +48,17 @@ func activation(x *nodeCtx) (string, error) {
 // foldBatchNorm folds BatchNormalization nodes whose input is the only use of a Conv's
 // output into that Conv's weights and bias.
 func (c *compiler) foldBatchNorm() error {
-	uses := c.consumers()
-	for i := 0; i < len(c.nodes); i++ {
-		bn := c.nodes[i]
-		if bn.OpType != "BatchNormalization" {
+	ix := c.index()
+	for _, bn := range c.nodes {
+		if bn.OpType != "BatchNormalization" || ix.dead[bn] {
 			continue
 		}
 		x := bn.Inputs[0]
-		if uses[x] != 1 || c.outputs[x] {
+		if ix.uses(x) != 1 || c.outputs[x] {
 			continue
 		}
-		conv := c.producer(x)
+		conv := ix.producer[x]
 		if conv == nil || conv.OpType != "Conv" {
-			continue
-		}
-		if _, fused := conv.Attrs[postOpsAttr]; fused {
 			continue
 		}
 		w := c.consts[conv.Inputs[1]]
@@ -94,12 +90,13 @@ func (c *compiler) foldBatchNorm() error {
 		c.consts[wName], c.consts[bName] = nw, nb
 		c.vals[wName] = &onnx.ValueInfo{Name: wName, DType: onnx.Float, Dims: cloneDims(nw.Dims)}
 		c.vals[bName] = &onnx.ValueInfo{Name: bName, DType: onnx.Float, Dims: cloneDims(nb.Dims)}
-		conv.Inputs = []string{conv.Inputs[0], wName, bName}
-		delete(c.vals, conv.Outputs[0])
+		conv.Inputs = []string{conv.Inputs[0], wName, bName} // constants: not indexed
+		ix.kill(bn)
+		delete(c.vals, x)
 		conv.Outputs[0] = bn.Outputs[0]
-		c.removeNode(bn)
-		i--
+		ix.producer[conv.Outputs[0]] = conv
 	}
+	c.compact(ix)
 	return nil
 }
 
@@ -133,80 +130,65 @@ func foldBN(w, b, gamma, beta, mean, variance *onnx.Tensor, eps float32) (*onnx.
 // fusePostOps moves residual Adds and activations after Conv (activations only after
 // Gemm and MatMul) into the producer's post-op list.
 func (c *compiler) fusePostOps() {
-	for i := 0; i < len(c.nodes); i++ {
-		n := c.nodes[i]
-		if n.OpType != "Conv" && n.OpType != "Gemm" && n.OpType != "MatMul" {
+	ix := c.index()
+	for i, n := range c.nodes {
+		if ix.dead[n] || (n.OpType != "Conv" && n.OpType != "Gemm" && n.OpType != "MatMul") {
 			continue
 		}
-		pos := c.positions()
 		if _, done := n.Attrs[postOpsAttr]; done {
 			continue
 		}
 		var post []string
 		for {
 			out := n.Outputs[0]
-			uses := c.consumers()
-			if c.outputs[out] || uses[out] != 1 {
+			if c.outputs[out] || ix.uses(out) != 1 {
 				break
 			}
-			next := c.consumerOf(out)
-			if next == nil {
+			next := ix.onlyReader(out)
+			op, sumOf := c.postOpFor(ix, i, n, next, len(post))
+			if op == "" {
 				break
-			}
-			op := ""
-			if next.OpType == "Add" && n.OpType == "Conv" && len(post) == 0 {
-				other := next.Inputs[0]
-				if other == out {
-					other = next.Inputs[1]
-				}
-				p, known := pos[other]
-				ov, nv := c.vals[other], c.vals[next.Outputs[0]]
-				if other == out || !known || p >= i || c.consts[other] != nil ||
-					ov == nil || nv == nil || !dimsEqual(ov.Dims, c.vals[out].Dims) || !dimsEqual(nv.Dims, ov.Dims) {
-					break
-				}
-				op = "sum:" + other
-			} else {
-				a, err := activation(&nodeCtx{c: c, n: next})
-				if err != nil || a == "" || next.Inputs[0] != out {
-					break
-				}
-				op = a
 			}
 			post = append(post, op)
+			ix.kill(next)
+			if sumOf != "" {
+				ix.addReader(sumOf, n)
+			}
 			delete(c.vals, out)
 			n.Outputs[0] = next.Outputs[0]
-			c.removeNode(next)
+			ix.producer[n.Outputs[0]] = n
 		}
 		if len(post) > 0 {
 			n.Attrs[postOpsAttr] = &onnx.Attribute{Name: postOpsAttr, Type: onnx.AttrStrings, Strings: post}
 		}
 	}
+	c.compact(ix)
 }
 
-// positions maps every run-time value to the index of the node that computes it (-1 for
-// graph inputs).
-func (c *compiler) positions() map[string]int {
-	pos := map[string]int{}
-	for _, in := range c.runtime {
-		pos[in.Name] = -1
-	}
-	for i, n := range c.nodes {
-		for _, o := range n.Outputs {
-			pos[o] = i
+// postOpFor returns the post-op that fuses next (the only reader of n's output) into n,
+// the node at position i, or "" when it does not fuse; sumOf names a "sum:" operand.
+func (c *compiler) postOpFor(ix *graphIndex, i int, n, next *onnx.Node, have int) (op, sumOf string) {
+	out := n.Outputs[0]
+	if next.OpType == "Add" && n.OpType == "Conv" && have == 0 {
+		other := next.Inputs[0]
+		if other == out {
+			other = next.Inputs[1]
 		}
-	}
-	return pos
-}
-
-// consumerOf returns the first node that reads name.
-func (c *compiler) consumerOf(name string) *onnx.Node {
-	for _, n := range c.nodes {
-		for _, in := range n.Inputs {
-			if in == name {
-				return n
-			}
+		if other == out || c.consts[other] != nil {
+			return "", ""
 		}
+		if p := ix.producer[other]; p != nil && ix.pos[p] >= i {
+			return "", "" // computed after the conv
+		}
+		ov, nv := c.vals[other], c.vals[next.Outputs[0]]
+		if ov == nil || nv == nil || !dimsEqual(ov.Dims, c.vals[out].Dims) || !dimsEqual(nv.Dims, ov.Dims) {
+			return "", ""
+		}
+		return "sum:" + other, other
 	}
-	return nil
+	a, err := activation(&nodeCtx{c: c, n: next})
+	if err != nil || a == "" || next.Inputs[0] != out {
+		return "", ""
+	}
+	return a, ""
 }

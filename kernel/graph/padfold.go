@@ -6,17 +6,17 @@ import "idunno/kernel/onnx"
 // that is its only reader, as explicit window pads. (PyTorch writes Pad before
 // AveragePool for count_include_pad; TensorFlow converters write Pad before VALID convs.)
 func (c *compiler) foldPads() {
-	for i := 0; i < len(c.nodes); i++ {
-		p := c.nodes[i]
-		if p.OpType != "Pad" {
+	ix := c.index()
+	for _, p := range c.nodes {
+		if p.OpType != "Pad" || ix.dead[p] {
 			continue
 		}
 		out := p.Outputs[0]
-		if c.outputs[out] || c.consumers()[out] != 1 {
+		if c.outputs[out] || ix.uses(out) != 1 {
 			continue
 		}
-		next := c.consumerOf(out)
-		if next == nil || len(next.Inputs) == 0 || next.Inputs[0] != out {
+		next := ix.onlyReader(out)
+		if len(next.Inputs) == 0 || next.Inputs[0] != out {
 			continue
 		}
 		pads, value, err := padParams(&nodeCtx{c: c, n: p})
@@ -30,10 +30,12 @@ func (c *compiler) foldPads() {
 		if !mergeWindowPads(next, pads[2:r], pads[r+2:]) {
 			continue
 		}
+		ix.kill(p)
+		ix.dropReader(out, next)
 		next.Inputs[0] = p.Inputs[0]
-		c.removeNode(p)
-		i--
+		ix.addReader(p.Inputs[0], next)
 	}
+	c.compact(ix)
 }
 
 // mergeWindowPads adds begin/end pads to a Conv or AveragePool window when the result

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,14 +44,6 @@ var zooCases = []struct {
 	{"inception_v3", []int64{3, 96, 96}, 1},
 }
 
-// knownBroken lists exports the kernel cannot run yet, each with the reason. The test
-// skips them loudly; an entry is removed as soon as the kernel is fixed.
-var knownBroken = map[string]string{
-	"densenet121_op17": "kernel bug: a Concat of more than 11 inputs overflows idk_step_t.args " +
-		"(IDK_MAX_ARGS = 12; idk_step_arg does not bound nargs) and crashes in plan compile; " +
-		"with IDK_MAX_ARGS = IDK_MAX_IN+8 it passes (max error 9e-7)",
-}
-
 type manifestCase struct {
 	Name         string  `json:"name"`
 	Dir          string  `json:"dir"`
@@ -60,18 +53,29 @@ type manifestCase struct {
 	MaxAbsOutput float64 `json:"max_abs_output"`
 }
 
+// zooRoot holds this run's zoo models and torch's outputs for them; TestMain removes it.
+var zooRoot string
+
 func TestMain(m *testing.M) {
 	if err := kernel.Available(); err != nil {
 		fmt.Fprintln(os.Stderr, "FATAL:", err)
 		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	dir, err := os.MkdirTemp("", "idunno-torchcheck-zoo-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FATAL:", err)
+		os.Exit(1)
+	}
+	zooRoot = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 // TestTorchvisionExports runs every model torch.onnx.export wrote through the kernel and
 // compares with torch's output.
 func TestTorchvisionExports(t *testing.T) {
-	dir := torchvisionExports(t)
+	dir, _ := references(t)
 	cases := readManifest(t, dir)
 	if len(cases) < 13 {
 		t.Fatalf("manifest lists %d exports, want 13", len(cases))
@@ -79,12 +83,7 @@ func TestTorchvisionExports(t *testing.T) {
 	opsets := map[int64]bool{}
 	for _, c := range cases {
 		opsets[c.Opset] = true
-		t.Run(c.Name, func(t *testing.T) {
-			if why, broken := knownBroken[c.Name]; broken {
-				t.Skip("KNOWN BROKEN: " + why)
-			}
-			checkCase(t, filepath.Join(dir, c.Dir), c.MaxAbsOutput)
-		})
+		t.Run(c.Name, func(t *testing.T) { checkCase(t, filepath.Join(dir, c.Dir), c.MaxAbsOutput) })
 	}
 	for v := int64(11); v <= 17; v++ {
 		if !opsets[v] {
@@ -93,33 +92,10 @@ func TestTorchvisionExports(t *testing.T) {
 	}
 }
 
-// TestZooAgainstTorchvision writes zoo models, has torch run them with the same weights
-// (the script checks every state_dict key matches in name and shape), and compares.
+// TestZooAgainstTorchvision runs zoo models whose outputs torch computed with the same
+// weights (export.py checks every state_dict key matches in name and shape).
 func TestZooAgainstTorchvision(t *testing.T) {
-	dir := t.TempDir()
-	rng := rand.New(rand.NewPCG(42, 42))
-	for _, zc := range zooCases {
-		m, err := zoo.Build(zc.name, zoo.Options{InputShape: zc.shape, Seed: 5})
-		if err != nil {
-			t.Fatal(err)
-		}
-		d := filepath.Join(dir, zc.name)
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := onnx.WriteFile(filepath.Join(d, "model.onnx"), m); err != nil {
-			t.Fatal(err)
-		}
-		dims := append([]int64{zc.batch}, m.Graph.Inputs[0].Dims[1:]...)
-		in := &onnx.Tensor{Name: "input", DType: onnx.Float, Dims: dims, F32: make([]float32, volume(dims))}
-		for i := range in.F32 {
-			in.F32[i] = float32(rng.NormFloat64())
-		}
-		if err := onnx.WriteTensorFile(filepath.Join(d, "input_0.pb"), in); err != nil {
-			t.Fatal(err)
-		}
-	}
-	runPython(t, 10*time.Minute, "--zoo", dir)
+	_, dir := references(t)
 	cases := readManifest(t, dir)
 	if len(cases) != len(zooCases) {
 		t.Fatalf("torch ran %d zoo models, want %d", len(cases), len(zooCases))
@@ -127,6 +103,79 @@ func TestZooAgainstTorchvision(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) { checkCase(t, filepath.Join(dir, c.Dir), c.MaxAbsOutput) })
 	}
+}
+
+var refs struct {
+	once          sync.Once
+	tvDir, zooDir string
+	err           error
+}
+
+// references returns the directories of torch's exports and of the zoo cases, making
+// both with one Python process on first use (exports come from the cache when present).
+func references(t *testing.T) (tvDir, zooDir string) {
+	t.Helper()
+	refs.once.Do(func() { refs.tvDir, refs.zooDir, refs.err = makeReferences(t) })
+	if refs.err != nil {
+		t.Fatal(refs.err)
+	}
+	return refs.tvDir, refs.zooDir
+}
+
+func makeReferences(t *testing.T) (string, string, error) {
+	zooDir := filepath.Join(zooRoot, "zoo")
+	if err := writeZooCases(zooDir); err != nil {
+		return "", "", err
+	}
+	script, err := os.ReadFile("export.py")
+	if err != nil {
+		return "", "", err
+	}
+	cached, tmp, err := exportCache(script)
+	if err != nil {
+		return "", "", err
+	}
+	if tmp == "" {
+		t.Logf("using cached exports in %s", cached)
+		return cached, zooDir, runPython(t, 10*time.Minute, "--zoo", zooDir)
+	}
+	defer os.RemoveAll(tmp) // gone after the rename; cleans up a failed export
+	if err := runPython(t, 20*time.Minute, "--torchvision", tmp, "--zoo", zooDir); err != nil {
+		return "", "", err
+	}
+	if err := os.Rename(tmp, cached); err != nil {
+		if _, statErr := os.Stat(filepath.Join(cached, "manifest.json")); statErr != nil {
+			return "", "", err // not a concurrent run that finished first
+		}
+	}
+	return cached, zooDir, nil
+}
+
+// writeZooCases writes each zoo case's model and a seeded random input under dir.
+func writeZooCases(dir string) error {
+	rng := rand.New(rand.NewPCG(42, 42))
+	for _, zc := range zooCases {
+		m, err := zoo.Build(zc.name, zoo.Options{InputShape: zc.shape, Seed: 5})
+		if err != nil {
+			return err
+		}
+		d := filepath.Join(dir, zc.name)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+		if err := onnx.WriteFile(filepath.Join(d, "model.onnx"), m); err != nil {
+			return err
+		}
+		dims := append([]int64{zc.batch}, m.Graph.Inputs[0].Dims[1:]...)
+		in := &onnx.Tensor{Name: "input", DType: onnx.Float, Dims: dims, F32: make([]float32, volume(dims))}
+		for i := range in.F32 {
+			in.F32[i] = float32(rng.NormFloat64())
+		}
+		if err := onnx.WriteTensorFile(filepath.Join(d, "input_0.pb"), in); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkCase loads dir/model.onnx in the kernel, runs dir/input_0.pb and compares with dir/output_0.pb.
@@ -207,10 +256,9 @@ func readManifest(t *testing.T, dir string) []manifestCase {
 }
 
 // runPython runs export.py with args under a deadline.
-func runPython(t *testing.T, limit time.Duration, args ...string) {
-	t.Helper()
+func runPython(t *testing.T, limit time.Duration, args ...string) error {
 	if _, err := os.Stat(python); err != nil {
-		t.Fatalf("%s missing: install Debian's python3-torch, python3-torchvision and python3-onnx (make test-deps)", python)
+		return fmt.Errorf("%s missing: install Debian's python3-torch, python3-torchvision and python3-onnx (make test-deps)", python)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
@@ -218,32 +266,29 @@ func runPython(t *testing.T, limit time.Duration, args ...string) {
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("export.py %v: %v\n%s", args, err, out)
+		return fmt.Errorf("export.py %v: %v\n%s", args, err, out)
 	}
 	t.Logf("export.py %v took %v", args, time.Since(start).Round(time.Second))
+	return nil
 }
 
-// torchvisionExports returns the directory of torch's exports, producing it on first use.
-// Exports are deterministic, so they are cached across runs under the user cache dir,
-// keyed by the export script's hash; a run with a new script exports afresh.
-func torchvisionExports(t *testing.T) string {
-	script, err := os.ReadFile("export.py")
-	if err != nil {
-		t.Fatal(err)
-	}
+// exportCache returns the cache directory of torch's exports for this script, and a
+// fresh temporary directory to export into (to be renamed to it) when it is not there
+// yet. Exports are deterministic, so they are cached across runs under the user cache
+// dir, keyed by the export script's hash.
+func exportCache(script []byte) (dir, tmp string, err error) {
 	sum := sha256.Sum256(script)
 	base, err := os.UserCacheDir()
 	if err != nil {
 		base = os.TempDir()
 	}
 	root := filepath.Join(base, "idunno", "torchcheck")
-	dir := filepath.Join(root, hex.EncodeToString(sum[:8]))
+	dir = filepath.Join(root, hex.EncodeToString(sum[:8]))
 	if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err == nil {
-		t.Logf("using cached exports in %s", dir)
-		return dir
+		return dir, "", nil
 	}
 	if err := os.MkdirAll(root, 0o755); err != nil {
-		t.Fatal(err)
+		return "", "", err
 	}
 	// Older scripts' exports are stale, and so are temporary dirs of runs that died:
 	// remove them so the cache holds one set.
@@ -255,16 +300,6 @@ func torchvisionExports(t *testing.T) string {
 		}
 		os.RemoveAll(filepath.Join(root, o.Name()))
 	}
-	tmp, err := os.MkdirTemp(root, "tmp-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(tmp) // gone after the rename; cleans up a failed export
-	runPython(t, 20*time.Minute, "--torchvision", tmp)
-	if err := os.Rename(tmp, dir); err != nil && !os.IsExist(err) {
-		if _, statErr := os.Stat(filepath.Join(dir, "manifest.json")); statErr != nil {
-			t.Fatal(err) // not a concurrent run that finished first
-		}
-	}
-	return dir
+	tmp, err = os.MkdirTemp(root, "tmp-")
+	return dir, tmp, err
 }

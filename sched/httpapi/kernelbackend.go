@@ -10,10 +10,11 @@ import (
 	"idunno/kernel/onnx"
 )
 
-// KernelBackend runs models through IDunno's kernel. Batches of a size that is not a power
-// of two are padded with zero rows up to the next one (and the padding cut from the
-// outputs), so dynamic batching compiles at most log2(max batch)+1 plans per model instead
-// of one per batch size.
+// KernelBackend runs models through IDunno's kernel. The kernel compiles one plan per batch
+// size and keeps 8 per model, so batches of more than exactRows rows whose size is not a
+// power of two are padded with zero rows up to the next one (and the padding cut from the
+// outputs): batch sizes 1-4, 8, 16, 32 and 64 are 8 plans, and dynamic batching up to 64
+// rows never evicts one. Small batches run exactly, where padding would waste the most.
 type KernelBackend struct {
 	threads int
 
@@ -25,6 +26,9 @@ type kernelModel struct {
 	m    *kernel.Model
 	meta ModelMetadata
 }
+
+// exactRows is the largest batch that runs without padding.
+const exactRows = 4
 
 // NewKernelBackend returns an empty backend whose model instances use threads kernel threads.
 func NewKernelBackend(threads int) *KernelBackend {
@@ -97,7 +101,7 @@ func (b *KernelBackend) Infer(ctx context.Context, model string, in []*onnx.Tens
 	}
 	rows := int(in[0].Dims[0])
 	padded := rows
-	if rows > 1 && rows&(rows-1) != 0 {
+	if rows > exactRows && rows&(rows-1) != 0 {
 		padded = 1 << bits.Len(uint(rows))
 		in = padRows(in, padded)
 	}

@@ -148,3 +148,25 @@ func TestRoutedQueueFullIs503(t *testing.T) {
 		}
 	}
 }
+
+func TestRoutingFindsAModelServedLater(t *testing.T) {
+	b := startRPCNode(t, "nodeB", nil)
+	url, _ := startFrontNode(t, b.peer)
+	if code, _, body := infer(t, url, "double", doubleReq); code != 404 {
+		t.Fatalf("before anyone serves it: %d %s", code, body)
+	}
+	if err := b.local.Serve(ServedModel{Name: "double"}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second) // a miss is remembered for a quarter of the TTL
+	for {
+		code, _, body := infer(t, url, "double", doubleReq)
+		if code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("model served on B never found: %d %s", code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

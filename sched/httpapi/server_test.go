@@ -499,3 +499,18 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+func TestInferTimeoutIs504AndOthersGoOn(t *testing.T) {
+	ts := startServer(t, Config{InferTimeout: 150 * time.Millisecond}, BatchConfig{})
+	gate := make(chan struct{})
+	ts.fake.SetGate("double", gate)
+	defer close(gate)
+	start := time.Now()
+	code, _, b := infer(t, ts.url, "double", `{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}`)
+	if code != 504 || !strings.Contains(b, "deadline exceeded") || time.Since(start) > 5*time.Second {
+		t.Fatalf("stuck model: %d %s after %v", code, b, time.Since(start))
+	}
+	if code, _, b := infer(t, ts.url, "add", `{"inputs":[{"name":"a","shape":[1,2],"datatype":"FP32","data":[1,2]},{"name":"b","shape":[1,2],"datatype":"FP32","data":[1,2]}]}`); code != 200 {
+		t.Fatalf("other model while one is stuck: %d %s", code, b)
+	}
+}
