@@ -20,6 +20,8 @@ type coordTables struct {
 	shares      map[string]float64
 	vt          map[string]map[string]float64 // worker -> job -> busy seconds / weight
 	vclock      map[string]float64            // worker -> virtual time of the job it last picked
+	vwall       map[string]float64            // worker -> the clock moved on by wall time too (see pickJob)
+	vwallAt     map[string]time.Time          // worker -> when vwall was last moved
 	estCost     map[string]float64            // job -> cost per query the controller assumed
 	leaseCost   map[taskKey]float64           // estimated busy seconds charged at lease time
 	workers     []string
@@ -37,7 +39,7 @@ type coordTables struct {
 
 func newCoordTables(now time.Time) *coordTables {
 	return &coordTables{tasks: NewTaskTable(), stats: map[string]*JobStats{}, assign: map[string][]Share{},
-		shares: map[string]float64{}, vt: map[string]map[string]float64{}, vclock: map[string]float64{},
+		shares: map[string]float64{}, vt: map[string]map[string]float64{}, vclock: map[string]float64{}, vwall: map[string]float64{}, vwallAt: map[string]time.Time{},
 		estCost: map[string]float64{}, leaseCost: map[taskKey]float64{},
 		assembling: map[string]bool{}, firstStart: map[string]time.Time{}, addSplit: map[string]string{}, since: now}
 }
@@ -324,12 +326,18 @@ func (s *Scheduler) splitString() string {
 }
 
 // pickJob chooses which job worker runs next: among the jobs it is assigned with pending
-// work, the one furthest behind in busy time per unit of weight (stride scheduling). A
-// job's virtual time is lifted to the worker's virtual clock (the virtual time of the job
-// it last picked) before comparing, so a job that is new to the worker, or had nothing
-// pending for a while, starts level with the others instead of running back to back on
-// banked credit. Only when none of the worker's assigned jobs is still running (the split
-// is stale) does the worker help any job with pending work. Called with s.mu held.
+// work, the one furthest behind in busy time per unit of weight (stride scheduling).
+//
+// The worker's virtual clock is the virtual time of the job it last picked. A job's virtual
+// time is lifted to the clock before comparing, so a job new to the worker, or one that
+// had nothing pending for a while, starts level instead of running back to back on banked
+// credit. While some assigned job is still running but has nothing pending (its remaining
+// tasks run elsewhere), its weight is not handed to the others: a job may then only run if
+// its virtual time is not ahead of the clock moved on by wall time (a worker busy all the
+// time accrues one second of busy time per second, so busy/weight keeps pace with wall
+// time for a job that gets exactly its weight); a cheap job stays at its share. Only when
+// none of the worker's assigned jobs is still running (the split is stale) does the worker
+// help any job with pending work. Called with s.mu held.
 func (s *Scheduler) pickJob(worker string) string {
 	co := s.co
 	vt := co.vt[worker]
@@ -339,15 +347,14 @@ func (s *Scheduler) pickJob(worker string) string {
 	}
 	clock := co.vclock[worker]
 	best, bestVT := "", math.Inf(1)
-	assigned := false
+	assigned, starved := false, false
 	for _, sh := range co.assign[worker] {
-		if sh.Weight <= 0 {
+		if sh.Weight <= 0 || !s.isRunning(sh.Job) {
 			continue
 		}
-		if s.isRunning(sh.Job) {
-			assigned = true
-		}
+		assigned = true
 		if !co.tasks.HasPending(sh.Job) {
+			starved = true
 			continue
 		}
 		v := math.Max(vt[sh.Job], clock)
@@ -356,8 +363,21 @@ func (s *Scheduler) pickJob(worker string) string {
 			best, bestVT = sh.Job, v
 		}
 	}
+	// The wall-moved clock runs only while some job is starved here; otherwise it follows
+	// the clock, so idle time never becomes credit.
+	now, wall := s.now(), clock
+	if starved {
+		wall = math.Max(co.vwall[worker], clock)
+		if at, ok := co.vwallAt[worker]; ok && now.After(at) {
+			wall += now.Sub(at).Seconds()
+		}
+	}
+	co.vwall[worker], co.vwallAt[worker] = wall, now
+	if best != "" && starved && bestVT > wall {
+		return "" // ahead of its weight, and the job it would take time from is only waiting
+	}
 	if best != "" {
-		co.vclock[worker] = bestVT
+		co.vclock[worker] = math.Max(clock, bestVT)
 		return best
 	}
 	if assigned {

@@ -232,6 +232,7 @@ func TestFairTimeFromTheStart(t *testing.T) {
 		FLOPs: map[string]float64{"tiny.onnx": 0.95e6, "huge.onnx": 1e9},
 	}
 	f := newFairSim(t, 5, exec)
+	f.run(f.now.Add(time.Second)) // the workers ask for work, so the split spans all of them
 	t0 := f.now
 	rt := f.add(JobSpec{Name: "tiny", Model: "tiny.onnx", Data: "long", Batch: 10, TaskSize: 10})
 	rh := f.add(JobSpec{Name: "huge", Model: "huge.onnx", Data: "long", Batch: 5, TaskSize: 5})
@@ -309,5 +310,46 @@ func TestPickJobNoBankedCredit(t *testing.T) {
 		if run > 3 {
 			t.Fatalf("%d tasks of %s in a row: %v", run, ps[i], ps)
 		}
+	}
+}
+
+// TestIdleWorkersKeepFairTime: once every remaining task of the expensive job is leased,
+// its workers wait for it instead of running the cheap job at full speed, so the cheap
+// job is not finished ahead of the expensive one by "idle help".
+func TestIdleWorkersKeepFairTime(t *testing.T) {
+	exec := &FakeExecutor{
+		Datasets: map[string]int{"long": 100000, "short": 60},
+		Models:   map[string]time.Duration{"tiny.onnx": 20 * time.Microsecond, "huge.onnx": 20 * time.Millisecond},
+		FLOPs:    map[string]float64{"tiny.onnx": 1e6, "huge.onnx": 1e9},
+	}
+	f := newFairSim(t, 5, exec)
+	f.run(f.now.Add(time.Second))
+	t0 := f.now
+	f.add(JobSpec{Name: "tiny", Model: "tiny.onnx", Data: "long", Batch: 10, TaskSize: 10})
+	f.add(JobSpec{Name: "huge", Model: "huge.onnx", Data: "short", Batch: 5, TaskSize: 5})
+	f.run(t0.Add(2 * time.Second))
+	var hugeEnd time.Time
+	hugeN := 0
+	for _, c := range f.done {
+		if c.job == "huge" {
+			hugeEnd, hugeN = c.at, hugeN+c.queries
+		}
+	}
+	if hugeN != 60 {
+		t.Fatalf("huge did %d of 60 queries", hugeN)
+	}
+	tinyN := 0
+	for _, c := range f.done {
+		if c.job == "tiny" && !c.at.After(hugeEnd) {
+			tinyN += c.queries
+		}
+	}
+	t.Logf("by the time huge finished (%v), tiny did %d queries", hugeEnd.Sub(t0), tinyN)
+	if tinyN > hugeN+20 {
+		t.Fatalf("tiny did %d queries while huge did %d: idle workers ran it past its share", tinyN, hugeN)
+	}
+	// Once huge is done, tiny gets the whole cluster.
+	if n := len(f.done); f.done[n-1].job != "tiny" {
+		t.Fatal("tiny stopped after huge finished")
 	}
 }
