@@ -40,30 +40,23 @@ func schedCall(t *target, method string, args, reply any) error {
 	if err != nil {
 		return err
 	}
-	addrs, _, err := t.candidates()
-	if err != nil {
-		return err
-	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		var last error
-		for _, a := range addrs {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			err := cl.CallJSON(ctx, a, method, args, reply)
+		// t.addr picks the first node that answers quickly (a frozen one is skipped).
+		a, err := t.addr()
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			err = cl.CallJSON(ctx, a, method, args, reply)
 			cancel()
-			if err == nil {
-				return nil
-			}
-			last = err
-			if rpc.IsRemote(err) && !strings.Contains(err.Error(), "retry") {
+			if err == nil || (rpc.IsRemote(err) && !strings.Contains(err.Error(), "retry")) {
 				return err
 			}
-			if rpc.IsRemote(err) {
-				break // an election is under way: wait and ask again
+			if !rpc.IsRemote(err) {
+				t.picked = "" // that node went away: pick another
 			}
 		}
 		if time.Now().After(deadline) {
-			return last
+			return err
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -78,6 +71,9 @@ func jobSDFS(t *target) (*sdfs.Client, error) {
 	addrs, _, err := t.candidates()
 	if err != nil {
 		return nil, err
+	}
+	if a, err := t.addr(); err == nil {
+		addrs = append([]string{a}, addrs...) // a node known to answer first
 	}
 	return sdfs.NewClient(sdfs.DefaultConfig(), cl, sdfs.GatewayMembers(cl, addrs)), nil
 }
@@ -193,7 +189,7 @@ func runJob(args []string) error {
 		return runJobList(rest)
 	}
 	fmt.Fprint(os.Stderr, `usage:
-  idunno job add --name J --model SDFSNAME|MODEL --data SDFSNAME --batch B [--format idx|npy] [--task-size Q]
+  idunno job add --name J --model SDFSNAME|MODEL --data SDFSNAME --batch B [--format idx|npy|images] [--task-size Q]
                  [--resize HxW] [--grey-to-rgb] [--scale S] [--mean a,b,c] [--std a,b,c]
   idunno job result J LOCAL     fetch the result CSV (query,top1,score) of a finished job
   idunno job wait J [--timeout D]
@@ -213,8 +209,8 @@ func runJobAdd(args []string) error {
 	var spec sched.JobSpec
 	fs.StringVar(&spec.Name, "name", "", "job name")
 	fs.StringVar(&spec.Model, "model", "", "trained model name, or the SDFS name of an ONNX file")
-	fs.StringVar(&spec.Data, "data", "", "SDFS name of the dataset (IDX or .npy, optionally gzip)")
-	fs.StringVar(&spec.Format, "format", "", "dataset format (default: detected)")
+	fs.StringVar(&spec.Data, "data", "", "SDFS name of the dataset (IDX or .npy, optionally gzip), or a prefix with --format images")
+	fs.StringVar(&spec.Format, "format", "", "idx, npy (default: detected) or images (a folder of PNG/JPEG put with putdir)")
 	fs.IntVar(&spec.Batch, "batch", 0, "batch size (fixed for the job's life)")
 	fs.IntVar(&spec.TaskSize, "task-size", 0, "queries per task, a multiple of the batch (default: chosen)")
 	spec.Pre.Flags(fs)

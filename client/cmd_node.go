@@ -4,7 +4,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 
@@ -49,6 +51,9 @@ func runNode(args []string) error {
 		return err
 	}
 	raisePriority(*nice, n.Logger("node"))
+	if os.Getenv("IDUNNO_FD_STARVE") == c.Name {
+		starve(n.Logger("node"))
+	}
 	for _, setup := range nodeSetup {
 		if err := setup(n); err != nil {
 			return err
@@ -58,4 +63,18 @@ func runNode(args []string) error {
 	defer stop()
 	fmt.Printf("node %s: fd %s rpc %s http %s\n", c.Name, c.FDAddr(), c.RPCAddr(), c.HTTPAddr())
 	return n.Run(ctx)
+}
+
+// starve is fault injection for the failure detector's benchmark (IDUNNO_FD_STARVE=NAME):
+// the named node keeps twice as many busy loops as it has CPUs running for its whole life,
+// so its heartbeats must compete for CPU with compute, as on a loaded worker.
+func starve(logf func(string, ...any)) {
+	n := 2 * runtime.GOMAXPROCS(0)
+	logf("fault injection: %d busy loops (IDUNNO_FD_STARVE)", n)
+	for i := 0; i < n; i++ {
+		go func() {
+			for x := 0; ; x++ {
+			}
+		}()
+	}
 }

@@ -72,6 +72,15 @@ func TestSDFSCommands(t *testing.T) {
 	os.WriteFile(local, []byte("second\n"), 0o644)
 	run(true, "put", local, "docs/a.txt")
 
+	stdin := exec.Command(bin, "put", "-", "docs/stdin.txt", "--cluster", lc.Dir())
+	stdin.Stdin = strings.NewReader("from stdin")
+	if out, err := stdin.CombinedOutput(); err != nil {
+		t.Fatalf("put -: %v %s", err, out)
+	}
+	stdout := exec.Command(bin, "get", "docs/stdin.txt", "-", "--cluster", lc.Dir())
+	if out, err := stdout.Output(); err != nil || string(out) != "from stdin" {
+		t.Fatalf("get -: %q %v", out, err)
+	}
 	got := filepath.Join(dir, "got.txt")
 	run(true, "get", "docs/a.txt", got)
 	if b, _ := os.ReadFile(got); string(b) != "second\n" {

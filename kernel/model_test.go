@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ebitengine/purego"
+
 	"idunno/kernel/onnx"
 	"idunno/kernel/zoo"
 )
@@ -258,5 +260,21 @@ func TestWideConcat(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestOpenMPSpinCountSet: the kernel's libgomp sees the short spin count.
+func TestOpenMPSpinCountSet(t *testing.T) {
+	if os.Getenv("OMP_WAIT_POLICY") != "" || os.Getenv("GOMP_SPINCOUNT") != "" {
+		t.Skip("the user's OpenMP settings win")
+	}
+	libc, err := purego.Dlopen("libc.so.6", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var getenv func(name string) string
+	purego.RegisterLibFunc(&getenv, libc, "getenv")
+	if got := getenv("GOMP_SPINCOUNT"); got != spinCount {
+		t.Fatalf("C getenv(GOMP_SPINCOUNT) = %q", got)
 	}
 }

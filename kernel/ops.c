@@ -1,5 +1,8 @@
 //go:build ignore
 
+// (The constraint above keeps the go tool, which builds with CGO_ENABLED=0, away from
+// this C file; make compiles it into bin/libidunno_kernel.so.)
+
 /* ops.c: checks each op's arguments and lowers it into steps (oneDNN primitives or C loops). */
 #include <math.h>
 #include <stdlib.h>
@@ -322,7 +325,7 @@ static int dst_for_sum(idk_plan_t *p, const idk_op_t *op, int sum_tid, const dnn
         if (op->in[i] == sum_tid) inplace = 0;
     if (inplace) {
         if (idk_set_output(p, op->out[0], dmd, 0, rb) != 0) return -1;
-        /* the summand's value is gone after this op: drop its views so nothing reads it */
+        /* safe: this op is the summand's last reader, so overwriting it loses nothing */
         return rb;
     }
     int b = new_out(p, op->out[0], dmd);
@@ -680,8 +683,6 @@ static idk_status_t lower_matmul(idk_plan_t *p, const idk_op_t *op) {
             ss[nd - 2] = st[nd - 1];
             ss[nd - 1] = st[nd - 2];
         }
-        for (int i = 0; i < nd - 2; i++)
-            if (dd[i] == 1) ss[i] = 0 + ss[i];
         dnnl_memory_desc_init_by_strides(k ? &bmd : &amd, nd, dd, dnnl_f32, ss);
     }
     dims_md(&dmd, nd, o->dims);

@@ -1,5 +1,8 @@
 //go:build ignore
 
+// (The constraint above keeps the go tool, which builds with CGO_ENABLED=0, away from
+// this C file; make compiles it into bin/libidunno_kernel.so.)
+
 /* peak.c: measures the machine's FP32 fused multiply-add peak, for fraction-of-peak reports. */
 #define _POSIX_C_SOURCE 200809L
 #include <immintrin.h>

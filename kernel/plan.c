@@ -1,5 +1,8 @@
 //go:build ignore
 
+// (The constraint above keeps the go tool, which builds with CGO_ENABLED=0, away from
+// this C file; make compiles it into bin/libidunno_kernel.so.)
+
 /* plan.c: plan lifecycle, tensor views, arena layout by liveness, and running. */
 #define _POSIX_C_SOURCE 200809L
 #include <omp.h>
@@ -69,9 +72,7 @@ IDK_API void idk_plan_destroy(idk_plan_t *p) {
         free(s->extra);
     }
     for (int i = 0; i < p->nt; i++) free(p->t[i].cdata);
-    for (int i = 0; i < p->nb; i++) {
-        /* ext buffers of constants alias cdata (freed above) unless reordered copies */
-    }
+    /* ext buffers of constants alias cdata (freed above); reordered copies (first == -2) are owned */
     for (int i = 0; i < p->nops; i++) {
         free(p->ops[i].ia);
         free(p->ops[i].fa);
@@ -439,16 +440,8 @@ static size_t idk_arena_limit(void) {
     return v > 0 ? (size_t)v << 20 : (size_t)8 << 30;
 }
 
-/* place assigns arena offsets: buffers whose lifetimes overlap never share bytes. */
-static int cmp_size_desc(const void *a, const void *b, void *ctx) {
-    const idk_buffer_t *bs = ctx;
-    size_t x = bs[*(const int *)a].size, y = bs[*(const int *)b].size;
-    return x < y ? 1 : x > y ? -1 : (*(const int *)a - *(const int *)b);
-}
-
-static idk_plan_t *sort_ctx;
-static int cmp_wrap(const void *a, const void *b) { return cmp_size_desc(a, b, sort_ctx->b); }
-
+/* place assigns arena offsets: buffers whose lifetimes overlap never share bytes
+ * (largest first, each at the lowest offset free during its lifetime). */
 static idk_status_t place(idk_plan_t *p) {
     int n = 0;
     int *order = malloc(sizeof(int) * (size_t)(p->nb + 1));
@@ -460,7 +453,6 @@ static idk_status_t place(idk_plan_t *p) {
     }
     for (int i = 0; i < p->nb; i++)
         if (!p->b[i].ext) order[n++] = i;
-    /* qsort has no context; plans are compiled one at a time per thread, but be safe with a local sort */
     for (int i = 1; i < n; i++) {
         int k = order[i], j = i - 1;
         while (j >= 0 && (p->b[order[j]].size < p->b[k].size)) {
@@ -469,7 +461,6 @@ static idk_status_t place(idk_plan_t *p) {
         }
         order[j + 1] = k;
     }
-    (void)cmp_wrap;
     size_t total = 0;
     int np = 0;
     for (int i = 0; i < n; i++) {

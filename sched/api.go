@@ -122,7 +122,6 @@ func (s *Scheduler) registerClientAPI(srv *rpc.Server) {
 	})
 }
 
-
 func (s *Scheduler) apiPhase(_ context.Context, a PhaseArgs) (ClusterInfo, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -229,7 +228,7 @@ func (s *Scheduler) apiJobAdd(ctx context.Context, spec JobSpec) (JobAddReply, e
 	// cost is measured, so the split chosen now is already close to fair. Never the client's.
 	spec.FLOPsPerQuery = s.exec.FLOPsPerQuery(ctx, spec)
 	if spec.TaskSize <= 0 {
-		spec.TaskSize = ChooseTaskSize(n, spec.Batch, min(s.cfg.TaskQueries, spec.Batch*s.cfg.MaxTaskBatches))
+		spec.TaskSize = ChooseTaskSize(n, spec.Batch, min(s.cfg.TaskQueries, max(spec.Batch*s.cfg.MaxTaskBatches, s.cfg.MinTaskQueries)))
 	} else if spec.TaskSize%spec.Batch != 0 {
 		return fail(fmt.Errorf("sched: task size %d is not a whole number of batches of %d", spec.TaskSize, spec.Batch))
 	}

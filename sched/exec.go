@@ -117,19 +117,66 @@ func (x *KernelExecutor) evictModel(keep string) {
 	}()
 }
 
-func (x *KernelExecutor) dataset(ctx context.Context, name string) (dataset.Dataset, error) {
+// Lister is a Blobs that can list names by prefix (for datasets that are folders of images).
+type Lister interface {
+	List(ctx context.Context, prefix string) ([]string, error)
+}
+
+// MaxImageCache bounds the bytes of image files one folder dataset keeps in memory.
+const MaxImageCache = 512 << 20
+
+// openImages opens a folder of PNG/JPEG files stored under an SDFS prefix; files are fetched
+// on first use and kept (up to MaxImageCache bytes).
+func (x *KernelExecutor) openImages(ctx context.Context, prefix string) (dataset.Dataset, error) {
+	l, ok := x.Blobs.(Lister)
+	if !ok {
+		return nil, fmt.Errorf("sched: the store cannot list %s", prefix)
+	}
+	names, err := l.List(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("sched: dataset %q: no files under that prefix", prefix)
+	}
+	var mu sync.Mutex
+	cache, size := map[string][]byte{}, 0
+	return dataset.OpenImages(names, func(name string) ([]byte, error) {
+		mu.Lock()
+		b, ok := cache[name]
+		mu.Unlock()
+		if ok {
+			return b, nil
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		b, err := x.Blobs.Get(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		if size+len(b) <= MaxImageCache {
+			cache[name], size = b, size+len(b)
+		}
+		mu.Unlock()
+		return b, nil
+	})
+}
+
+func (x *KernelExecutor) dataset(ctx context.Context, name, format string) (dataset.Dataset, error) {
+	key := format + "|" + name
 	x.mu.Lock()
 	if x.data == nil {
 		x.data = map[string]*cachedData{}
 	}
-	c := x.data[name]
+	c := x.data[key]
 	if c == nil {
 		c = &cachedData{}
-		x.data[name] = c
+		x.data[key] = c
 		for len(x.data) > x.keep() {
 			var old string
 			for n, d := range x.data {
-				if n != name && (old == "" || d.used.Before(x.data[old].used)) {
+				if n != key && (old == "" || d.used.Before(x.data[old].used)) {
 					old = n
 				}
 			}
@@ -139,6 +186,14 @@ func (x *KernelExecutor) dataset(ctx context.Context, name string) (dataset.Data
 	c.used = time.Now()
 	x.mu.Unlock()
 	c.once.Do(func() {
+		if format == "images" {
+			c.ds, c.err = x.openImages(ctx, name)
+			return
+		}
+		if format != "" && format != "idx" && format != "npy" {
+			c.err = fmt.Errorf("sched: dataset format %q: want idx, npy or images (a folder of PNG/JPEG)", format)
+			return
+		}
 		b, err := x.Blobs.Get(ctx, name)
 		if err != nil {
 			c.err = fmt.Errorf("sched: dataset %q: %w", name, err)
@@ -151,8 +206,8 @@ func (x *KernelExecutor) dataset(ctx context.Context, name string) (dataset.Data
 	})
 	if c.err != nil {
 		x.mu.Lock()
-		if x.data[name] == c {
-			delete(x.data, name)
+		if x.data[key] == c {
+			delete(x.data, key)
 		}
 		x.mu.Unlock()
 	}
@@ -171,7 +226,7 @@ func (x *KernelExecutor) Probe(ctx context.Context, spec JobSpec) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	ds, err := x.dataset(ctx, spec.Data)
+	ds, err := x.dataset(ctx, spec.Data, spec.Format)
 	if err != nil {
 		return 0, err
 	}
@@ -206,7 +261,7 @@ func (x *KernelExecutor) Run(ctx context.Context, spec JobSpec, from, to int) ([
 	if err != nil {
 		return nil, nil, err
 	}
-	ds, err := x.dataset(ctx, spec.Data)
+	ds, err := x.dataset(ctx, spec.Data, spec.Format)
 	if err != nil {
 		return nil, nil, err
 	}

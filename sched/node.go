@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -79,6 +80,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 			n.FDConfig.InjectLoss = p
 		}
 	}
+	n.FDConfig.Incarnation = nextIncarnation(filepath.Join(cfg.DataDir, "fd.incarnation"))
 	n.registerFD()
 	logquery.Register(n.RPC, f.Name(), cfg.Name)
 	if err := n.addStore(); err != nil {
@@ -107,6 +109,20 @@ func (n *Node) Add(c Component) { n.components = append(n.components, c) }
 type MembersReply struct {
 	Self    fd.Member   `json:"self"`
 	Members []fd.Member `json:"members"`
+}
+
+// nextIncarnation returns this run's fd incarnation: the start time in microseconds, but
+// always above the one the previous run recorded in path (so a clock stepped backwards
+// cannot make a restarted node look older than its previous life), and records it.
+func nextIncarnation(path string) uint64 {
+	inc := uint64(time.Now().UnixMicro())
+	if b, err := os.ReadFile(path); err == nil {
+		if prev, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && prev >= inc {
+			inc = prev + 1
+		}
+	}
+	os.WriteFile(path, []byte(strconv.FormatUint(inc, 10)+"\n"), 0o644)
+	return inc
 }
 
 func (n *Node) registerFD() {

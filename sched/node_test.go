@@ -104,3 +104,13 @@ func TestNodeRunServesMembersAndStops(t *testing.T) {
 		t.Fatalf("log format:\n%s", log)
 	}
 }
+
+func TestIncarnationAlwaysGrows(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fd.incarnation")
+	os.WriteFile(path, []byte("99999999999999999\n"), 0o644) // a previous life "in the future"
+	a := nextIncarnation(path)
+	b := nextIncarnation(path)
+	if a != 100000000000000000 || b != a+1 {
+		t.Fatalf("got %d then %d", a, b)
+	}
+}

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
+	"image"
+	"image/png"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -269,15 +272,15 @@ func TestProcessChaos(t *testing.T) {
 	c := upProcCluster(t, 10)
 	model := filepath.Join(t.TempDir(), "lenet.onnx")
 	c.setup(model)
-	c.must("job", "add", "--name", "big", "--model", "lenet", "--data", "fmnist-train.gz", "--batch", "32", "--scale", "1/255")
-	c.must("job", "add", "--name", "small", "--model", "lenet", "--data", "fmnist-test.gz", "--batch", "4", "--scale", "1/255")
+	c.must("job", "add", "--name", "big", "--model", "lenet", "--data", "fmnist-train.gz", "--batch", "4", "--scale", "1/255")
+	c.must("job", "add", "--name", "small", "--model", "lenet", "--data", "fmnist-train.gz", "--batch", "2", "--scale", "1/255")
 	var want [2][]byte
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { // computed meanwhile, on this process's share of the CPU
 		defer wg.Done()
-		want[0] = direct(t, model, fmnistTrain, 32, dataset.Preprocess{Scale: 1.0 / 255}, 0)
-		want[1] = direct(t, model, fmnistTest, 4, dataset.Preprocess{Scale: 1.0 / 255}, 0)
+		want[0] = direct(t, model, fmnistTrain, 4, dataset.Preprocess{Scale: 1.0 / 255}, 0)
+		want[1] = direct(t, model, fmnistTrain, 2, dataset.Preprocess{Scale: 1.0 / 255}, 0)
 	}()
 	waitDone := func(job string, n int) {
 		deadline := time.Now().Add(60 * time.Second)
@@ -288,8 +291,17 @@ func TestProcessChaos(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	waitDone("big", 2000)
-	waitDone("small", 500)
+	start := time.Now()
+	logf := func(f string, a ...any) { t.Logf("%6.1fs "+f, append([]any{time.Since(start).Seconds()}, a...)...) }
+	// Failures strike at points of the run (fractions of all queries), not at fixed times,
+	// so they land while both jobs are running whatever the machine's speed.
+	at := func(frac float64) {
+		waitDone("big", int(frac*60000))
+		if c.progress("small").Done > int(frac*60000)+6000 {
+			logf("note: already past %.0f%% when the failure was due", frac*100)
+		}
+	}
+	at(0.05)
 
 	hurt := func(name string) (how string) {
 		if rng.IntN(2) == 0 {
@@ -313,20 +325,19 @@ func TestProcessChaos(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "did not converge") {
 			// The process is back; the failure detector's view lagging is fd's to fix, and
 			// the scheduler must finish correctly regardless.
-			t.Logf("%s restarted, but membership did not converge: %v", name, err)
+			logf("%s restarted, but membership did not converge: %v", name, err)
 		} else if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s back (after %s)", name, how)
+		logf("%s back (after %s)", name, how)
 	}
 
 	// The coordinator fails; the standby must take over and work must go on.
 	old := c.coordinator()
-	time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
 	before := c.progress("small").Done + c.progress("big").Done
 	how := hurt(old)
 	t0 := time.Now()
-	t.Logf("coordinator %s: %s", old, how)
+	logf("coordinator %s: %s", old, how)
 	var now string
 	for now == "" || now == old {
 		if time.Since(t0) > 15*time.Second {
@@ -335,11 +346,11 @@ func TestProcessChaos(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 		now = c.coordinator()
 	}
-	t.Logf("%s took over %v after the failure (includes failure detection)", now, time.Since(t0).Round(time.Millisecond))
+	logf("%s took over %v after the failure (includes failure detection)", now, time.Since(t0).Round(time.Millisecond))
 	if after := c.progress("small").Done + c.progress("big").Done; after <= before {
 		t.Errorf("no query committed across the coordinator change (%d then %d)", before, after)
 	}
-	time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
+	at(0.15 + 0.1*rng.Float64())
 	heal(old, how)
 
 	// Three workers fail at random moments; two come back.
@@ -353,11 +364,11 @@ func TestProcessChaos(t *testing.T) {
 	victims := workers[:3]
 	hows := make([]string, 3)
 	for i, v := range victims {
-		time.Sleep(time.Duration(200+rng.IntN(1300)) * time.Millisecond)
+		at(0.3 + 0.1*float64(i) + 0.05*rng.Float64())
 		hows[i] = hurt(v)
-		t.Logf("worker %s: %s", v, hows[i])
+		logf("worker %s: %s (jobs at %d and %d queries)", v, hows[i], c.progress("big").Done, c.progress("small").Done)
 	}
-	time.Sleep(time.Duration(1000+rng.IntN(2000)) * time.Millisecond)
+	at(0.7 + 0.1*rng.Float64())
 	if c.progress("big").Complete && c.progress("small").Complete {
 		t.Log("both jobs finished before the workers came back")
 	}
@@ -366,7 +377,9 @@ func TestProcessChaos(t *testing.T) {
 
 	c.must("job", "wait", "big", "--timeout", "150s")
 	c.must("job", "wait", "small", "--timeout", "150s")
+	logf("jobs complete")
 	wg.Wait()
+	logf("direct computation done")
 	sameLines(t, "big", c.result("big"), want[0])
 	sameLines(t, "small", c.result("small"), want[1])
 	coords := 0
@@ -380,5 +393,70 @@ func TestProcessChaos(t *testing.T) {
 	}
 	if coords != 1 {
 		t.Errorf("%d coordinators at the end", coords)
+	}
+}
+
+// TestKernelExecutorFormats runs the real executor (kernel, dataset readers) over the same
+// images stored as an IDX file and as a folder of PNG files, and checks both give the
+// direct computation's answers; a model that does not fit the data is refused.
+func TestKernelExecutorFormats(t *testing.T) {
+	needKernel(t)
+	dir := t.TempDir()
+	model := filepath.Join(dir, "lenet.onnx")
+	if out, err := exec.Command(bin, "zoo", "lenet5", "--out", model).CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	mb, _ := os.ReadFile(model)
+	idx, _ := os.ReadFile(fmnistTest)
+	blobs := sched.NewMemBlobs()
+	ctx := context.Background()
+	blobs.Put(ctx, "m.onnx", mb)
+	blobs.Put(ctx, "t10k.gz", idx)
+	ds, err := dataset.OpenBytes(idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	for i := 0; i < n; i++ {
+		im, err := ds.Sample(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := image.NewGray(image.Rect(0, 0, im.W, im.H))
+		copy(g.Pix, im.U8)
+		var buf bytes.Buffer
+		png.Encode(&buf, g)
+		blobs.Put(ctx, fmt.Sprintf("imgs/%03d.png", i), buf.Bytes())
+	}
+	x := &sched.KernelExecutor{Blobs: blobs, Threads: 1}
+	pre := dataset.Preprocess{Scale: 1.0 / 255}
+	want := direct(t, model, fmnistTest, 8, pre, n)
+	for _, spec := range []sched.JobSpec{
+		{Name: "idx", Model: "m.onnx", Data: "t10k.gz", Batch: 8, Pre: pre},
+		{Name: "png", Model: "m.onnx", Data: "imgs/", Format: "images", Batch: 8, Pre: pre},
+	} {
+		q, err := x.Probe(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if spec.Format == "images" && q != n {
+			t.Fatalf("folder has %d queries, want %d", q, n)
+		}
+		preds, lat, err := x.Run(ctx, spec, 0, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(lat) != n/8 {
+			t.Fatalf("%d batch latencies", len(lat))
+		}
+		got := append([]byte(sched.ResultHeader), sched.FormatResultLines(0, preds)...)
+		sameLines(t, spec.Name, got, want)
+	}
+	bad := sched.JobSpec{Name: "bad", Model: "m.onnx", Data: "t10k.gz", Batch: 8, Pre: dataset.Preprocess{Resize: [2]int{32, 32}}}
+	if _, err := x.Probe(ctx, bad); err == nil || !strings.Contains(err.Error(), "does not fit") {
+		t.Fatalf("misfit model accepted: %v", err)
+	}
+	if _, err := x.Probe(ctx, sched.JobSpec{Name: "x", Model: "nope", Data: "t10k.gz", Batch: 1}); err == nil {
+		t.Fatal("missing model accepted")
 	}
 }

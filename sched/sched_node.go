@@ -69,3 +69,15 @@ type schedComponent struct{ s *Scheduler }
 func (c schedComponent) Name() string                { return "sched" }
 func (c schedComponent) Start(context.Context) error { c.s.Start(); return nil }
 func (c schedComponent) Stop() error                 { c.s.Stop(); return nil }
+
+func (b sdfsBlobs) List(ctx context.Context, prefix string) ([]string, error) {
+	fs, err := b.c.List(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(fs))
+	for i, f := range fs {
+		names[i] = f.Name
+	}
+	return names, nil
+}

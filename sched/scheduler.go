@@ -25,7 +25,10 @@ type SchedConfig struct {
 	ReplicateTimeout time.Duration // deadline of one replication call to the standby
 	CallTimeout      time.Duration // deadline of other scheduler calls
 	TaskQueries      int           // about this many queries per task...
-	MaxTaskBatches   int           // ...but at most this many batches
+	MaxTaskBatches   int           // ...but at most this many batches (and at least MinTaskQueries queries)
+	MinTaskQueries   int
+	Writers          int           // result writes a worker keeps in flight
+	PutTimeout       time.Duration // deadline of one result write (retried)
 }
 
 // DefaultSchedConfig returns the defaults.
@@ -42,6 +45,9 @@ func DefaultSchedConfig() SchedConfig {
 		CallTimeout:      2 * time.Second,
 		TaskQueries:      512,
 		MaxTaskBatches:   8,
+		MinTaskQueries:   64,
+		Writers:          3,
+		PutTimeout:       5 * time.Second,
 	}
 }
 
@@ -70,17 +76,17 @@ type Scheduler struct {
 	now        func() time.Time
 	journal    *Journal
 
-	mu         sync.Mutex
-	st         *State
-	role       role
-	maxEpoch   uint64 // highest coordinator epoch seen anywhere
-	coordName  string // who this node believes coordinates ("" if none)
-	coordAddr  string
-	lostSince  time.Time // since when no live coordinator is known
-	standbyOf  string    // the coordinator whose journal this node receives
-	lastBeat   time.Time // when the coordinator last replicated to this node
-	lastPoll   time.Time
-	co         *coordTables // non-nil while coordinator
+	mu        sync.Mutex
+	st        *State
+	role      role
+	maxEpoch  uint64 // highest coordinator epoch seen anywhere
+	coordName string // who this node believes coordinates ("" if none)
+	coordAddr string
+	lostSince time.Time // since when no live coordinator is known
+	standbyOf string    // the coordinator whose journal this node receives
+	lastBeat  time.Time // when the coordinator last replicated to this node
+	lastPoll  time.Time
+	co        *coordTables // non-nil while coordinator
 
 	w workerState
 
@@ -130,12 +136,14 @@ func NewScheduler(d Deps, cfg SchedConfig, srv *rpc.Server) (*Scheduler, error) 
 // Start runs the control loop and the worker.
 func (s *Scheduler) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
-	s.wg.Add(5)
+	s.wg.Add(4 + max(s.cfg.Writers, 1))
 	go func() { defer s.wg.Done(); <-s.stop; cancel() }()
 	go s.controlLoop()
 	go s.workerPullLoop()
 	go s.workerRunLoop(ctx)
-	go s.writerLoop(ctx)
+	for i := 0; i < max(s.cfg.Writers, 1); i++ {
+		go s.writerLoop(ctx)
+	}
 }
 
 // Stop stops every goroutine and closes the journal.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -107,6 +108,20 @@ func (b *MemBlobs) Put(_ context.Context, name string, data []byte) error {
 	b.files[name] = append([]byte(nil), data...)
 	b.Puts++
 	return nil
+}
+
+// List returns the names starting with prefix, sorted.
+func (b *MemBlobs) List(_ context.Context, prefix string) ([]string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for n := range b.files {
+		if strings.HasPrefix(n, prefix) {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 // FakeExecutor answers query q of a job with a deterministic function of (data, q), taking

@@ -9,12 +9,12 @@ import (
 
 // TaskReport is what a worker says about one task it finished.
 type TaskReport struct {
-	Job       string  `json:"job"`
-	Task      int     `json:"task"`
-	Worker    string  `json:"worker"`
-	Queries   int     `json:"queries"`
-	BusyNanos int64   `json:"busy_ns"`  // worker time the task took, read to write
-	BatchUS   []int64 `json:"batch_us"` // latency of each batch, preprocessing and kernel
+	Job        string  `json:"job"`
+	Task       int     `json:"task"`
+	Worker     string  `json:"worker"`
+	Queries    int     `json:"queries"`
+	BusyNanos  int64   `json:"busy_ns"`  // worker time the task took, read to write
+	BatchUS    []int64 `json:"batch_us"` // latency of each batch, preprocessing and kernel
 	Epoch      uint64  `json:"epoch"`    // the epoch that leased it
 	StartNanos int64   `json:"start_ns"` // when the worker started it, unix nanoseconds
 }

@@ -26,7 +26,7 @@ type workerState struct {
 
 func (w *workerState) init(cfg SchedConfig) {
 	w.kick, w.work = make(chan struct{}, 1), make(chan struct{}, 1)
-	w.writing, w.writeQ = map[TaskRef]bool{}, make(chan computed, 1)
+	w.writing, w.writeQ = map[TaskRef]bool{}, make(chan computed, max(cfg.Writers, 1))
 	w.depth, w.bound = max(cfg.Depth, 1), max(cfg.MaxBuffered, 1)
 }
 
@@ -246,7 +246,7 @@ func (s *Scheduler) computeTask(ctx context.Context, o TaskOrder) (computed, err
 	return computed{}, lastErr
 }
 
-// writerLoop writes computed results to SDFS (the same bytes under the same name, however
+// writerLoop (Writers of them) writes computed results to SDFS (the same bytes under the same name, however
 // often a task runs) and queues their reports.
 func (s *Scheduler) writerLoop(ctx context.Context) {
 	defer s.wg.Done()
@@ -260,8 +260,10 @@ func (s *Scheduler) writerLoop(ctx context.Context) {
 		}
 		ref := TaskRef{c.rep.Job, c.rep.Task}
 		var err error
-		for attempt := 0; attempt < 3; attempt++ {
-			pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		for attempt := 0; attempt < 5; attempt++ {
+			// A short deadline: a put stuck on a replica that just froze is retried once the
+			// failure detector has taken that node out of the placement.
+			pctx, cancel := context.WithTimeout(ctx, s.cfg.PutTimeout)
 			err = s.blobs.Put(pctx, TaskResultName(c.rep.Job, c.rep.Task), c.lines)
 			cancel()
 			if err == nil || ctx.Err() != nil {

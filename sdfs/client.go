@@ -218,7 +218,7 @@ func (c *Client) latest(ctx context.Context, name string) (VersionInfo, []Peer, 
 func (c *Client) Put(ctx context.Context, name string, r io.Reader) (Version, error) {
 	exclude := map[string]bool{}
 	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ {
+	for attempt := 0; attempt < max(c.cfg.Replicas, 3); attempt++ { // each retry excludes at least one more node
 		if attempt > 0 {
 			sk, ok := r.(io.Seeker)
 			if !ok {
@@ -382,7 +382,7 @@ func (c *Client) writeVersion(ctx context.Context, targets []Peer, tmpl Manifest
 	fail := func(p Peer, err error) {
 		mu.Lock()
 		defer mu.Unlock()
-		if p.Name != "" && ctx.Err() == nil { // not a call we cancelled ourselves
+		if p.Name != "" && !errors.Is(err, context.Canceled) { // not a call we cancelled ourselves
 			bad[p.Name] = p
 		}
 		if firstErr == nil {

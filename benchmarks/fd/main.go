@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"idunno/benchmarks/plot"
 	"idunno/client/localcluster"
 	"idunno/fd"
 	"idunno/rpc"
@@ -35,6 +36,7 @@ func main() {
 	dur := flag.Duration("duration", 10*time.Minute, "run length (loss)")
 	loss := flag.Float64("loss", 0.03, "packet loss (loss, sim)")
 	starve := flag.String("starve", "node4", "node frozen by SIGSTOP bursts (loss; empty for none)")
+	busy := flag.String("busy", "", "node that runs busy loops inside its own process all along (loss; IDUNNO_FD_STARVE)")
 	maxStop := flag.Duration("max-stop", 400*time.Millisecond, "longest SIGSTOP burst (loss)")
 	sizes := flag.String("sizes", "10,30,100,300,1000", "cluster sizes (sim)")
 	out := flag.String("out", "", "CSV output file")
@@ -46,7 +48,7 @@ func main() {
 	case "crash":
 		err = crash(*bin, *nodes, *kill, *trials, *out)
 	case "loss":
-		err = lossRun(*bin, *nodes, *loss, *dur, *starve, *maxStop, *out)
+		err = lossRun(*bin, *nodes, *loss, *dur, *starve, *busy, *maxStop, *out)
 	case "sim":
 		err = simRun(*sizes, *trials, *loss, *out)
 	default:
@@ -182,10 +184,12 @@ func crash(bin string, n, k, trials int, out string) error {
 	return nil
 }
 
-func lossRun(bin string, n int, loss float64, dur time.Duration, starve string, maxStop time.Duration, out string) error {
+func lossRun(bin string, n int, loss float64, dur time.Duration, starve, busyNode string, maxStop time.Duration, out string) error {
 	os.Setenv("IDUNNO_FD_LOSS", strconv.FormatFloat(loss, 'f', -1, 64))
+	os.Setenv("IDUNNO_FD_STARVE", busyNode)
 	c, down, err := up(bin, n)
 	os.Unsetenv("IDUNNO_FD_LOSS")
+	os.Unsetenv("IDUNNO_FD_STARVE")
 	if err != nil {
 		return err
 	}
@@ -227,6 +231,7 @@ func lossRun(bin string, n int, loss float64, dur time.Duration, starve string, 
 	after := stats(cl, c)
 	evs, _ := scanLogs(c, offs)
 	failures, suspicions := 0, 0
+	suspectedBy := map[string]int{}
 	for _, e := range evs {
 		switch e.what {
 		case "failed":
@@ -240,6 +245,7 @@ func lossRun(bin string, n int, loss float64, dur time.Duration, starve string, 
 			fmt.Printf("  FALSE FAILURE: %s declared %s failed at %s (last stop began %s)\n", e.observer, e.subject, e.at.Format(time.RFC3339Nano), last)
 		case "suspected":
 			suspicions++
+			suspectedBy[e.subject]++
 		}
 	}
 	w, closeOut := csvOut(out, "node,bytes_sent_per_s,packets_sent_per_s,injected_drops")
@@ -253,12 +259,12 @@ func lossRun(bin string, n int, loss float64, dur time.Duration, starve string, 
 			strconv.FormatUint(a.InjectedLoss-b.InjectedLoss, 10)})
 	}
 	w.Flush()
-	fmt.Printf("loss: %d nodes, %.1f%% injected loss, %v, %s SIGSTOPped %d times (%v total, bursts up to %v)\n",
-		n, loss*100, elapsed.Round(time.Second), starve, stops, stopped.Round(time.Millisecond), maxStop)
+	fmt.Printf("loss: %d nodes, %.1f%% injected loss, %v, %q SIGSTOPped %d times (%v total, bursts up to %v), %q busy-looping\n",
+		n, loss*100, elapsed.Round(time.Second), starve, stops, stopped.Round(time.Millisecond), maxStop, busyNode)
 	if len(actual) > 0 {
 		fmt.Printf("  measured stop lengths: p50 %.0f ms  p99 %.0f ms  max %.0f ms\n", pct(actual, 50), pct(actual, 99), pct(actual, 100))
 	}
-	fmt.Printf("  false failures (observer, subject pairs): %d   suspicions raised (and refuted): %d\n", failures, suspicions)
+	fmt.Printf("  false failures (observer, subject pairs): %d   suspicions raised (and refuted): %d %v\n", failures, suspicions, suspectedBy)
 	fmt.Printf("  bytes sent per node per second: mean %.0f, max %.0f\n", mean(bps), pct(bps, 100))
 	return nil
 }
@@ -280,6 +286,9 @@ func simRun(sizes string, trials int, loss float64, out string) error {
 	defer closeOut()
 	fmt.Printf("sim: 1 crash per trial, 1 ms +0-2 ms latency, %.1f%% loss; detection = failed at every live member\n", loss*100)
 	fmt.Printf("%7s %9s %9s %9s %14s %14s\n", "nodes", "p50 ms", "p99 ms", "max ms", "bytes/node/s", "pkts/node/s")
+	p50 := plot.Series{Name: "detection p50"}
+	p99 := plot.Series{Name: "detection p99"}
+	bw := plot.Series{Name: "bytes sent per node per second"}
 	for _, f := range strings.Split(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil {
@@ -316,8 +325,25 @@ func simRun(sizes string, trials int, loss float64, out string) error {
 		w.Write(row)
 		w.Flush()
 		fmt.Printf("%7d %9.0f %9.0f %9.0f %14.0f %14.1f\n", n, pct(det, 50), pct(det, 99), pct(det, 100), mean(bytesRate), mean(pktRate))
+		x := float64(n)
+		p50.X, p50.Y = append(p50.X, x), append(p50.Y, pct(det, 50))
+		p99.X, p99.Y = append(p99.X, x), append(p99.Y, pct(det, 99))
+		bw.X, bw.Y = append(bw.X, x), append(bw.Y, mean(bytesRate))
 	}
-	return nil
+	if out == "" {
+		return nil
+	}
+	base := strings.TrimSuffix(out, ".csv")
+	title := fmt.Sprintf("fd in simulation, %.0f%% loss", loss*100)
+	budget := plot.Series{Name: "1 s budget", X: []float64{p50.X[0], p50.X[len(p50.X)-1]}, Y: []float64{1000, 1000}}
+	// The marks (a dashed line from 0 at the smallest size) keep the y axis starting at 0.
+	zero := []plot.Mark{{X: p50.X[0]}}
+	if err := (plot.Chart{Title: title + ": time until failed at every member", XLabel: "cluster size (nodes)",
+		YLabel: "ms", Series: []plot.Series{p50, p99, budget}, Marks: zero}).Save(base + "_detection.png"); err != nil {
+		return err
+	}
+	return plot.Chart{Title: title + ": bandwidth", XLabel: "cluster size (nodes)", YLabel: "bytes/s per node",
+		Series: []plot.Series{bw}, Marks: zero}.Save(base + "_bandwidth.png")
 }
 
 func sent(s *fd.Sim) (bytes, packets uint64) {

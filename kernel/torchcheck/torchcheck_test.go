@@ -44,14 +44,6 @@ var zooCases = []struct {
 	{"inception_v3", []int64{3, 96, 96}, 1},
 }
 
-// knownBroken lists exports the kernel cannot run yet, each with the reason. The test
-// skips them loudly; an entry is removed as soon as the kernel is fixed.
-var knownBroken = map[string]string{
-	"densenet121_op17": "kernel bug: a Concat of more than 11 inputs overflows idk_step_t.args " +
-		"(IDK_MAX_ARGS = 12; idk_step_arg does not bound nargs) and crashes in plan compile; " +
-		"with IDK_MAX_ARGS = IDK_MAX_IN+8 it passes (max error 9e-7)",
-}
-
 type manifestCase struct {
 	Name         string  `json:"name"`
 	Dir          string  `json:"dir"`
@@ -91,12 +83,7 @@ func TestTorchvisionExports(t *testing.T) {
 	opsets := map[int64]bool{}
 	for _, c := range cases {
 		opsets[c.Opset] = true
-		t.Run(c.Name, func(t *testing.T) {
-			if why, broken := knownBroken[c.Name]; broken {
-				t.Skip("KNOWN BROKEN: " + why)
-			}
-			checkCase(t, filepath.Join(dir, c.Dir), c.MaxAbsOutput)
-		})
+		t.Run(c.Name, func(t *testing.T) { checkCase(t, filepath.Join(dir, c.Dir), c.MaxAbsOutput) })
 	}
 	for v := int64(11); v <= 17; v++ {
 		if !opsets[v] {

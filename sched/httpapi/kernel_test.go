@@ -3,11 +3,13 @@ package httpapi
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +20,7 @@ import (
 	"idunno/kernel"
 	"idunno/kernel/onnx"
 	"idunno/kernel/zoo"
+	"idunno/rpc"
 )
 
 // fashionImages reads the first n Fashion-MNIST test images (Debian's dataset-fashion-mnist)
@@ -203,4 +206,104 @@ func equalF32(got, want []float32, tol float64) bool {
 		}
 	}
 	return true
+}
+
+func TestKernelBackendPaddedBatchMatchesSingleRuns(t *testing.T) {
+	if err := kernel.Available(); err != nil {
+		t.Fatalf("the kernel library is needed: %v", err)
+	}
+	b := NewKernelBackend(1)
+	defer b.Close()
+	if err := b.LoadFile("lenet5", lenetFile(t)); err != nil {
+		t.Fatal(err)
+	}
+	imgs := fashionImages(t, 6)
+	for _, rows := range []int{3, 6} { // 3 runs exactly, 6 is padded to 8
+		batch := &onnx.Tensor{Name: "input", DType: onnx.Float, Dims: []int64{int64(rows), 1, 28, 28}}
+		for _, img := range imgs[:rows] {
+			batch.F32 = append(batch.F32, img...)
+		}
+		out, err := b.Infer(t.Context(), "lenet5", []*onnx.Tensor{batch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(out[0].Dims) != fmt.Sprintf("[%d 10]", rows) || len(out[0].F32) != rows*10 {
+			t.Fatalf("%d rows: output %v with %d values", rows, out[0].Dims, len(out[0].F32))
+		}
+		for i, img := range imgs[:rows] {
+			one, err := b.Infer(t.Context(), "lenet5", []*onnx.Tensor{{Name: "input", DType: onnx.Float, Dims: []int64{1, 1, 28, 28}, F32: img}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !equalF32(out[0].F32[i*10:(i+1)*10], one[0].F32, 1e-4) {
+				t.Fatalf("%d rows: row %d %v, alone %v", rows, i, out[0].F32[i*10:(i+1)*10], one[0].F32)
+			}
+		}
+	}
+}
+
+func TestNodeServiceLoadsFromStoreAndReloadsAfterRestart(t *testing.T) {
+	if err := kernel.Available(); err != nil {
+		t.Fatalf("the kernel library is needed: %v", err)
+	}
+	model, err := os.ReadFile(lenetFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetches := 0
+	fetch := func(ctx context.Context, name string, w io.Writer) error {
+		if name != "models/lenet5.onnx" {
+			return fmt.Errorf("no file %q", name)
+		}
+		fetches++
+		_, err := w.Write(model)
+		return err
+	}
+	dataDir := t.TempDir()
+	start := func() (*NodeService, string, *rpc.Client) {
+		srv := rpc.NewServer([]byte(testSecret))
+		client := rpc.NewClient([]byte(testSecret))
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc := NewNodeService(NodeOptions{Addr: "127.0.0.1:0", DataDir: dataDir, Threads: 1, RPC: srv, Client: client,
+			SelfRPC: ln.Addr().String(), Peers: StaticPeers{}, Fetch: fetch})
+		go srv.Serve(ln)
+		if err := svc.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { svc.Stop(); srv.Close(); client.Close() })
+		return svc, ln.Addr().String(), client
+	}
+	svc, addr, client := start()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for _, bad := range []ServeRequest{
+		{ServedModel: ServedModel{Name: "../evil"}, SDFSName: "models/lenet5.onnx"},
+		{ServedModel: ServedModel{Name: "lenet5"}, SDFSName: "models/missing.onnx"},
+		{ServedModel: ServedModel{Name: "lenet5"}},
+	} {
+		if _, err := Serve(ctx, client, addr, bad); err == nil {
+			t.Fatalf("serve %+v accepted", bad)
+		}
+	}
+	m, err := Serve(ctx, client, addr, ServeRequest{SDFSName: "models/lenet5.onnx",
+		ServedModel: ServedModel{Name: "lenet5", Batch: BatchConfig{MaxBatch: 4, MaxDelay: time.Millisecond}}})
+	if err != nil || m.Batch.MaxBatch != 4 || m.Batch.MaxQueue != DefaultMaxQueue {
+		t.Fatalf("serve: %+v %v", m, err)
+	}
+	if _, ok := svc.Server().Local.Metadata("lenet5"); !ok {
+		t.Fatal("not serving after http.serve")
+	}
+	svc.Stop()
+	// A new service on the same data directory (a restarted node) serves it again by itself.
+	svc2, _, _ := start()
+	waitFor(t, func() bool { _, ok := svc2.Server().Local.Metadata("lenet5"); return ok })
+	if fetches != 2 {
+		t.Fatalf("model fetched %d times, want once per start", fetches)
+	}
+	if got := svc2.Server().Local.Served(); len(got) != 1 || got[0].Batch.MaxBatch != 4 {
+		t.Fatalf("restored %+v", got)
+	}
 }

@@ -41,10 +41,11 @@ type NodeService struct {
 	srv     *Server
 	logf    func(format string, args ...any)
 
-	mu     sync.Mutex // guards the served file
-	stop   chan struct{}
-	wg     sync.WaitGroup
-	served chan error
+	mu       sync.Mutex // guards the served file
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+	served   chan error
 }
 
 var modelNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
@@ -83,8 +84,14 @@ func (s *NodeService) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop shuts the server down and unloads the models.
+// Stop shuts the server down and unloads the models. Later calls do nothing.
 func (s *NodeService) Stop() error {
+	var err error
+	s.stopOnce.Do(func() { err = s.stopNow() })
+	return err
+}
+
+func (s *NodeService) stopNow() error {
 	close(s.stop)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
