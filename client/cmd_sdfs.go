@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strconv"
@@ -18,8 +19,8 @@ import (
 
 func init() {
 	register("put", "put LOCAL NAME [--cluster DIR | --at HOST:PORT]",
-		"store a local file in SDFS as a new version of NAME", runPut)
-	register("get", "get NAME LOCAL", "fetch the newest version of NAME into a local file", runGet)
+		"store a local file (- for stdin) in SDFS as a new version of NAME", runPut)
+	register("get", "get NAME LOCAL", "fetch the newest version of NAME into a local file (- for stdout)", runGet)
 	register("delete", "delete NAME", "delete NAME (every version) from SDFS", runDelete)
 	register("ls", "ls NAME | ls --prefix P [--json]",
 		"which nodes hold NAME and its versions; or list names starting with P", runLs)
@@ -86,12 +87,20 @@ func runPut(args []string) error {
 	ctx, cancel := sdfsContext()
 	defer cancel()
 	start := time.Now()
-	v, n, err := c.PutFile(ctx, pos[0], pos[1])
+	var v sdfs.Version
+	var n int64
+	if pos[0] == "-" {
+		cr := &countingReader{r: os.Stdin}
+		v, err = c.Put(ctx, pos[1], cr)
+		n = cr.n
+	} else {
+		v, n, err = c.PutFile(ctx, pos[0], pos[1])
+	}
 	if err != nil {
 		return err
 	}
 	el := time.Since(start)
-	fmt.Printf("put %s as %s version %s: %d bytes in %.3fs (%s)\n", pos[0], pos[1], v, n, el.Seconds(), rate(n, el))
+	fmt.Fprintf(os.Stderr, "put %s as %s version %s: %d bytes in %.3fs (%s)\n", pos[0], pos[1], v, n, el.Seconds(), rate(n, el))
 	return nil
 }
 
@@ -109,12 +118,17 @@ func runGet(args []string) error {
 	ctx, cancel := sdfsContext()
 	defer cancel()
 	start := time.Now()
-	info, err := c.GetFile(ctx, pos[0], pos[1])
+	var info sdfs.VersionInfo
+	if pos[1] == "-" {
+		info, err = c.Get(ctx, pos[0], os.Stdout)
+	} else {
+		info, err = c.GetFile(ctx, pos[0], pos[1])
+	}
 	if err != nil {
 		return err
 	}
 	el := time.Since(start)
-	fmt.Printf("got %s version %s into %s: %d bytes in %.3fs (%s)\n", pos[0], info.Version, pos[1], info.Size, el.Seconds(), rate(info.Size, el))
+	fmt.Fprintf(os.Stderr, "got %s version %s into %s: %d bytes in %.3fs (%s)\n", pos[0], info.Version, pos[1], info.Size, el.Seconds(), rate(info.Size, el))
 	return nil
 }
 
@@ -324,4 +338,15 @@ func runGetDir(args []string) error {
 	}
 	fmt.Printf("got %d files (%d bytes) from %s/ into %s in %.2fs\n", r.Files, r.Bytes, pos[0], pos[1], time.Since(start).Seconds())
 	return nil
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }

@@ -6,41 +6,24 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"idunno/client/localcluster"
 )
 
-var (
-	sdfsBinOnce sync.Once
-	sdfsBin     string
-	sdfsBinErr  error
-)
-
-// plainBin returns $IDUNNO_BIN or builds the binary once (no kernel library needed).
+// plainBin returns $IDUNNO_BIN or builds the binary into the test's temporary directory
+// (no kernel library needed).
 func plainBin(t *testing.T) string {
-	sdfsBinOnce.Do(func() {
-		if sdfsBin = os.Getenv("IDUNNO_BIN"); sdfsBin != "" {
-			return
-		}
-		dir, err := os.MkdirTemp("", "idunno-sdfs-cli")
-		if err != nil {
-			sdfsBinErr = err
-			return
-		}
-		sdfsBin = filepath.Join(dir, "idunno")
-		cmd := exec.Command("go", "build", "-o", sdfsBin, ".")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			sdfsBinErr = err
-			t.Logf("%s", out)
-		}
-	})
-	if sdfsBinErr != nil {
-		t.Fatal(sdfsBinErr)
+	if b := os.Getenv("IDUNNO_BIN"); b != "" {
+		return b
 	}
-	return sdfsBin
+	bin := filepath.Join(t.TempDir(), "idunno")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build idunno: %v\n%s", err, out)
+	}
+	return bin
 }
 
 // TestSDFSCommands runs the SDFS commands as a user would, against a 5-node local cluster.
@@ -72,6 +55,15 @@ func TestSDFSCommands(t *testing.T) {
 	os.WriteFile(local, []byte("second\n"), 0o644)
 	run(true, "put", local, "docs/a.txt")
 
+	stdin := exec.Command(bin, "put", "-", "docs/stdin.txt", "--cluster", lc.Dir())
+	stdin.Stdin = strings.NewReader("from stdin")
+	if out, err := stdin.CombinedOutput(); err != nil {
+		t.Fatalf("put -: %v %s", err, out)
+	}
+	stdout := exec.Command(bin, "get", "docs/stdin.txt", "-", "--cluster", lc.Dir())
+	if out, err := stdout.Output(); err != nil || string(out) != "from stdin" {
+		t.Fatalf("get -: %q %v", out, err)
+	}
 	got := filepath.Join(dir, "got.txt")
 	run(true, "get", "docs/a.txt", got)
 	if b, _ := os.ReadFile(got); string(b) != "second\n" {

@@ -30,7 +30,7 @@ type target struct {
 func addTargetFlags(fs *flag.FlagSet) *target {
 	t := &target{}
 	fs.StringVar(&t.cluster, "cluster", os.Getenv("IDUNNO_CLUSTER"), "local cluster directory (default $IDUNNO_CLUSTER)")
-	fs.StringVar(&t.at, "at", "", "RPC address HOST:PORT of a node (secret from IDUNNO_SECRET)")
+	fs.StringVar(&t.at, "at", os.Getenv("IDUNNO_AT"), "RPC address HOST:PORT of a node (default $IDUNNO_AT; secret from IDUNNO_SECRET)")
 	return t
 }
 
@@ -50,15 +50,19 @@ func (t *target) candidates() ([]string, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	var addrs, stopped []string
+	// Live nodes first; the others last, in case the pid bookkeeping is stale.
+	var addrs, rest []string
+	live := map[string]bool{}
+	for _, n := range c.Live() {
+		addrs = append(addrs, n.RPCAddr)
+		live[n.Name] = true
+	}
 	for _, n := range c.Nodes() {
-		if c.Running(n.Name) {
-			addrs = append(addrs, n.RPCAddr)
-		} else {
-			stopped = append(stopped, n.RPCAddr)
+		if !live[n.Name] {
+			rest = append(rest, n.RPCAddr)
 		}
 	}
-	return append(addrs, stopped...), []byte(c.Secret()), nil
+	return append(addrs, rest...), []byte(c.Secret()), nil
 }
 
 // client returns an RPC client holding the cluster secret.

@@ -102,3 +102,25 @@ func TestLeaveThenRejoin(t *testing.T) {
 		t.Fatal("rejoin did not raise the incarnation")
 	}
 }
+
+// TestMemNetworkPartitionAndHeal runs detectors over the in-memory network with delay and
+// loss, cuts it in two, and heals it.
+func TestMemNetworkPartitionAndHeal(t *testing.T) {
+	net := NewMemNetwork(11)
+	net.SetDelay(2*time.Millisecond, 3*time.Millisecond)
+	net.SetLoss(0.02)
+	ds := memCluster(t, net, 6)
+	waitFor(t, 5*time.Second, "convergence", converged(ds, 6))
+	var a, b []string
+	for i, d := range ds {
+		if i < 3 {
+			a = append(a, d.Self().Addr)
+		} else {
+			b = append(b, d.Self().Addr)
+		}
+	}
+	net.Partition(a, b)
+	waitFor(t, 5*time.Second, "each side alone", func() bool { return converged(ds[:3], 3)() && converged(ds[3:], 3)() })
+	net.Heal()
+	waitFor(t, 10*time.Second, "healed", converged(ds, 6))
+}

@@ -37,7 +37,29 @@ func load() error {
 	return loadErr
 }
 
+// spinCount is the OpenMP spin count the kernel runs with unless the user sets
+// OMP_WAIT_POLICY or GOMP_SPINCOUNT: libgomp's default (300,000 spins) burns whole time
+// slices at every barrier when the cores are shared (several models in one worker, or
+// other processes), while a short spin keeps back-to-back primitives from sleeping.
+const spinCount = "30000"
+
+// tuneOpenMP sets GOMP_SPINCOUNT in the C environment before libgomp is loaded (it reads
+// its settings once, when it is loaded with the kernel library).
+func tuneOpenMP() {
+	if os.Getenv("OMP_WAIT_POLICY") != "" || os.Getenv("GOMP_SPINCOUNT") != "" {
+		return
+	}
+	libc, err := purego.Dlopen("libc.so.6", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	if err != nil {
+		return
+	}
+	var setenv func(name, value string, overwrite int32) int32
+	purego.RegisterLibFunc(&setenv, libc, "setenv")
+	setenv("GOMP_SPINCOUNT", spinCount, 0)
+}
+
 func open() error {
+	tuneOpenMP()
 	var tried []string
 	for _, p := range candidates() {
 		if _, err := os.Stat(p); err != nil {

@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/ebitengine/purego"
 
 	"idunno/kernel/onnx"
 	"idunno/kernel/zoo"
@@ -258,5 +261,51 @@ func TestWideConcat(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestOpenMPSpinCountSet: the kernel's libgomp sees the short spin count.
+func TestOpenMPSpinCountSet(t *testing.T) {
+	if os.Getenv("OMP_WAIT_POLICY") != "" || os.Getenv("GOMP_SPINCOUNT") != "" {
+		t.Skip("the user's OpenMP settings win")
+	}
+	libc, err := purego.Dlopen("libc.so.6", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var getenv func(name string) string
+	purego.RegisterLibFunc(&getenv, libc, "getenv")
+	if got := getenv("GOMP_SPINCOUNT"); got != spinCount {
+		t.Fatalf("C getenv(GOMP_SPINCOUNT) = %q", got)
+	}
+}
+
+// TestPlanCacheEviction: more batch sizes than the cache holds, from several goroutines;
+// evicted plans are rebuilt, never reported as errors.
+func TestPlanCacheEviction(t *testing.T) {
+	m := lenet(t, 1)
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for g := 0; g < 3; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for b := 1; b <= maxPlans+3; b++ {
+				out, err := m.Run([]*onnx.Tensor{images(b, uint64(g))})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if out[0].Dims[0] != int64(b) {
+					errs <- fmt.Errorf("batch %d gave dims %v", b, out[0].Dims)
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }

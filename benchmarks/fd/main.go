@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"idunno/benchmarks/plot"
 	"idunno/client/localcluster"
 	"idunno/fd"
 	"idunno/rpc"
@@ -285,6 +286,9 @@ func simRun(sizes string, trials int, loss float64, out string) error {
 	defer closeOut()
 	fmt.Printf("sim: 1 crash per trial, 1 ms +0-2 ms latency, %.1f%% loss; detection = failed at every live member\n", loss*100)
 	fmt.Printf("%7s %9s %9s %9s %14s %14s\n", "nodes", "p50 ms", "p99 ms", "max ms", "bytes/node/s", "pkts/node/s")
+	p50 := plot.Series{Name: "detection p50"}
+	p99 := plot.Series{Name: "detection p99"}
+	bw := plot.Series{Name: "bytes sent per node per second"}
 	for _, f := range strings.Split(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil {
@@ -321,8 +325,25 @@ func simRun(sizes string, trials int, loss float64, out string) error {
 		w.Write(row)
 		w.Flush()
 		fmt.Printf("%7d %9.0f %9.0f %9.0f %14.0f %14.1f\n", n, pct(det, 50), pct(det, 99), pct(det, 100), mean(bytesRate), mean(pktRate))
+		x := float64(n)
+		p50.X, p50.Y = append(p50.X, x), append(p50.Y, pct(det, 50))
+		p99.X, p99.Y = append(p99.X, x), append(p99.Y, pct(det, 99))
+		bw.X, bw.Y = append(bw.X, x), append(bw.Y, mean(bytesRate))
 	}
-	return nil
+	if out == "" {
+		return nil
+	}
+	base := strings.TrimSuffix(out, ".csv")
+	title := fmt.Sprintf("fd in simulation, %.0f%% loss", loss*100)
+	budget := plot.Series{Name: "1 s budget", X: []float64{p50.X[0], p50.X[len(p50.X)-1]}, Y: []float64{1000, 1000}}
+	// The marks (a dashed line from 0 at the smallest size) keep the y axis starting at 0.
+	zero := []plot.Mark{{X: p50.X[0]}}
+	if err := (plot.Chart{Title: title + ": time until failed at every member", XLabel: "cluster size (nodes)",
+		YLabel: "ms", Series: []plot.Series{p50, p99, budget}, Marks: zero}).Save(base + "_detection.png"); err != nil {
+		return err
+	}
+	return plot.Chart{Title: title + ": bandwidth", XLabel: "cluster size (nodes)", YLabel: "bytes/s per node",
+		Series: []plot.Series{bw}, Marks: zero}.Save(base + "_bandwidth.png")
 }
 
 func sent(s *fd.Sim) (bytes, packets uint64) {

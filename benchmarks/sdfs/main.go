@@ -35,14 +35,20 @@ func main() {
 	smallRuns := flag.Int("small-runs", 20, "repetitions for the small file")
 	bigRuns := flag.Int("big-runs", 2, "repetitions for the large file")
 	out := flag.String("out", "benchmarks/out/sdfs.csv", "CSV output")
-	work := flag.String("work", "benchmarks/out/sdfs-work", "scratch directory (cluster and files; removed after)")
+	parent := flag.String("work", "", "directory to create the scratch directory in (cluster and files; removed after); default the system's temporary directory")
 	flag.Parse()
 	log.SetFlags(0)
 
-	os.RemoveAll(*work)
-	if err := os.MkdirAll(*work, 0o755); err != nil {
+	if *parent != "" {
+		if err := os.MkdirAll(*parent, 0o755); err != nil {
+			log.Fatal(err)
+		}
+	}
+	d, err := os.MkdirTemp(*parent, "sdfs-bench")
+	if err != nil {
 		log.Fatal(err)
 	}
+	work := &d
 	defer os.RemoveAll(*work)
 	lc, err := localcluster.Up(filepath.Join(*work, "cluster"), *nodes, 0, *bin)
 	if err != nil {
@@ -109,6 +115,17 @@ func main() {
 		}
 		os.Remove(src)
 	}
+
+	// Small files (task results): latency of one put and one get of 1 KiB.
+	tiny := make([]byte, 1024)
+	rand.Read(tiny)
+	var putLat, getLat []float64
+	for r := 0; r < 50; r++ {
+		putLat = append(putLat, timeIt(func() error { _, err := c.Put(ctx, "bench/tiny", bytes.NewReader(tiny)); return err }).Seconds()*1000)
+		getLat = append(getLat, timeIt(func() error { _, err := c.Get(ctx, "bench/tiny", io.Discard); return err }).Seconds()*1000)
+	}
+	row("sdfs put latency p50", 1024, 50, median(putLat), "ms")
+	row("sdfs get latency p50", 1024, 50, median(getLat), "ms")
 
 	// Restore: put one large file, kill -9 three of its replicas at once, time until 4
 	// live nodes hold it again.

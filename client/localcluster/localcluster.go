@@ -289,6 +289,9 @@ func (c *Cluster) Running(name string) bool {
 	return err == nil && procState(n) != 0
 }
 
+// Live returns the nodes whose processes exist and are not stopped (SIGSTOP).
+func (c *Cluster) Live() []Node { return c.running() }
+
 // running returns the nodes whose processes exist and are not stopped.
 func (c *Cluster) running() []Node {
 	var out []Node
