@@ -224,6 +224,9 @@ func (s *Scheduler) apiJobAdd(ctx context.Context, spec JobSpec) (JobAddReply, e
 		return fail(fmt.Errorf("sched: dataset %s is empty", spec.Data))
 	}
 	spec.Queries = n
+	// The model's compute per query is the controller's cost prior until the job's own
+	// cost is measured, so the split chosen now is already close to fair. Never the client's.
+	spec.FLOPsPerQuery = s.exec.FLOPsPerQuery(ctx, spec)
 	if spec.TaskSize <= 0 {
 		spec.TaskSize = ChooseTaskSize(n, spec.Batch, min(s.cfg.TaskQueries, max(spec.Batch*s.cfg.MaxTaskBatches, s.cfg.MinTaskQueries)))
 	} else if spec.TaskSize%spec.Batch != 0 {
@@ -243,8 +246,8 @@ func (s *Scheduler) apiJobAdd(ctx context.Context, spec JobSpec) (JobAddReply, e
 	s.control(s.now())
 	split := s.splitString()
 	s.co.addSplit[spec.Name] = split
-	s.logf("sched: job %s accepted: %d queries in %d tasks of %d; split %s",
-		spec.Name, n, spec.NumTasks(), spec.TaskSize, split)
+	s.logf("sched: job %s accepted: %d queries in %d tasks of %d, %.3g FLOPs per query; split %s",
+		spec.Name, n, spec.NumTasks(), spec.TaskSize, spec.FLOPsPerQuery, split)
 	return JobAddReply{Queries: n, Tasks: spec.NumTasks(), TaskSize: spec.TaskSize, Split: split}, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -19,6 +20,10 @@ type coordTables struct {
 	assign      map[string][]Share
 	shares      map[string]float64
 	vt          map[string]map[string]float64 // worker -> job -> busy seconds / weight
+	vclock      map[string]float64            // worker -> virtual time of the job it last picked
+	vwall       map[string]float64            // worker -> the clock moved on by wall time too (see pickJob)
+	vwallAt     map[string]time.Time          // worker -> when vwall was last moved
+	estCost     map[string]float64            // job -> cost per query the controller assumed
 	leaseCost   map[taskKey]float64           // estimated busy seconds charged at lease time
 	workers     []string
 	standby     string
@@ -35,7 +40,8 @@ type coordTables struct {
 
 func newCoordTables(now time.Time) *coordTables {
 	return &coordTables{tasks: NewTaskTable(), stats: map[string]*JobStats{}, assign: map[string][]Share{},
-		shares: map[string]float64{}, vt: map[string]map[string]float64{}, leaseCost: map[taskKey]float64{},
+		shares: map[string]float64{}, vt: map[string]map[string]float64{}, vclock: map[string]float64{}, vwall: map[string]float64{}, vwallAt: map[string]time.Time{},
+		estCost: map[string]float64{}, leaseCost: map[taskKey]float64{},
 		assembling: map[string]bool{}, firstStart: map[string]time.Time{}, addSplit: map[string]string{}, since: now}
 }
 
@@ -276,7 +282,7 @@ func (s *Scheduler) control(now time.Time) {
 	loads := make([]JobLoad, len(jobs))
 	for i, n := range jobs {
 		st := co.stats[n]
-		loads[i] = JobLoad{Name: n, Cost: st.cost, Gain: st.gain}
+		loads[i] = JobLoad{Name: n, Cost: st.cost, FLOPs: s.st.Jobs[n].Spec.FLOPsPerQuery, Gain: st.gain}
 		// Compare rates only once the job has run a whole window under the controller.
 		if !st.firstDone.IsZero() && now.Sub(st.firstDone) >= s.cfg.RateWindow {
 			loads[i].Rate = st.Rate(now, s.cfg.RateWindow)
@@ -300,10 +306,13 @@ func (s *Scheduler) control(now time.Time) {
 		}
 	}
 	shares, gains := FairShares(loads)
+	costs := CostEstimates(loads)
 	co.shares = map[string]float64{}
+	co.estCost = map[string]float64{}
 	for i, n := range jobs {
 		co.stats[n].gain = gains[i]
 		co.shares[n] = shares[i]
+		co.estCost[n] = costs[i]
 	}
 	co.assign = AssignWorkers(co.workers, jobs, shares)
 }
@@ -318,8 +327,18 @@ func (s *Scheduler) splitString() string {
 }
 
 // pickJob chooses which job worker runs next: among the jobs it is assigned with pending
-// work, the one furthest behind in busy time per unit of weight; if none, any job with
-// pending work (idle workers help). Called with s.mu held.
+// work, the one furthest behind in busy time per unit of weight (stride scheduling).
+//
+// The worker's virtual clock is the virtual time of the job it last picked. A job's virtual
+// time is lifted to the clock before comparing, so a job new to the worker, or one that
+// had nothing pending for a while, starts level instead of running back to back on banked
+// credit. While some assigned job is still running but has nothing pending (its remaining
+// tasks run elsewhere), its weight is not handed to the others: a job may then only run if
+// its virtual time is not ahead of the clock moved on by wall time (a worker busy all the
+// time accrues one second of busy time per second, so busy/weight keeps pace with wall
+// time for a job that gets exactly its weight); a cheap job stays at its share. Only when
+// none of the worker's assigned jobs is still running (the split is stale) does the worker
+// help any job with pending work. Called with s.mu held.
 func (s *Scheduler) pickJob(worker string) string {
 	co := s.co
 	vt := co.vt[worker]
@@ -327,30 +346,43 @@ func (s *Scheduler) pickJob(worker string) string {
 		vt = map[string]float64{}
 		co.vt[worker] = vt
 	}
+	clock := co.vclock[worker]
 	best, bestVT := "", math.Inf(1)
-	floor := math.Inf(1)
+	assigned, starved := false, false
 	for _, sh := range co.assign[worker] {
-		if v, ok := vt[sh.Job]; ok {
-			floor = math.Min(floor, v)
-		}
-	}
-	for _, sh := range co.assign[worker] {
-		if sh.Weight <= 0 || !co.tasks.HasPending(sh.Job) {
+		if sh.Weight <= 0 || !s.isRunning(sh.Job) {
 			continue
 		}
-		v, ok := vt[sh.Job]
-		if !ok {
-			if math.IsInf(floor, 1) {
-				floor = 0
-			}
-			v, vt[sh.Job] = floor, floor // a job new to this worker starts level, not behind
+		assigned = true
+		if !co.tasks.HasPending(sh.Job) {
+			starved = true
+			continue
 		}
+		v := math.Max(vt[sh.Job], clock)
+		vt[sh.Job] = v
 		if v < bestVT {
 			best, bestVT = sh.Job, v
 		}
 	}
+	// The wall-moved clock runs only while some job is starved here; otherwise it follows
+	// the clock, so idle time never becomes credit.
+	now, wall := s.now(), clock
+	if starved {
+		wall = math.Max(co.vwall[worker], clock)
+		if at, ok := co.vwallAt[worker]; ok && now.After(at) {
+			wall += now.Sub(at).Seconds()
+		}
+	}
+	co.vwall[worker], co.vwallAt[worker] = wall, now
+	if best != "" && starved && bestVT > wall {
+		return "" // ahead of its weight, and the job it would take time from is only waiting
+	}
 	if best != "" {
+		co.vclock[worker] = math.Max(clock, bestVT)
 		return best
+	}
+	if assigned {
+		return "" // its jobs' remaining tasks are running elsewhere: helping others would break fair time
 	}
 	for _, n := range s.running() {
 		if co.tasks.HasPending(n) {
@@ -358,6 +390,12 @@ func (s *Scheduler) pickJob(worker string) string {
 		}
 	}
 	return ""
+}
+
+// isRunning reports whether a job still has tasks that are not committed.
+func (s *Scheduler) isRunning(job string) bool {
+	j, ok := s.st.Jobs[job]
+	return ok && !j.Complete && j.NDone < j.Spec.NumTasks()
 }
 
 func (s *Scheduler) weightOf(worker, job string) float64 {
@@ -462,7 +500,14 @@ func (s *Scheduler) handlePull(epoch uint64, a PullArgs) (PullReply, uint64, err
 			task, _ := co.tasks.Lease(job, a.Worker, now)
 			js := s.st.Jobs[job]
 			f, t := js.Spec.TaskRange(task)
-			est := co.stats[job].cost * float64(t-f)
+			// Charge what the controller assumes the task costs (a prior for a job not yet
+			// measured, never zero: a free lease would let the job run back to back);
+			// the completion report corrects it to the busy time measured.
+			c := co.estCost[job]
+			if c <= 0 {
+				c = co.stats[job].cost
+			}
+			est := c * float64(t-f)
 			co.leaseCost[taskKey{job, task}] = est
 			s.charge(a.Worker, job, est)
 			r.Orders = append(r.Orders, TaskOrder{Spec: js.Spec, Task: task, Epoch: s.st.Epoch})
@@ -499,7 +544,13 @@ func (s *Scheduler) recordDone(d TaskReport, now time.Time) error {
 	s.charge(d.Worker, d.Job, float64(d.BusyNanos)/1e9-co.leaseCost[k])
 	delete(co.leaseCost, k)
 	st := co.stats[d.Job]
+	measured := st.cost > 0
 	st.Record(d, js.Spec.Batch, now)
+	if (!measured && st.cost > 0) || js.NDone == js.Spec.NumTasks() {
+		// A first measured cost replaces a prior, and a job out of tasks frees its share:
+		// re-split now rather than at the next control period.
+		s.control(now)
+	}
 	if d.StartNanos > 0 {
 		t0 := time.Unix(0, d.StartNanos)
 		if f, ok := co.firstStart[d.Job]; !ok || t0.Before(f) {
@@ -538,24 +589,46 @@ func (s *Scheduler) assemble(epoch uint64, spec JobSpec) {
 }
 
 func (s *Scheduler) writeResult(spec JobSpec) error {
+	n := spec.NumTasks()
+	parts := make([][]byte, n)
+	errs := make([]error, n)
+	sem := make(chan struct{}, assembleParallel)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer func() { <-sem; wg.Done() }()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			b, err := s.blobs.Get(ctx, TaskResultName(spec.Name, i))
+			if err != nil {
+				errs[i] = fmt.Errorf("read task %d: %w", i, err)
+				return
+			}
+			if f, t := spec.TaskRange(i); bytes.Count(b, []byte{'\n'}) != t-f {
+				errs[i] = fmt.Errorf("task %d result has %d lines, want %d", i, bytes.Count(b, []byte{'\n'}), t-f)
+				return
+			}
+			parts[i] = b
+		}(i)
+	}
+	wg.Wait()
 	var buf bytes.Buffer
 	buf.WriteString(ResultHeader)
-	for i := 0; i < spec.NumTasks(); i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		b, err := s.blobs.Get(ctx, TaskResultName(spec.Name, i))
-		cancel()
-		if err != nil {
-			return fmt.Errorf("read task %d: %w", i, err)
+	for i := range parts {
+		if errs[i] != nil {
+			return errs[i]
 		}
-		if f, t := spec.TaskRange(i); bytes.Count(b, []byte{'\n'}) != t-f {
-			return fmt.Errorf("task %d result has %d lines, want %d", i, bytes.Count(b, []byte{'\n'}), t-f)
-		}
-		buf.Write(b)
+		buf.Write(parts[i])
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	return s.blobs.Put(ctx, JobResultName(spec.Name), buf.Bytes())
 }
+
+// assembleParallel bounds the task results read at once while assembling a job's result.
+const assembleParallel = 16
 
 // sortedKeys returns a map's keys in order.
 func sortedKeys[V any](m map[string]V) []string {

@@ -3,6 +3,7 @@ package sched
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -236,6 +237,22 @@ func (x *KernelExecutor) Probe(ctx context.Context, spec JobSpec) (int, error) {
 		return 0, fmt.Errorf("sched: model %s has a fixed batch of %d, job asks for %d", spec.Model, c.dims[0], spec.Batch)
 	}
 	return ds.Len(), nil
+}
+
+// FLOPsPerQuery returns the kernel's count of the model's FLOPs per query at the job's batch
+// size (0 if the model can't be loaded or counted).
+func (x *KernelExecutor) FLOPsPerQuery(ctx context.Context, spec JobSpec) float64 {
+	c, err := x.model(ctx, spec.Model)
+	if err != nil || spec.Batch <= 0 {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f := c.m.FLOPs(spec.Batch) / float64(spec.Batch)
+	if f <= 0 || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0
+	}
+	return f
 }
 
 // Run preprocesses and runs queries [from, to) batch by batch.

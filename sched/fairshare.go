@@ -7,10 +7,11 @@ import (
 
 // JobLoad is what the fair-time controller knows about one running job.
 type JobLoad struct {
-	Name string
-	Cost float64 // measured worker-seconds per query; 0 while unknown
-	Rate float64 // measured queries per second over the last control period; 0 if unknown
-	Gain float64 // correction carried from the previous decision (0 means 1)
+	Name  string
+	Cost  float64 // measured worker-seconds per query; 0 while unknown
+	FLOPs float64 // the model's compute per query; 0 if unknown
+	Rate  float64 // measured queries per second over the last control period; 0 if unknown
+	Gain  float64 // correction carried from the previous decision (0 means 1)
 }
 
 // Fair-time controller tuning.
@@ -20,7 +21,72 @@ const (
 	gainStepMax  = 1.15 // at most ±15% per decision, so a noisy rate can't swing shares
 	gainMin      = 0.33
 	gainMax      = 3.0
+
+	// Before anything is measured, costs are guessed on an absolute scale (only their
+	// ratios decide shares; the scale matters for charging leases, which completions correct).
+	defaultSecPerFLOP = 1e-11 // 100 GFLOP/s
+	defaultCost       = 1e-3  // seconds per query of a job with nothing known
 )
+
+func usable(x float64) bool { return x > 0 && !math.IsInf(x, 0) && !math.IsNaN(x) }
+
+// CostEstimates returns each job's cost per query in worker-seconds: the measured cost
+// where there is one, else a prior. The prior of a job whose model's FLOPs are known is
+// its FLOPs times the seconds per FLOP measured on the jobs that have both (a cluster-wide
+// speed, so a cheap job added next to an expensive one starts with a share close to fair);
+// without FLOPs, it is the mean cost of the others.
+func CostEstimates(jobs []JobLoad) []float64 {
+	out := make([]float64, len(jobs))
+	known, sumCost, cf, ff := 0, 0.0, 0.0, 0.0
+	for _, j := range jobs {
+		if usable(j.Cost) {
+			known++
+			sumCost += j.Cost
+			if usable(j.FLOPs) {
+				cf += j.Cost
+				ff += j.FLOPs
+			}
+		}
+	}
+	spf := defaultSecPerFLOP
+	if ff > 0 {
+		// Summed, the heaviest jobs dominate: their cost is mostly compute, the cheap
+		// jobs' mostly per-query overhead.
+		spf = cf / ff
+	}
+	flopsPrior := func(j JobLoad) (float64, bool) {
+		if usable(j.FLOPs) && (ff > 0 || known == 0) {
+			return j.FLOPs * spf, true
+		}
+		return 0, false
+	}
+	mean := defaultCost
+	if known > 0 {
+		mean = sumCost / float64(known)
+	} else {
+		n, sum := 0, 0.0
+		for _, j := range jobs {
+			if c, ok := flopsPrior(j); ok {
+				n++
+				sum += c
+			}
+		}
+		if n > 0 {
+			mean = sum / float64(n)
+		}
+	}
+	for i, j := range jobs {
+		switch c, ok := flopsPrior(j); {
+		case usable(j.Cost):
+			out[i] = j.Cost
+		case ok:
+			out[i] = c
+		default:
+			out[i] = mean
+		}
+	}
+	return out
+}
 
 // FairShares is the fair-time controller: it returns each job's share of worker time
 // (summing to 1) and the corrections to carry into the next decision.
@@ -29,25 +95,15 @@ const (
 // shares proportional to cost give equal rates. Measured costs already include every
 // overhead a worker pays; what they miss (workers of unequal speed, time lost to
 // stragglers) shows up as unequal measured rates, which the multiplicative gain corrects
-// a little each period. A job with no measured cost yet is assumed to cost the mean of the
-// others, so a new job starts with a fair guess instead of nothing.
+// a little each period. A job with no measured cost yet gets a prior (CostEstimates): from
+// its model's FLOPs when known, so a new job starts with a fair guess instead of nothing.
 func FairShares(jobs []JobLoad) (shares, gains []float64) {
 	n := len(jobs)
 	shares, gains = make([]float64, n), make([]float64, n)
 	if n == 0 {
 		return shares, gains
 	}
-	known, sumCost := 0, 0.0
-	for _, j := range jobs {
-		if j.Cost > 0 && !math.IsInf(j.Cost, 0) {
-			known++
-			sumCost += j.Cost
-		}
-	}
-	prior := 1.0
-	if known > 0 {
-		prior = sumCost / float64(known)
-	}
+	costs := CostEstimates(jobs)
 	// The rate the gains steer to: the geometric mean of the measured rates.
 	measured, logSum := 0, 0.0
 	for _, j := range jobs {
@@ -70,12 +126,8 @@ func FairShares(jobs []JobLoad) (shares, gains []float64) {
 			}
 		}
 		g = math.Min(gainMax, math.Max(gainMin, g))
-		c := j.Cost
-		if c <= 0 || math.IsInf(c, 0) || math.IsNaN(c) {
-			c = prior
-		}
 		gains[i] = g
-		shares[i] = c * g
+		shares[i] = costs[i] * g
 		total += shares[i]
 	}
 	for i := range shares {

@@ -28,6 +28,10 @@ type JobSpec struct {
 	Pre      dataset.Preprocess `json:"pre"`
 	Queries  int                `json:"queries"`   // number of queries (dataset length)
 	TaskSize int                `json:"task_size"` // queries per task, a multiple of Batch
+	// FLOPsPerQuery is the model's compute per query, measured by the coordinator when it
+	// accepts the job (0: unknown). The fair-time controller's cost prior until the job's
+	// cost is measured.
+	FLOPsPerQuery float64 `json:"flops_per_query,omitempty"`
 }
 
 // MaxTasks bounds the number of tasks of one job, and with it the journal's size.

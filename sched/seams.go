@@ -34,6 +34,9 @@ type Executor interface {
 	Probe(ctx context.Context, spec JobSpec) (queries int, err error)
 	// ProbeModel checks that an SDFS file is a model the kernel can run.
 	ProbeModel(ctx context.Context, name string) error
+	// FLOPsPerQuery returns the job's model's compute per query at the job's batch size,
+	// or 0 when it can't tell (the fair-time controller then falls back to other priors).
+	FLOPsPerQuery(ctx context.Context, spec JobSpec) float64
 	// Run computes the predictions for queries [from, to) in batches of spec.Batch and
 	// returns each batch's latency in microseconds.
 	Run(ctx context.Context, spec JobSpec, from, to int) ([]Prediction, []int64, error)
@@ -126,6 +129,7 @@ func (b *MemBlobs) List(_ context.Context, prefix string) ([]string, error) {
 type FakeExecutor struct {
 	Datasets map[string]int           // dataset name -> queries
 	Models   map[string]time.Duration // model name -> time per query
+	FLOPs    map[string]float64       // model name -> FLOPs per query (missing: unknown)
 	Fail     func(spec JobSpec, from int) error
 }
 
@@ -147,6 +151,11 @@ func (f *FakeExecutor) ProbeModel(_ context.Context, name string) error {
 		return fmt.Errorf("sched: model %q not found in SDFS", name)
 	}
 	return nil
+}
+
+// FLOPsPerQuery returns the model's entry in FLOPs (0 if none).
+func (f *FakeExecutor) FLOPsPerQuery(_ context.Context, spec JobSpec) float64 {
+	return f.FLOPs[spec.Model]
 }
 
 // Run sleeps PerQuery per query and returns FakePrediction for each.

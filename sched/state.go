@@ -2,6 +2,7 @@ package sched
 
 import (
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -117,6 +118,9 @@ func (s *State) Check(e *Entry) error {
 		}
 		if _, dup := s.Jobs[e.Job.Name]; dup {
 			return fmt.Errorf("sched: job name %q is already in use", e.Job.Name)
+		}
+		if f := e.Job.FLOPsPerQuery; f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
+			return fmt.Errorf("sched: journal: job %s has a bad FLOPs per query %v", e.Job.Name, f)
 		}
 		if n := e.Job.NumTasks(); n <= 0 || n > MaxTasks || e.Job.TaskSize%e.Job.Batch != 0 {
 			return fmt.Errorf("sched: journal: job %s has a bad task split (%d queries, %d per task)",

@@ -210,13 +210,14 @@ type Router struct {
 	peers       PeerSource
 	lim         Limits
 	TTL         time.Duration // directory refresh interval (2 s)
+	MissGap     time.Duration // least time between refreshes (50 ms)
 	CallTimeout time.Duration // bound on one http.models call (1 s)
 	now         func() time.Time
 
 	refreshMu sync.Mutex // one refresh at a time
 	mu        sync.Mutex // guards dir and at
 	dir       map[string]*dirEntry
-	at        time.Time
+	at        time.Time // when the refresh that built dir started
 	rr        atomic.Uint64
 }
 
@@ -227,20 +228,25 @@ type dirEntry struct {
 
 // NewRouter returns a router over the given peers.
 func NewRouter(c *rpc.Client, peers PeerSource, lim Limits) *Router {
-	return &Router{client: c, peers: peers, lim: lim, TTL: 2 * time.Second, CallTimeout: time.Second, now: time.Now, dir: map[string]*dirEntry{}}
+	return &Router{client: c, peers: peers, lim: lim, TTL: 2 * time.Second, MissGap: 50 * time.Millisecond, CallTimeout: time.Second, now: time.Now, dir: map[string]*dirEntry{}}
 }
 
-// lookup returns the model's directory entry, refreshing the directory when it is stale
-// or the model is missing from it (at most once per TTL/4 for misses).
+// lookup returns the model's directory entry. A fresh entry is used as it is; a stale one
+// after any newer refresh; a miss only after a refresh that started once the request had
+// arrived, so a model served a moment ago is found. Concurrent lookups share refreshes.
 func (r *Router) lookup(ctx context.Context, model string) (*dirEntry, error) {
+	now := r.now()
 	r.mu.Lock()
 	e, at := r.dir[model], r.at
 	r.mu.Unlock()
-	age := r.now().Sub(at)
-	if (e != nil && age < r.TTL) || (e == nil && age < r.TTL/4) {
+	if e != nil && now.Sub(at) < r.TTL {
 		return e, nil
 	}
-	if err := r.refresh(ctx, at); err != nil && e == nil {
+	after := at.Add(time.Nanosecond)
+	if e == nil {
+		after = now
+	}
+	if err := r.refresh(ctx, after); err != nil && e == nil {
 		return nil, err
 	}
 	r.mu.Lock()
@@ -248,16 +254,28 @@ func (r *Router) lookup(ctx context.Context, model string) (*dirEntry, error) {
 	return r.dir[model], nil
 }
 
-// refresh rebuilds the directory unless someone else did since seen.
-func (r *Router) refresh(ctx context.Context, seen time.Time) error {
+// refresh rebuilds the directory unless a refresh that started at or after `after` has
+// completed meanwhile. Refreshes start at least MissGap apart, so requests for unknown
+// models cannot make this node flood its peers.
+func (r *Router) refresh(ctx context.Context, after time.Time) error {
 	r.refreshMu.Lock()
 	defer r.refreshMu.Unlock()
 	r.mu.Lock()
-	done := r.at.After(seen)
+	last := r.at
 	r.mu.Unlock()
-	if done {
+	if !last.Before(after) {
 		return nil
 	}
+	if wait := last.Add(r.MissGap).Sub(r.now()); wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	start := r.now()
 	peers := r.peers.Peers()
 	type answer struct {
 		p      Peer
@@ -292,7 +310,7 @@ func (r *Router) refresh(ctx context.Context, seen time.Time) error {
 		}
 	}
 	r.mu.Lock()
-	r.dir, r.at = dir, r.now()
+	r.dir, r.at = dir, start
 	r.mu.Unlock()
 	if len(errs) == len(peers) && len(peers) > 0 {
 		return fmt.Errorf("httpapi: no peer answered: %s", strings.Join(errs, "; "))
@@ -332,7 +350,12 @@ func (r *Router) Metadata(ctx context.Context, model string) (ModelMetadata, boo
 
 // Models lists every model some peer serves, with the peers serving it.
 func (r *Router) Models(ctx context.Context) map[string][]string {
-	r.lookup(ctx, "")
+	r.mu.Lock()
+	at := r.at
+	r.mu.Unlock()
+	if r.now().Sub(at) >= r.TTL {
+		r.refresh(ctx, at.Add(time.Nanosecond))
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	m := map[string][]string{}

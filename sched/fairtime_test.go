@@ -1,0 +1,355 @@
+package sched
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"testing"
+	"time"
+
+	"idunno/rpc"
+)
+
+// TestFairSharesFLOPsPrior checks the cost prior from the models' FLOPs: before any cost
+// is measured, and for a new job next to measured ones, shares come within a few percent
+// of the true cost ratio (here cost = FLOPs × seconds per FLOP plus a small overhead).
+func TestFairSharesFLOPsPrior(t *testing.T) {
+	const spf = 2e-11
+	trueCost := func(flops float64) float64 { return flops*spf*1.02 + 1e-7 }
+	within := func(t *testing.T, shares []float64, flops []float64) {
+		t.Helper()
+		sum := 0.0
+		for _, f := range flops {
+			sum += trueCost(f)
+		}
+		for i, f := range flops {
+			want := trueCost(f) / sum
+			if math.Abs(shares[i]/want-1) > 0.03 {
+				t.Fatalf("job %d: share %.6g, fair share %.6g (%.1f%% off)", i, shares[i], want, 100*(shares[i]/want-1))
+			}
+		}
+	}
+	lenet, resnet, mid := 4.6e5, 8.2e9, 6e8
+	// Nothing measured: shares follow FLOPs, LeNet about 0.006% of worker time.
+	shares, _ := FairShares([]JobLoad{{Name: "lenet", FLOPs: lenet}, {Name: "resnet", FLOPs: resnet}})
+	within(t, shares, []float64{lenet, resnet})
+	// The expensive job is measured; the cheap one arrives.
+	shares, _ = FairShares([]JobLoad{{Name: "resnet", FLOPs: resnet, Cost: trueCost(resnet)}, {Name: "lenet", FLOPs: lenet}})
+	within(t, shares, []float64{resnet, lenet})
+	// Two measured, one new.
+	shares, _ = FairShares([]JobLoad{{Name: "resnet", FLOPs: resnet, Cost: trueCost(resnet)},
+		{Name: "mid", FLOPs: mid, Cost: trueCost(mid)}, {Name: "lenet", FLOPs: lenet}})
+	within(t, shares, []float64{resnet, mid, lenet})
+	// The mean-of-others rule is the fallback only where FLOPs are unknown: a measured job
+	// without FLOPs gives no seconds per FLOP, so the new job gets its cost.
+	shares, _ = FairShares([]JobLoad{{Name: "old", Cost: 0.004}, {Name: "new", FLOPs: lenet}})
+	if math.Abs(shares[0]-0.5) > 1e-9 {
+		t.Fatalf("fallback shares %v", shares)
+	}
+	// A job without FLOPs next to unmeasured jobs with FLOPs gets their mean prior.
+	c := CostEstimates([]JobLoad{{Name: "a", FLOPs: 1e9}, {Name: "b", FLOPs: 3e9}, {Name: "c"}})
+	if math.Abs(c[2]/c[0]-2) > 1e-9 || math.Abs(c[1]/c[0]-3) > 1e-9 {
+		t.Fatalf("estimates %v", c)
+	}
+	// Garbage never leaks into shares.
+	shares, _ = FairShares([]JobLoad{{Name: "a", FLOPs: math.NaN(), Cost: math.Inf(1)}, {Name: "b", FLOPs: -1}})
+	for _, s := range shares {
+		if !(s > 0 && s < 1) {
+			t.Fatalf("shares %v", shares)
+		}
+	}
+}
+
+// simWorker is one worker of the simulated cluster: it holds up to depth tasks (one
+// running), pulls whenever a task finishes and every PullEvery, like worker.go.
+type simWorker struct {
+	name     string
+	queue    []TaskOrder
+	running  *TaskOrder
+	start    time.Time
+	until    time.Time
+	done     []TaskReport
+	lastPull time.Time
+}
+
+type simCompletion struct {
+	at      time.Time
+	job     string
+	queries int
+}
+
+// fairSim drives a real coordinator (handlePull, the controller, leases, the journal) with
+// simulated workers on a fake clock: task durations are exactly the cost the test sets.
+type fairSim struct {
+	t       *testing.T
+	s       *Scheduler
+	now     time.Time
+	workers []*simWorker
+	cost    map[string]time.Duration // model -> true busy time per query
+	done    []simCompletion
+	depth   int
+	epoch   uint64
+	picks   map[string][]string // worker -> jobs in the order it started them
+}
+
+func newFairSim(t *testing.T, nWorkers int, exec *FakeExecutor) *fairSim {
+	f := &fairSim{t: t, now: time.Unix(1_000_000, 0), cost: exec.Models, picks: map[string][]string{}}
+	cfg := DefaultSchedConfig()
+	f.depth = cfg.Depth
+	cli := rpc.NewClient(testSecret)
+	t.Cleanup(func() { cli.Close() })
+	s, err := NewScheduler(Deps{Name: "coord", RPCAddr: "127.0.0.1:1", DataDir: t.TempDir(),
+		Membership: NewStaticMembership(), Blobs: NewMemBlobs(), Executor: exec, Client: cli,
+		Now: func() time.Time { return f.now }}, cfg, rpc.NewServer(testSecret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.mu.Lock(); s.journal.Close(); s.mu.Unlock() })
+	s.mu.Lock()
+	s.takeOver("simulation")
+	f.epoch = s.st.Epoch
+	s.mu.Unlock()
+	f.s = s
+	for i := 0; i < nWorkers; i++ {
+		f.workers = append(f.workers, &simWorker{name: fmt.Sprintf("w%d", i)})
+	}
+	if _, err := s.apiPhase(context.Background(), PhaseArgs{PhaseInference}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f *fairSim) add(spec JobSpec) JobAddReply {
+	r, err := f.s.apiJobAdd(context.Background(), spec)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return r
+}
+
+func (f *fairSim) pull(w *simWorker) {
+	held := len(w.queue)
+	var refs []TaskRef
+	for _, o := range w.queue {
+		refs = append(refs, TaskRef{o.Spec.Name, o.Task})
+	}
+	if w.running != nil {
+		held++
+		refs = append(refs, TaskRef{w.running.Spec.Name, w.running.Task})
+	}
+	r, _, err := f.s.handlePull(f.epoch, PullArgs{Worker: w.name, Want: f.depth - held, Held: refs, Done: w.done})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	acked := map[TaskRef]bool{}
+	for _, a := range r.Acked {
+		acked[a] = true
+	}
+	var left []TaskReport
+	for _, d := range w.done {
+		if acked[TaskRef{d.Job, d.Task}] {
+			f.done = append(f.done, simCompletion{f.now, d.Job, d.Queries})
+		} else {
+			left = append(left, d)
+		}
+	}
+	w.done = left
+	w.queue = append(w.queue, r.Orders...)
+	w.lastPull = f.now
+}
+
+// run advances the simulation to end, event by event.
+func (f *fairSim) run(end time.Time) {
+	every := f.s.cfg.PullEvery
+	for {
+		var next *simWorker
+		var at time.Time
+		for _, w := range f.workers {
+			e := w.lastPull.Add(every)
+			if w.running != nil && w.until.Before(e) {
+				e = w.until
+			}
+			if next == nil || e.Before(at) {
+				next, at = w, e
+			}
+		}
+		if at.After(end) {
+			f.now = end
+			return
+		}
+		if at.After(f.now) {
+			f.now = at
+		}
+		w := next
+		if w.running != nil && !w.until.After(f.now) {
+			o := w.running
+			from, to := o.Spec.TaskRange(o.Task)
+			w.done = append(w.done, TaskReport{Job: o.Spec.Name, Task: o.Task, Worker: w.name, Queries: to - from,
+				BusyNanos: w.until.Sub(w.start).Nanoseconds(), Epoch: o.Epoch, StartNanos: w.start.UnixNano()})
+			w.running = nil
+		}
+		f.pull(w)
+		if w.running == nil && len(w.queue) > 0 {
+			o := w.queue[0]
+			w.queue = w.queue[1:]
+			from, to := o.Spec.TaskRange(o.Task)
+			w.running, w.start = &o, f.now
+			w.until = f.now.Add(time.Duration(to-from) * f.cost[o.Spec.Model])
+			f.picks[w.name] = append(f.picks[w.name], o.Spec.Name)
+		}
+	}
+}
+
+// windowRates returns each job's completed queries per second in consecutive windows
+// starting at from.
+func (f *fairSim) windowRates(from time.Time, window time.Duration, n int) map[string][]float64 {
+	out := map[string][]float64{}
+	for _, c := range f.done {
+		i := int(c.at.Sub(from) / window)
+		if c.at.Before(from) || i >= n {
+			continue
+		}
+		if out[c.job] == nil {
+			out[c.job] = make([]float64, n)
+		}
+		out[c.job][i] += float64(c.queries) / window.Seconds()
+	}
+	return out
+}
+
+// TestFairTimeFromTheStart adds two jobs whose costs per query differ 1000:1 at the same
+// moment on a simulated 5-worker cluster and checks their completed-query rates are
+// within 10% of each other from the first rate window on — the prior from the models'
+// FLOPs gets the split right before anything is measured, and the cheap job's tiny share
+// is enforced (it never runs back to back on a worker it shares).
+func TestFairTimeFromTheStart(t *testing.T) {
+	exec := &FakeExecutor{
+		Datasets: map[string]int{"long": 100000},
+		Models:   map[string]time.Duration{"tiny.onnx": 20 * time.Microsecond, "huge.onnx": 20 * time.Millisecond},
+		// The fake's true costs are FLOPs × 2e-11 s, a little off for the tiny model
+		// (overhead the FLOPs don't count).
+		FLOPs: map[string]float64{"tiny.onnx": 0.95e6, "huge.onnx": 1e9},
+	}
+	f := newFairSim(t, 5, exec)
+	f.run(f.now.Add(time.Second)) // the workers ask for work, so the split spans all of them
+	t0 := f.now
+	rt := f.add(JobSpec{Name: "tiny", Model: "tiny.onnx", Data: "long", Batch: 10, TaskSize: 10})
+	rh := f.add(JobSpec{Name: "huge", Model: "huge.onnx", Data: "long", Batch: 5, TaskSize: 5})
+	t.Logf("split at add: %s then %s", rt.Split, rh.Split)
+	f.run(t0.Add(20 * time.Second))
+	const window = 2 * time.Second
+	rates := f.windowRates(t0, window, 10)
+	for i := range rates["huge"] {
+		a, b := rates["tiny"][i], rates["huge"][i]
+		spread := math.Abs(a-b) / math.Min(a, b)
+		t.Logf("window %2d: tiny %6.1f q/s, huge %6.1f q/s (%.1f%% apart)", i, a, b, 100*spread)
+		if !(spread <= 0.10) {
+			t.Errorf("window %d: rates %.1f and %.1f are %.1f%% apart", i, a, b, 100*spread)
+		}
+	}
+	// The tiny job's share is enforced: on a worker it shares, it never starts many tasks
+	// in a row (each takes 0.2 ms; its weight there lets one through per ~40 ms of the other).
+	for w, ps := range f.picks {
+		run := 0
+		for i, p := range ps {
+			if p == "tiny" && i > 0 && ps[i-1] == "tiny" {
+				run++
+			} else {
+				run = 0
+			}
+			if run > 3 {
+				t.Fatalf("worker %s ran tiny tasks back to back: %v", w, ps[max(0, i-10):i+1])
+			}
+		}
+	}
+	s := f.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sum := s.summary("huge", f.now)
+	if sum.FirstQueryMS < 0 || sum.FirstQueryMS > 500 {
+		t.Fatalf("first query of the second job after %.0f ms", sum.FirstQueryMS)
+	}
+	if got := s.st.Jobs["tiny"].Spec.FLOPsPerQuery; got != 0.95e6 {
+		t.Fatalf("FLOPs per query not recorded in the journaled spec: %v", got)
+	}
+}
+
+// TestPickJobNoBankedCredit checks that a job that had nothing pending for a while (or is
+// new to a worker) does not then run back to back on credit banked while it was absent.
+func TestPickJobNoBankedCredit(t *testing.T) {
+	exec := &FakeExecutor{Datasets: map[string]int{"d": 100000},
+		Models: map[string]time.Duration{"a.onnx": time.Millisecond, "b.onnx": time.Millisecond}}
+	f := newFairSim(t, 1, exec)
+	f.add(JobSpec{Name: "a", Model: "a.onnx", Data: "d", Batch: 10, TaskSize: 10})
+	f.run(f.now.Add(5 * time.Second)) // a alone: its virtual time grows
+	f.add(JobSpec{Name: "b", Model: "b.onnx", Data: "d", Batch: 10, TaskSize: 10})
+	start := len(f.picks["w0"])
+	f.run(f.now.Add(2 * time.Second))
+	ps := f.picks["w0"][start:]
+	n := map[string]int{}
+	for _, p := range ps {
+		n[p]++
+	}
+	if len(ps) < 50 || math.Abs(float64(n["a"]-n["b"])) > 0.1*float64(len(ps)) {
+		t.Fatalf("after b arrived, w0 ran %v (want about half each)", n)
+	}
+	// Deterministic order check: never more than a few of one job in a row.
+	keys := make([]string, 0, len(n))
+	for k := range n {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	run := 1
+	for i := 1; i < len(ps); i++ {
+		if ps[i] == ps[i-1] {
+			run++
+		} else {
+			run = 1
+		}
+		if run > 3 {
+			t.Fatalf("%d tasks of %s in a row: %v", run, ps[i], ps)
+		}
+	}
+}
+
+// TestIdleWorkersKeepFairTime: once every remaining task of the expensive job is leased,
+// its workers wait for it instead of running the cheap job at full speed, so the cheap
+// job is not finished ahead of the expensive one by "idle help".
+func TestIdleWorkersKeepFairTime(t *testing.T) {
+	exec := &FakeExecutor{
+		Datasets: map[string]int{"long": 100000, "short": 60},
+		Models:   map[string]time.Duration{"tiny.onnx": 20 * time.Microsecond, "huge.onnx": 20 * time.Millisecond},
+		FLOPs:    map[string]float64{"tiny.onnx": 1e6, "huge.onnx": 1e9},
+	}
+	f := newFairSim(t, 5, exec)
+	f.run(f.now.Add(time.Second))
+	t0 := f.now
+	f.add(JobSpec{Name: "tiny", Model: "tiny.onnx", Data: "long", Batch: 10, TaskSize: 10})
+	f.add(JobSpec{Name: "huge", Model: "huge.onnx", Data: "short", Batch: 5, TaskSize: 5})
+	f.run(t0.Add(2 * time.Second))
+	var hugeEnd time.Time
+	hugeN := 0
+	for _, c := range f.done {
+		if c.job == "huge" {
+			hugeEnd, hugeN = c.at, hugeN+c.queries
+		}
+	}
+	if hugeN != 60 {
+		t.Fatalf("huge did %d of 60 queries", hugeN)
+	}
+	tinyN := 0
+	for _, c := range f.done {
+		if c.job == "tiny" && !c.at.After(hugeEnd) {
+			tinyN += c.queries
+		}
+	}
+	t.Logf("by the time huge finished (%v), tiny did %d queries", hugeEnd.Sub(t0), tinyN)
+	if tinyN > hugeN+20 {
+		t.Fatalf("tiny did %d queries while huge did %d: idle workers ran it past its share", tinyN, hugeN)
+	}
+	// Once huge is done, tiny gets the whole cluster.
+	if n := len(f.done); f.done[n-1].job != "tiny" {
+		t.Fatal("tiny stopped after huge finished")
+	}
+}
