@@ -316,6 +316,22 @@ func (s *Scheduler) control(now time.Time) {
 	co.assign = AssignWorkers(co.workers, jobs, shares)
 }
 
+// costPrior is the cost per query the controller would assume for a job about to be added
+// (0 when this node does not coordinate). Called with s.mu held.
+func (s *Scheduler) costPrior(spec JobSpec) float64 {
+	if s.co == nil {
+		return 0
+	}
+	var loads []JobLoad
+	for _, n := range s.running() {
+		if st := s.co.stats[n]; st != nil {
+			loads = append(loads, JobLoad{Name: n, Cost: st.cost, FLOPs: s.st.Jobs[n].Spec.FLOPsPerQuery})
+		}
+	}
+	loads = append(loads, JobLoad{Name: spec.Name, FLOPs: spec.FLOPsPerQuery})
+	return CostEstimates(loads)[len(loads)-1]
+}
+
 // splitString renders the current shares, e.g. "a=0.25 b=0.75".
 func (s *Scheduler) splitString() string {
 	var parts []string

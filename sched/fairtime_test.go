@@ -353,3 +353,21 @@ func TestIdleWorkersKeepFairTime(t *testing.T) {
 		t.Fatal("tiny stopped after huge finished")
 	}
 }
+
+// TestExpensiveJobGetsShortTasks: a job whose cost prior says a task of the usual size
+// would run long gets tasks of about TaskSeconds (whole batches), so its cost is measured
+// soon and jobs sharing a worker interleave finely; a cheap job keeps the usual size.
+func TestExpensiveJobGetsShortTasks(t *testing.T) {
+	exec := &FakeExecutor{Datasets: map[string]int{"d": 10000},
+		Models: map[string]time.Duration{"tiny.onnx": 0, "huge.onnx": 0, "plain.onnx": 0},
+		FLOPs:  map[string]float64{"tiny.onnx": 1e6, "huge.onnx": 1e10}}
+	f := newFairSim(t, 2, exec)
+	tiny := f.add(JobSpec{Name: "tiny", Model: "tiny.onnx", Data: "d", Batch: 8})
+	huge := f.add(JobSpec{Name: "huge", Model: "huge.onnx", Data: "d", Batch: 4})
+	plain := f.add(JobSpec{Name: "plain", Model: "plain.onnx", Data: "d", Batch: 8})
+	// Nothing measured: 1e10 FLOPs at the default 1e-11 s per FLOP is 0.1 s per query,
+	// so a 1 s task is 10 queries, rounded down to whole batches of 4.
+	if tiny.TaskSize != 64 || huge.TaskSize != 8 || plain.TaskSize != 64 {
+		t.Fatalf("task sizes tiny %d, huge %d, plain %d", tiny.TaskSize, huge.TaskSize, plain.TaskSize)
+	}
+}
