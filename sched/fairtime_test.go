@@ -371,3 +371,18 @@ func TestExpensiveJobGetsShortTasks(t *testing.T) {
 		t.Fatalf("task sizes tiny %d, huge %d, plain %d", tiny.TaskSize, huge.TaskSize, plain.TaskSize)
 	}
 }
+
+// TestJobStatsCostSkipsOneOffLoad: a fresh worker's first task pays for loading the model;
+// the cost per query the controller uses is its batches' time, not the load.
+func TestJobStatsCostSkipsOneOffLoad(t *testing.T) {
+	s := NewJobStats()
+	now := time.Unix(100, 0)
+	s.Record(TaskReport{Queries: 8, BusyNanos: 3e9, BatchUS: []int64{200_000, 200_000}}, 4, now)
+	if math.Abs(s.cost-0.05) > 1e-9 { // 0.4 s of batches for 8 queries
+		t.Fatalf("cost after a loading task %v, want 0.05", s.cost)
+	}
+	s.Record(TaskReport{Queries: 8, BusyNanos: 0.5e9, BatchUS: []int64{200_000, 200_000}}, 4, now)
+	if want := 0.7*0.05 + 0.3*0.0625; math.Abs(s.cost-want) > 1e-9 { // the rest of a task's time counts
+		t.Fatalf("cost %v, want %v", s.cost, want)
+	}
+}

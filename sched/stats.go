@@ -39,6 +39,10 @@ type rateEvent struct {
 
 const maxRateEvents = 1 << 14
 
+// oneOffSeconds: a task that spent longer than this outside its batches (and most of its
+// time) paid a one-off load; see Record.
+const oneOffSeconds = 0.02
+
 // NewJobStats returns empty stats.
 func NewJobStats() *JobStats {
 	return &JobStats{hist: hdrhistogram.New(1, 3600_000_000, 3)}
@@ -57,7 +61,20 @@ func (s *JobStats) Record(r TaskReport, batch int, now time.Time) {
 	}
 	s.events = append(s.events, rateEvent{now, r.Queries})
 	if r.Queries > 0 && r.BusyNanos > 0 {
-		c := float64(r.BusyNanos) / 1e9 / float64(r.Queries)
+		busy := float64(r.BusyNanos) / 1e9
+		// A task whose batches took under half its time, and that spent over oneOffSeconds
+		// outside them, paid a one-off (a fresh worker
+		// loading the model and the dataset) that later tasks won't: its cost per query
+		// is its batches' time, or the first measurement would overstate the cost for
+		// many control periods.
+		var batches float64
+		for _, us := range r.BatchUS {
+			batches += float64(us) / 1e6
+		}
+		if batches > 0 && batches < busy/2 && busy-batches > oneOffSeconds {
+			busy = batches
+		}
+		c := busy / float64(r.Queries)
 		if s.cost == 0 {
 			s.cost = c
 		} else {
