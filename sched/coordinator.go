@@ -556,7 +556,13 @@ func (s *Scheduler) recordDone(d TaskReport, now time.Time) error {
 	}
 	co.tasks.Complete(d.Job, d.Task)
 	k := taskKey{d.Job, d.Task}
-	s.charge(d.Worker, d.Job, float64(d.BusyNanos)/1e9-co.leaseCost[k])
+	busy := float64(d.BusyNanos) / 1e9
+	if est := co.leaseCost[k]; est > 0 {
+		// One task stalled by something outside the job (a paused process, a busy
+		// machine) must not cost a small-weight job many seconds of its turn.
+		busy = min(busy, outlierFactor*est)
+	}
+	s.charge(d.Worker, d.Job, busy-co.leaseCost[k])
 	delete(co.leaseCost, k)
 	st := co.stats[d.Job]
 	measured := st.cost > 0

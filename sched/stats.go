@@ -39,6 +39,10 @@ type rateEvent struct {
 
 const maxRateEvents = 1 << 14
 
+// outlierFactor bounds how far one task's measurement moves a job's cost, and what a task
+// is charged against the worker's weights relative to the cost assumed when it was leased.
+const outlierFactor = 4
+
 // oneOffSeconds: a task that spent longer than this outside its batches (and most of its
 // time) paid a one-off load; see Record.
 const oneOffSeconds = 0.02
@@ -78,6 +82,7 @@ func (s *JobStats) Record(r TaskReport, batch int, now time.Time) {
 		if s.cost == 0 {
 			s.cost = c
 		} else {
+			c = min(max(c, s.cost/outlierFactor), s.cost*outlierFactor) // one stalled task is not a new cost
 			s.cost = 0.7*s.cost + 0.3*c
 		}
 	}
