@@ -6,41 +6,24 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"idunno/client/localcluster"
 )
 
-var (
-	sdfsBinOnce sync.Once
-	sdfsBin     string
-	sdfsBinErr  error
-)
-
-// plainBin returns $IDUNNO_BIN or builds the binary once (no kernel library needed).
+// plainBin returns $IDUNNO_BIN or builds the binary into the test's temporary directory
+// (no kernel library needed).
 func plainBin(t *testing.T) string {
-	sdfsBinOnce.Do(func() {
-		if sdfsBin = os.Getenv("IDUNNO_BIN"); sdfsBin != "" {
-			return
-		}
-		dir, err := os.MkdirTemp("", "idunno-sdfs-cli")
-		if err != nil {
-			sdfsBinErr = err
-			return
-		}
-		sdfsBin = filepath.Join(dir, "idunno")
-		cmd := exec.Command("go", "build", "-o", sdfsBin, ".")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			sdfsBinErr = err
-			t.Logf("%s", out)
-		}
-	})
-	if sdfsBinErr != nil {
-		t.Fatal(sdfsBinErr)
+	if b := os.Getenv("IDUNNO_BIN"); b != "" {
+		return b
 	}
-	return sdfsBin
+	bin := filepath.Join(t.TempDir(), "idunno")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build idunno: %v\n%s", err, out)
+	}
+	return bin
 }
 
 // TestSDFSCommands runs the SDFS commands as a user would, against a 5-node local cluster.

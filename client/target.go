@@ -30,7 +30,7 @@ type target struct {
 func addTargetFlags(fs *flag.FlagSet) *target {
 	t := &target{}
 	fs.StringVar(&t.cluster, "cluster", os.Getenv("IDUNNO_CLUSTER"), "local cluster directory (default $IDUNNO_CLUSTER)")
-	fs.StringVar(&t.at, "at", "", "RPC address HOST:PORT of a node (secret from IDUNNO_SECRET)")
+	fs.StringVar(&t.at, "at", os.Getenv("IDUNNO_AT"), "RPC address HOST:PORT of a node (default $IDUNNO_AT; secret from IDUNNO_SECRET)")
 	return t
 }
 

@@ -207,12 +207,21 @@ func (m *Model) Run(inputs []*onnx.Tensor) ([]*onnx.Tensor, error) {
 			shapes[name] = append([]int64(nil), t.Dims...)
 		}
 	}
-	e, err := m.planFor(shapes, consts)
-	if err != nil {
-		return nil, err
+	for {
+		e, err := m.planFor(shapes, consts)
+		if err != nil {
+			return nil, err
+		}
+		outs, err := e.run(inputs, m.inputs)
+		if err == errEvicted {
+			continue // another shape pushed this plan out of the cache: build it again
+		}
+		return outs, err
 	}
-	return e.run(inputs, m.inputs)
 }
+
+// errEvicted reports a run on a plan that was dropped from the cache meanwhile.
+var errEvicted = fmt.Errorf("kernel: plan evicted")
 
 func (m *Model) checkInput(i int, t *onnx.Tensor) error {
 	decl := m.inputs[i]
@@ -306,7 +315,7 @@ func (e *planEntry) run(inputs []*onnx.Tensor, decl []onnx.ValueInfo) ([]*onnx.T
 	e.mu.Lock()
 	if e.dead {
 		e.mu.Unlock()
-		return nil, fmt.Errorf("kernel: model is closed")
+		return nil, errEvicted
 	}
 	st := idkPlanRun(p.h, &inPtrs[0], &outPtrs[0])
 	var msg string

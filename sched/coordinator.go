@@ -7,6 +7,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -610,24 +611,46 @@ func (s *Scheduler) assemble(epoch uint64, spec JobSpec) {
 }
 
 func (s *Scheduler) writeResult(spec JobSpec) error {
+	n := spec.NumTasks()
+	parts := make([][]byte, n)
+	errs := make([]error, n)
+	sem := make(chan struct{}, assembleParallel)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer func() { <-sem; wg.Done() }()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			b, err := s.blobs.Get(ctx, TaskResultName(spec.Name, i))
+			if err != nil {
+				errs[i] = fmt.Errorf("read task %d: %w", i, err)
+				return
+			}
+			if f, t := spec.TaskRange(i); bytes.Count(b, []byte{'\n'}) != t-f {
+				errs[i] = fmt.Errorf("task %d result has %d lines, want %d", i, bytes.Count(b, []byte{'\n'}), t-f)
+				return
+			}
+			parts[i] = b
+		}(i)
+	}
+	wg.Wait()
 	var buf bytes.Buffer
 	buf.WriteString(ResultHeader)
-	for i := 0; i < spec.NumTasks(); i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		b, err := s.blobs.Get(ctx, TaskResultName(spec.Name, i))
-		cancel()
-		if err != nil {
-			return fmt.Errorf("read task %d: %w", i, err)
+	for i := range parts {
+		if errs[i] != nil {
+			return errs[i]
 		}
-		if f, t := spec.TaskRange(i); bytes.Count(b, []byte{'\n'}) != t-f {
-			return fmt.Errorf("task %d result has %d lines, want %d", i, bytes.Count(b, []byte{'\n'}), t-f)
-		}
-		buf.Write(b)
+		buf.Write(parts[i])
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	return s.blobs.Put(ctx, JobResultName(spec.Name), buf.Bytes())
 }
+
+// assembleParallel bounds the task results read at once while assembling a job's result.
+const assembleParallel = 16
 
 // sortedKeys returns a map's keys in order.
 func sortedKeys[V any](m map[string]V) []string {

@@ -38,7 +38,7 @@ func DefaultSchedConfig() SchedConfig {
 		Tick:             50 * time.Millisecond,
 		TakeoverGrace:    2 * time.Second,
 		PullEvery:        200 * time.Millisecond,
-		Depth:            2,
+		Depth:            3,
 		MaxBuffered:      1024,
 		ControlEvery:     time.Second,
 		RateWindow:       5 * time.Second,

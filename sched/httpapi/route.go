@@ -17,9 +17,10 @@ import (
 
 // RPC methods of the HTTP subsystem.
 const (
-	MethodInfer  = "http.infer"  // run a model this node serves (no further forwarding)
-	MethodModels = "http.models" // the models this node serves, with metadata
-	MethodServe  = "http.serve"  // load a model from SDFS and serve it
+	MethodInfer   = "http.infer"   // run a model this node serves (no further forwarding)
+	MethodModels  = "http.models"  // the models this node serves, with metadata
+	MethodServe   = "http.serve"   // load a model from SDFS and serve it
+	MethodUnserve = "http.unserve" // stop serving a model
 )
 
 // Peer is another node that may serve models.
@@ -126,13 +127,26 @@ type ServeRequest struct {
 	SDFSName string `json:"sdfs_name"`
 }
 
-// RegisterRPC registers this node's http.* methods. load may be nil (http.serve then fails).
+// RegisterRPC registers this node's http.* methods without a loader (http.serve fails).
 func RegisterRPC(srv *rpc.Server, local *LocalModels, lim Limits) {
-	RegisterRPCWithLoader(srv, local, lim, nil)
+	RegisterRPCWithLoader(srv, local, lim, nil, nil)
 }
 
-// RegisterRPCWithLoader is RegisterRPC with a loader for http.serve.
-func RegisterRPCWithLoader(srv *rpc.Server, local *LocalModels, lim Limits, load Loader) {
+// RegisterRPCWithLoader is RegisterRPC with a loader for http.serve and an unloader for
+// http.unserve (called after the model stopped serving; either may be nil).
+func RegisterRPCWithLoader(srv *rpc.Server, local *LocalModels, lim Limits, load Loader, unload func(name string) error) {
+	rpc.HandleJSON(srv, MethodUnserve, func(ctx context.Context, a struct {
+		Name string `json:"name"`
+	}) (struct{}, error) {
+		if _, ok := local.Metadata(a.Name); !ok {
+			return struct{}{}, fmt.Errorf("httpapi: this node does not serve %q", a.Name)
+		}
+		local.Unserve(a.Name)
+		if unload != nil {
+			return struct{}{}, unload(a.Name)
+		}
+		return struct{}{}, nil
+	})
 	rpc.HandleJSON(srv, MethodModels, func(ctx context.Context, _ struct{}) ([]RemoteModel, error) {
 		var r []RemoteModel
 		for _, m := range local.Served() {
@@ -210,13 +224,14 @@ type Router struct {
 	peers       PeerSource
 	lim         Limits
 	TTL         time.Duration // directory refresh interval (2 s)
+	MissGap     time.Duration // least time between refreshes (50 ms)
 	CallTimeout time.Duration // bound on one http.models call (1 s)
 	now         func() time.Time
 
 	refreshMu sync.Mutex // one refresh at a time
 	mu        sync.Mutex // guards dir and at
 	dir       map[string]*dirEntry
-	at        time.Time
+	at        time.Time // when the refresh that built dir started
 	rr        atomic.Uint64
 }
 
@@ -227,20 +242,25 @@ type dirEntry struct {
 
 // NewRouter returns a router over the given peers.
 func NewRouter(c *rpc.Client, peers PeerSource, lim Limits) *Router {
-	return &Router{client: c, peers: peers, lim: lim, TTL: 2 * time.Second, CallTimeout: time.Second, now: time.Now, dir: map[string]*dirEntry{}}
+	return &Router{client: c, peers: peers, lim: lim, TTL: 2 * time.Second, MissGap: 50 * time.Millisecond, CallTimeout: time.Second, now: time.Now, dir: map[string]*dirEntry{}}
 }
 
-// lookup returns the model's directory entry, refreshing the directory when it is stale
-// or the model is missing from it (at most once per TTL/4 for misses).
+// lookup returns the model's directory entry. A fresh entry is used as it is; a stale one
+// after any newer refresh; a miss only after a refresh that started once the request had
+// arrived, so a model served a moment ago is found. Concurrent lookups share refreshes.
 func (r *Router) lookup(ctx context.Context, model string) (*dirEntry, error) {
+	now := r.now()
 	r.mu.Lock()
 	e, at := r.dir[model], r.at
 	r.mu.Unlock()
-	age := r.now().Sub(at)
-	if (e != nil && age < r.TTL) || (e == nil && age < r.TTL/4) {
+	if e != nil && now.Sub(at) < r.TTL {
 		return e, nil
 	}
-	if err := r.refresh(ctx, at); err != nil && e == nil {
+	after := at.Add(time.Nanosecond)
+	if e == nil {
+		after = now
+	}
+	if err := r.refresh(ctx, after); err != nil && e == nil {
 		return nil, err
 	}
 	r.mu.Lock()
@@ -248,16 +268,28 @@ func (r *Router) lookup(ctx context.Context, model string) (*dirEntry, error) {
 	return r.dir[model], nil
 }
 
-// refresh rebuilds the directory unless someone else did since seen.
-func (r *Router) refresh(ctx context.Context, seen time.Time) error {
+// refresh rebuilds the directory unless a refresh that started at or after `after` has
+// completed meanwhile. Refreshes start at least MissGap apart, so requests for unknown
+// models cannot make this node flood its peers.
+func (r *Router) refresh(ctx context.Context, after time.Time) error {
 	r.refreshMu.Lock()
 	defer r.refreshMu.Unlock()
 	r.mu.Lock()
-	done := r.at.After(seen)
+	last := r.at
 	r.mu.Unlock()
-	if done {
+	if !last.Before(after) {
 		return nil
 	}
+	if wait := last.Add(r.MissGap).Sub(r.now()); wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	start := r.now()
 	peers := r.peers.Peers()
 	type answer struct {
 		p      Peer
@@ -292,7 +324,7 @@ func (r *Router) refresh(ctx context.Context, seen time.Time) error {
 		}
 	}
 	r.mu.Lock()
-	r.dir, r.at = dir, r.now()
+	r.dir, r.at = dir, start
 	r.mu.Unlock()
 	if len(errs) == len(peers) && len(peers) > 0 {
 		return fmt.Errorf("httpapi: no peer answered: %s", strings.Join(errs, "; "))
@@ -332,7 +364,12 @@ func (r *Router) Metadata(ctx context.Context, model string) (ModelMetadata, boo
 
 // Models lists every model some peer serves, with the peers serving it.
 func (r *Router) Models(ctx context.Context) map[string][]string {
-	r.lookup(ctx, "")
+	r.mu.Lock()
+	at := r.at
+	r.mu.Unlock()
+	if r.now().Sub(at) >= r.TTL {
+		r.refresh(ctx, at.Add(time.Nanosecond))
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	m := map[string][]string{}
@@ -352,15 +389,15 @@ func (r *Router) Infer(ctx context.Context, model string, in []*onnx.Tensor) ([]
 	if err != nil {
 		return nil, fmt.Errorf("httpapi: encode forward: %w", err)
 	}
-	var lastErr error
+	var unreachable error // the last transport failure, if a peer could not be reached
 	for attempt := 0; attempt < 3; attempt++ {
 		e, err := r.lookup(ctx, model)
 		if err != nil {
 			return nil, err
 		}
 		if e == nil || len(e.peers) == 0 {
-			if lastErr != nil {
-				return nil, lastErr
+			if unreachable != nil {
+				return nil, unreachable
 			}
 			return nil, fmt.Errorf("%w %q", ErrUnknownModel, model)
 		}
@@ -370,7 +407,7 @@ func (r *Router) Infer(ctx context.Context, model string, in []*onnx.Tensor) ([]
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("httpapi: forward to %s: %w", p.Name, ctx.Err())
 			}
-			lastErr = fmt.Errorf("httpapi: forward to %s: %w", p.Name, err)
+			unreachable = &remoteError{code: 502, msg: fmt.Sprintf("httpapi: forward to %s: %v", p.Name, err)}
 			r.forget(model, p)
 			continue
 		}
@@ -378,8 +415,7 @@ func (r *Router) Infer(ctx context.Context, model string, in []*onnx.Tensor) ([]
 		if err := json.Unmarshal(resp.Args, &rep); err != nil {
 			return nil, fmt.Errorf("httpapi: bad reply from %s: %w", p.Name, err)
 		}
-		if rep.Code == 421 {
-			lastErr = fmt.Errorf("httpapi: %s no longer serves %q", p.Name, model)
+		if rep.Code == 421 { // the peer stopped serving it: ask the others
 			r.forget(model, p)
 			continue
 		}
@@ -388,7 +424,18 @@ func (r *Router) Infer(ctx context.Context, model string, in []*onnx.Tensor) ([]
 		}
 		return decodeTensors(rep.Outputs, resp.Body, Limits{MaxElements: math.MaxInt32, MaxBodyBytes: rpc.MaxBody})
 	}
-	return nil, lastErr
+	if unreachable != nil {
+		return nil, unreachable
+	}
+	return nil, &remoteError{code: 503, msg: fmt.Sprintf("httpapi: no node could run %q after 3 tries", model)}
+}
+
+// Unserve asks the given node to stop serving a model.
+func Unserve(ctx context.Context, c *rpc.Client, addr, name string) error {
+	if err := c.CallJSON(ctx, addr, MethodUnserve, map[string]string{"name": name}, nil); err != nil {
+		return fmt.Errorf("httpapi: unserve %s at %s: %w", name, addr, err)
+	}
+	return nil
 }
 
 // Serve asks the given node to load a model from SDFS and serve it.

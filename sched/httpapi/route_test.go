@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,6 +63,7 @@ func startFrontNode(t *testing.T, peers ...Peer) (string, *Router) {
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ln) }()
 	t.Cleanup(func() {
+		httpClient.CloseIdleConnections() // Shutdown waits for open connections
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		s.Shutdown(ctx)
@@ -120,7 +123,7 @@ func TestRoutingSurvivesAServingNodeGoingAway(t *testing.T) {
 	}
 	c.local.Unserve("double") // nobody serves it any more: the caller learns so
 	code, _, body := infer(t, url, "double", doubleReq)
-	if code < 400 || !strings.Contains(body, "error") {
+	if code != 404 || !strings.Contains(body, "unknown model") {
 		t.Fatalf("request with no serving node: %d %s", code, body)
 	}
 }
@@ -158,15 +161,38 @@ func TestRoutingFindsAModelServedLater(t *testing.T) {
 	if err := b.local.Serve(ServedModel{Name: "double"}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second) // a miss is remembered for a quarter of the TTL
-	for {
-		code, _, body := infer(t, url, "double", doubleReq)
-		if code == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("model served on B never found: %d %s", code, body)
-		}
-		time.Sleep(50 * time.Millisecond)
+	// A miss always asks the peers again (the model may have just been served).
+	if code, _, body := infer(t, url, "double", doubleReq); code != 200 {
+		t.Fatalf("model served on B a moment ago: %d %s", code, body)
+	}
+}
+
+func TestUnknownModelStormIsBounded(t *testing.T) {
+	var calls atomic.Int64
+	srv := rpc.NewServer([]byte(testSecret))
+	rpc.HandleJSON(srv, MethodModels, func(ctx context.Context, _ struct{}) ([]RemoteModel, error) {
+		calls.Add(1)
+		return nil, nil
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	url, _ := startFrontNode(t, Peer{Name: "counter", RPCAddr: ln.Addr().String()})
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Go(func() {
+			if code, _, body := infer(t, url, fmt.Sprintf("nope%d", i), doubleReq); code != 404 {
+				t.Errorf("unknown model: %d %s", code, body)
+			}
+		})
+	}
+	wg.Wait()
+	// Refreshes are shared and at least 50 ms apart.
+	if n, limit := calls.Load(), int64(time.Since(start)/(50*time.Millisecond))+2; n > limit {
+		t.Fatalf("40 requests for unknown models made %d directory calls in %v (limit %d)", n, time.Since(start), limit)
 	}
 }

@@ -81,6 +81,7 @@ func startServer(t *testing.T, cfg Config, batch BatchConfig) *testServer {
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ln) }()
 	t.Cleanup(func() {
+		httpClient.CloseIdleConnections() // Shutdown waits for open connections
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		s.Shutdown(ctx)

@@ -215,6 +215,13 @@ func serveRouteRestart(t *testing.T, c *localcluster.Cluster, dir string, httpAd
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
+	// Unserved, it is gone from every node's view at once.
+	if out := cli(t, dir, "unserve", "lenet5"); !strings.Contains(out, "node2 no longer serves lenet5") {
+		t.Fatalf("unserve said %q", out)
+	}
+	if code, b, err := post(httpAddr["node1"]+"/v2/models/lenet5/infer", body); err != nil || code != 404 {
+		t.Fatalf("request after unserve: %d %s %v", code, b, err)
+	}
 }
 
 // jobStats is `idunno job stats J --json`.
@@ -303,8 +310,6 @@ func workers(s jobStats) string {
 	return strings.Join(names, ", ")
 }
 
-func near(a, b float64) bool { return math.Abs(a-b) <= 0.0051 } // shown with 2 decimals
-
 func dashboardMatchesJobStats(t *testing.T, dir, dashURL string) {
 	cli(t, dir, "train", "start")
 	cli(t, dir, "train", "add", "--name", "lenet", "--model", "zoo:lenet5")
@@ -361,16 +366,17 @@ func dashboardMatchesJobStats(t *testing.T, dir, dashURL string) {
 		if w := s["workers"]; w != workers(b) && w != workers(a) { // shares may move between snapshots
 			t.Errorf("%s: workers shown %q, job stats %q before and %q after", job, w, workers(b), workers(a))
 		}
-		if b.Done != a.Done { // still running: figures move between the snapshots
-			continue
-		}
-		if !near(num(t, s["rate"]), a.Rate10s) {
-			t.Errorf("%s: rate shown %s, job stats %v", job, s["rate"], a.Rate10s)
-		}
-		for _, k := range []string{"mean", "stddev", "p50", "p90", "p95", "p99"} {
-			if !near(num(t, s[k]), a.LatencyMs[k]) {
-				t.Errorf("%s: %s shown %s, job stats %v", job, k, s[k], a.LatencyMs[k])
+		// Each figure shown must lie between the two snapshots (equal to both once a job
+		// has finished and its 10 s rate window has passed).
+		within := func(what string, shown string, x, y float64) {
+			v := num(t, shown)
+			if v < math.Min(x, y)-0.0051 || v > math.Max(x, y)+0.0051 {
+				t.Errorf("%s: %s shown %s, job stats %v before and %v after", job, what, shown, x, y)
 			}
+		}
+		within("rate", s["rate"], b.Rate10s, a.Rate10s)
+		for _, k := range []string{"mean", "stddev", "p50", "p90", "p95", "p99"} {
+			within(k, s[k], b.LatencyMs[k], a.LatencyMs[k])
 		}
 	}
 	if len(after["slow"].Workers) == 0 && after["slow"].Done < after["slow"].Total {

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+func init() {
+	register("shell", "shell [--cluster DIR | --at HOST:PORT]",
+		"interactive shell: type any idunno command without the leading idunno (help, exit)", runShell)
+}
+
+// runShell reads command lines and runs each as `idunno LINE`. Flags given to the shell
+// itself (--cluster DIR, --at HOST:PORT) become the target of every command through the
+// environment, the same defaults the one-shot commands read.
+func runShell(args []string) error {
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case (a == "--cluster" || a == "-cluster") && i+1 < len(args):
+			os.Setenv("IDUNNO_CLUSTER", args[i+1])
+			i++
+		case strings.HasPrefix(a, "--cluster="):
+			os.Setenv("IDUNNO_CLUSTER", strings.TrimPrefix(a, "--cluster="))
+		case (a == "--at" || a == "-at") && i+1 < len(args):
+			os.Setenv("IDUNNO_AT", args[i+1])
+			i++
+		default:
+			return fmt.Errorf("usage: idunno shell [--cluster DIR | --at HOST:PORT]")
+		}
+	}
+	return shellLoop(os.Stdin, os.Stdout)
+}
+
+func shellLoop(in io.Reader, out io.Writer) error {
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for {
+		fmt.Fprint(out, "idunno> ")
+		if !sc.Scan() {
+			fmt.Fprintln(out)
+			return sc.Err()
+		}
+		words, err := splitWords(sc.Text())
+		if err != nil {
+			fmt.Fprintln(out, "idunno:", err)
+			continue
+		}
+		if len(words) == 0 {
+			continue
+		}
+		switch words[0] {
+		case "exit", "quit":
+			return nil
+		case "shell":
+			fmt.Fprintln(out, "idunno: already in the shell")
+			continue
+		case "node":
+			fmt.Fprintln(out, "idunno: run nodes with `idunno node` outside the shell")
+			continue
+		}
+		dispatch(words) // errors are printed by dispatch; the shell goes on
+	}
+}
+
+// splitWords splits a line into words, honouring single and double quotes and backslashes.
+func splitWords(line string) ([]string, error) {
+	var words []string
+	var cur strings.Builder
+	inWord, quote := false, rune(0)
+	escaped := false
+	for _, r := range line {
+		switch {
+		case escaped:
+			cur.WriteRune(r)
+			escaped = false
+		case r == '\\' && quote != '\'':
+			escaped, inWord = true, true
+		case quote != 0:
+			if r == quote {
+				quote = 0
+			} else {
+				cur.WriteRune(r)
+			}
+		case r == '\'' || r == '"':
+			quote, inWord = r, true
+		case r == ' ' || r == '\t':
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		default:
+			cur.WriteRune(r)
+			inWord = true
+		}
+	}
+	if quote != 0 || escaped {
+		return nil, errors.New("unterminated quote or escape")
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	return words, nil
+}
