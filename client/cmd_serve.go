@@ -23,6 +23,7 @@ func init() {
 	register("serve", "serve MODEL --sdfs NAME [--nodes N1,N2 | --replicas K] [--max-batch B] [--max-delay D] [--max-queue Q] [--instances I]",
 		"load a model from SDFS on some nodes and serve it over HTTP (KServe v2)", runServe)
 	register("served", "served [--json]", "list the models each node serves over HTTP", runServed)
+	register("unserve", "unserve MODEL [--nodes N1,N2]", "stop serving a model over HTTP (on every node serving it, or on the ones named)", runUnserve)
 	nodeSetup = append(nodeSetup, addHTTP)
 }
 
@@ -227,4 +228,56 @@ func runServed(args []string) error {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%v\t%d\t%d\n", s.Node, s.HTTP, s.Name, s.Batch.MaxBatch, s.Batch.MaxDelay, s.Batch.MaxQueue, s.Instances)
 	}
 	return w.Flush()
+}
+
+func runUnserve(args []string) error {
+	fs := flag.NewFlagSet("unserve", flag.ContinueOnError)
+	t := addTargetFlags(fs)
+	nodes := fs.String("nodes", "", "comma-separated nodes (default: every node serving it)")
+	model, rest := firstArg(args)
+	if err := fs.Parse(rest); err != nil {
+		return err
+	}
+	if model == "" {
+		return errors.New("usage: unserve MODEL [--nodes N1,N2]")
+	}
+	all, err := t.nodes()
+	if err != nil {
+		return err
+	}
+	want := map[string]bool{}
+	for _, n := range strings.Split(*nodes, ",") {
+		if n != "" {
+			want[n] = true
+		}
+	}
+	var errs []error
+	stopped := 0
+	for _, m := range all {
+		if m.State != fd.Alive || (len(want) > 0 && !want[m.Name]) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var ms []httpapi.RemoteModel
+		err := t.cl.CallJSON(ctx, m.RPCAddr, httpapi.MethodModels, struct{}{}, &ms)
+		serving := slices.ContainsFunc(ms, func(r httpapi.RemoteModel) bool { return r.Served.Name == model })
+		if err == nil && serving {
+			err = httpapi.Unserve(ctx, t.cl, m.RPCAddr, model)
+		} else if err == nil && len(want) > 0 {
+			err = fmt.Errorf("does not serve %s", model)
+		}
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", m.Name, err))
+			continue
+		}
+		if serving {
+			fmt.Printf("%s no longer serves %s\n", m.Name, model)
+			stopped++
+		}
+	}
+	if stopped == 0 && len(errs) == 0 {
+		return fmt.Errorf("no live node serves %s", model)
+	}
+	return errors.Join(errs...)
 }

@@ -298,12 +298,28 @@ func TestNodeServiceLoadsFromStoreAndReloadsAfterRestart(t *testing.T) {
 	}
 	svc.Stop()
 	// A new service on the same data directory (a restarted node) serves it again by itself.
-	svc2, _, _ := start()
+	svc2, addr2, client2 := start()
 	waitFor(t, func() bool { _, ok := svc2.Server().Local.Metadata("lenet5"); return ok })
 	if fetches != 2 {
 		t.Fatalf("model fetched %d times, want once per start", fetches)
 	}
 	if got := svc2.Server().Local.Served(); len(got) != 1 || got[0].Batch.MaxBatch != 4 {
 		t.Fatalf("restored %+v", got)
+	}
+	// Unserved, it stays unserved across a restart.
+	if err := Unserve(ctx, client2, addr2, "lenet5"); err != nil {
+		t.Fatal(err)
+	}
+	if err := Unserve(ctx, client2, addr2, "lenet5"); err == nil {
+		t.Fatal("unserving a model twice succeeded")
+	}
+	if _, ok := svc2.Server().Local.Metadata("lenet5"); ok {
+		t.Fatal("still serving after http.unserve")
+	}
+	svc2.Stop()
+	svc3, _, _ := start()
+	time.Sleep(300 * time.Millisecond)
+	if _, ok := svc3.Server().Local.Metadata("lenet5"); ok || fetches != 2 {
+		t.Fatalf("an unserved model came back after a restart (fetches %d)", fetches)
 	}
 }

@@ -66,6 +66,17 @@ func (b *KernelBackend) add(name string, m *kernel.Model) {
 	}
 }
 
+// Unload closes one model.
+func (b *KernelBackend) Unload(name string) {
+	b.mu.Lock()
+	km := b.models[name]
+	delete(b.models, name)
+	b.mu.Unlock()
+	if km != nil {
+		km.m.Close()
+	}
+}
+
 // Close unloads every model.
 func (b *KernelBackend) Close() {
 	b.mu.Lock()

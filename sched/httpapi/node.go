@@ -60,7 +60,7 @@ func NewNodeService(o NodeOptions) *NodeService {
 	s.srv.Remote = NewRouter(o.Client, o.Peers, o.Config.Limits)
 	s.srv.Stats = &RPCStats{Client: o.Client, Addr: o.SelfRPC}
 	s.srv.Gauges = o.Gauges
-	RegisterRPCWithLoader(o.RPC, s.local, o.Config.Limits, s.load)
+	RegisterRPCWithLoader(o.RPC, s.local, o.Config.Limits, s.load, s.unload)
 	return s
 }
 
@@ -142,18 +142,34 @@ func (s *NodeService) load(ctx context.Context, req ServeRequest) error {
 	return s.record(req)
 }
 
+// unload forgets a model this node stopped serving: its record and its kernel instance.
+func (s *NodeService) unload(name string) error {
+	s.backend.Unload(name)
+	s.logf("http: stopped serving %s", name)
+	return s.rewrite(name, nil)
+}
+
 // record adds req to the served file, replacing an entry of the same name.
-func (s *NodeService) record(req ServeRequest) error {
+func (s *NodeService) record(req ServeRequest) error { return s.rewrite(req.Name, &req) }
+
+// rewrite replaces the served file's entry for name with req (nil: removes it).
+func (s *NodeService) rewrite(name string, req *ServeRequest) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	all := s.readServed()
 	kept := all[:0]
 	for _, r := range all {
-		if r.Name != req.Name {
+		if r.Name != name {
 			kept = append(kept, r)
 		}
 	}
-	b, _ := json.MarshalIndent(append(kept, req), "", "  ")
+	if req != nil {
+		kept = append(kept, *req)
+	}
+	if err := os.MkdirAll(s.dir(), 0o755); err != nil {
+		return fmt.Errorf("httpapi: %w", err)
+	}
+	b, _ := json.MarshalIndent(kept, "", "  ")
 	p := filepath.Join(s.dir(), "served.json")
 	if err := os.WriteFile(p+".tmp", b, 0o644); err != nil {
 		return fmt.Errorf("httpapi: %w", err)
@@ -178,7 +194,16 @@ func (s *NodeService) restore() {
 	s.mu.Unlock()
 	for wait := 200 * time.Millisecond; len(todo) > 0; wait = min(2*wait, 5*time.Second) {
 		var left []ServeRequest
+		s.mu.Lock()
+		still := map[string]bool{} // unserved meanwhile: not reloaded
+		for _, r := range s.readServed() {
+			still[r.Name] = true
+		}
+		s.mu.Unlock()
 		for _, r := range todo {
+			if !still[r.Name] {
+				continue
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			err := s.load(ctx, r)
 			cancel()

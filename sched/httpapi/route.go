@@ -17,9 +17,10 @@ import (
 
 // RPC methods of the HTTP subsystem.
 const (
-	MethodInfer  = "http.infer"  // run a model this node serves (no further forwarding)
-	MethodModels = "http.models" // the models this node serves, with metadata
-	MethodServe  = "http.serve"  // load a model from SDFS and serve it
+	MethodInfer   = "http.infer"   // run a model this node serves (no further forwarding)
+	MethodModels  = "http.models"  // the models this node serves, with metadata
+	MethodServe   = "http.serve"   // load a model from SDFS and serve it
+	MethodUnserve = "http.unserve" // stop serving a model
 )
 
 // Peer is another node that may serve models.
@@ -126,13 +127,26 @@ type ServeRequest struct {
 	SDFSName string `json:"sdfs_name"`
 }
 
-// RegisterRPC registers this node's http.* methods. load may be nil (http.serve then fails).
+// RegisterRPC registers this node's http.* methods without a loader (http.serve fails).
 func RegisterRPC(srv *rpc.Server, local *LocalModels, lim Limits) {
-	RegisterRPCWithLoader(srv, local, lim, nil)
+	RegisterRPCWithLoader(srv, local, lim, nil, nil)
 }
 
-// RegisterRPCWithLoader is RegisterRPC with a loader for http.serve.
-func RegisterRPCWithLoader(srv *rpc.Server, local *LocalModels, lim Limits, load Loader) {
+// RegisterRPCWithLoader is RegisterRPC with a loader for http.serve and an unloader for
+// http.unserve (called after the model stopped serving; either may be nil).
+func RegisterRPCWithLoader(srv *rpc.Server, local *LocalModels, lim Limits, load Loader, unload func(name string) error) {
+	rpc.HandleJSON(srv, MethodUnserve, func(ctx context.Context, a struct {
+		Name string `json:"name"`
+	}) (struct{}, error) {
+		if _, ok := local.Metadata(a.Name); !ok {
+			return struct{}{}, fmt.Errorf("httpapi: this node does not serve %q", a.Name)
+		}
+		local.Unserve(a.Name)
+		if unload != nil {
+			return struct{}{}, unload(a.Name)
+		}
+		return struct{}{}, nil
+	})
 	rpc.HandleJSON(srv, MethodModels, func(ctx context.Context, _ struct{}) ([]RemoteModel, error) {
 		var r []RemoteModel
 		for _, m := range local.Served() {
@@ -375,15 +389,15 @@ func (r *Router) Infer(ctx context.Context, model string, in []*onnx.Tensor) ([]
 	if err != nil {
 		return nil, fmt.Errorf("httpapi: encode forward: %w", err)
 	}
-	var lastErr error
+	var unreachable error // the last transport failure, if a peer could not be reached
 	for attempt := 0; attempt < 3; attempt++ {
 		e, err := r.lookup(ctx, model)
 		if err != nil {
 			return nil, err
 		}
 		if e == nil || len(e.peers) == 0 {
-			if lastErr != nil {
-				return nil, lastErr
+			if unreachable != nil {
+				return nil, unreachable
 			}
 			return nil, fmt.Errorf("%w %q", ErrUnknownModel, model)
 		}
@@ -393,7 +407,7 @@ func (r *Router) Infer(ctx context.Context, model string, in []*onnx.Tensor) ([]
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("httpapi: forward to %s: %w", p.Name, ctx.Err())
 			}
-			lastErr = fmt.Errorf("httpapi: forward to %s: %w", p.Name, err)
+			unreachable = &remoteError{code: 502, msg: fmt.Sprintf("httpapi: forward to %s: %v", p.Name, err)}
 			r.forget(model, p)
 			continue
 		}
@@ -401,8 +415,7 @@ func (r *Router) Infer(ctx context.Context, model string, in []*onnx.Tensor) ([]
 		if err := json.Unmarshal(resp.Args, &rep); err != nil {
 			return nil, fmt.Errorf("httpapi: bad reply from %s: %w", p.Name, err)
 		}
-		if rep.Code == 421 {
-			lastErr = fmt.Errorf("httpapi: %s no longer serves %q", p.Name, model)
+		if rep.Code == 421 { // the peer stopped serving it: ask the others
 			r.forget(model, p)
 			continue
 		}
@@ -411,7 +424,18 @@ func (r *Router) Infer(ctx context.Context, model string, in []*onnx.Tensor) ([]
 		}
 		return decodeTensors(rep.Outputs, resp.Body, Limits{MaxElements: math.MaxInt32, MaxBodyBytes: rpc.MaxBody})
 	}
-	return nil, lastErr
+	if unreachable != nil {
+		return nil, unreachable
+	}
+	return nil, &remoteError{code: 503, msg: fmt.Sprintf("httpapi: no node could run %q after 3 tries", model)}
+}
+
+// Unserve asks the given node to stop serving a model.
+func Unserve(ctx context.Context, c *rpc.Client, addr, name string) error {
+	if err := c.CallJSON(ctx, addr, MethodUnserve, map[string]string{"name": name}, nil); err != nil {
+		return fmt.Errorf("httpapi: unserve %s at %s: %w", name, addr, err)
+	}
+	return nil
 }
 
 // Serve asks the given node to load a model from SDFS and serve it.

@@ -123,7 +123,7 @@ func TestRoutingSurvivesAServingNodeGoingAway(t *testing.T) {
 	}
 	c.local.Unserve("double") // nobody serves it any more: the caller learns so
 	code, _, body := infer(t, url, "double", doubleReq)
-	if code < 400 || !strings.Contains(body, "error") {
+	if code != 404 || !strings.Contains(body, "unknown model") {
 		t.Fatalf("request with no serving node: %d %s", code, body)
 	}
 }

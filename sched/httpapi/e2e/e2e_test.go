@@ -215,6 +215,13 @@ func serveRouteRestart(t *testing.T, c *localcluster.Cluster, dir string, httpAd
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
+	// Unserved, it is gone from every node's view at once.
+	if out := cli(t, dir, "unserve", "lenet5"); !strings.Contains(out, "node2 no longer serves lenet5") {
+		t.Fatalf("unserve said %q", out)
+	}
+	if code, b, err := post(httpAddr["node1"]+"/v2/models/lenet5/infer", body); err != nil || code != 404 {
+		t.Fatalf("request after unserve: %d %s %v", code, b, err)
+	}
 }
 
 // jobStats is `idunno job stats J --json`.
