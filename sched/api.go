@@ -224,6 +224,7 @@ func (s *Scheduler) apiJobAdd(ctx context.Context, spec JobSpec) (JobAddReply, e
 		return fail(fmt.Errorf("sched: dataset %s is empty", spec.Data))
 	}
 	spec.Queries = n
+	spec.ID = s.now().UnixNano()
 	// The model's compute per query is the controller's cost prior until the job's own
 	// cost is measured, so the split chosen now is already close to fair. Never the client's.
 	spec.FLOPsPerQuery = s.exec.FLOPsPerQuery(ctx, spec)

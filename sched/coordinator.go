@@ -548,9 +548,12 @@ func contains(xs []string, x string) bool {
 func (s *Scheduler) recordDone(d TaskReport, now time.Time) error {
 	co := s.co
 	js, ok := s.st.Jobs[d.Job]
-	if !ok || d.Task < 0 || d.Task >= js.Spec.NumTasks() || js.IsDone(d.Task) {
+	if !ok || d.JobID != js.Spec.ID || d.Task < 0 || d.Task >= js.Spec.NumTasks() {
+		return nil // a removed job (or an older one of the same name): nothing to do
+	}
+	if js.IsDone(d.Task) {
 		co.tasks.Complete(d.Job, d.Task)
-		return nil // removed job or already committed: nothing to do
+		return nil // already committed: nothing to do
 	}
 	if err := s.commit(&Entry{Kind: EntryTaskDone, Name: d.Job, Task: d.Task, Node: d.Worker}); err != nil {
 		return err
@@ -623,7 +626,7 @@ func (s *Scheduler) writeResult(spec JobSpec) error {
 			defer func() { <-sem; wg.Done() }()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			b, err := s.blobs.Get(ctx, TaskResultName(spec.Name, i))
+			b, err := s.blobs.Get(ctx, TaskResultName(spec.Name, spec.ID, i))
 			if err != nil {
 				errs[i] = fmt.Errorf("read task %d: %w", i, err)
 				return

@@ -185,7 +185,7 @@ func (f *fairSim) run(end time.Time) {
 		if w.running != nil && !w.until.After(f.now) {
 			o := w.running
 			from, to := o.Spec.TaskRange(o.Task)
-			w.done = append(w.done, TaskReport{Job: o.Spec.Name, Task: o.Task, Worker: w.name, Queries: to - from,
+			w.done = append(w.done, TaskReport{Job: o.Spec.Name, JobID: o.Spec.ID, Task: o.Task, Worker: w.name, Queries: to - from,
 				BusyNanos: w.until.Sub(w.start).Nanoseconds(), Epoch: o.Epoch, StartNanos: w.start.UnixNano()})
 			w.running = nil
 		}

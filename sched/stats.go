@@ -11,6 +11,7 @@ import (
 type TaskReport struct {
 	Job        string  `json:"job"`
 	Task       int     `json:"task"`
+	JobID      int64   `json:"job_id"` // the job's ID: a report for an older job of the same name is ignored
 	Worker     string  `json:"worker"`
 	Queries    int     `json:"queries"`
 	BusyNanos  int64   `json:"busy_ns"`  // worker time the task took, read to write
