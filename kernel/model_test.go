@@ -309,3 +309,61 @@ func TestPlanCacheEviction(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMalformedGraphsAreLoadErrors: cycles, dangling names and absurd declared dims are
+// clean errors at load.
+func TestMalformedGraphsAreLoadErrors(t *testing.T) {
+	build := func() *onnx.Model {
+		m, err := zoo.Build("lenet5", zoo.Options{Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	cases := map[string]func(m *onnx.Model){
+		"cycle": func(m *onnx.Model) {
+			n := m.Graph.Nodes
+			n[0].Inputs[0] = n[len(n)-1].Outputs[0]
+		},
+		"dangling": func(m *onnx.Model) { m.Graph.Nodes[2].Inputs[0] = "nowhere" },
+		"absurd dims": func(m *onnx.Model) {
+			m.Graph.Inputs[0].Dims = []int64{1, 1, 1 << 40, 1 << 40}
+		},
+		"huge activations": func(m *onnx.Model) {
+			m.Graph.Inputs[0].Dims = []int64{1 << 12, 1, 1024, 1024}
+		},
+		"no graph": func(m *onnx.Model) { m.Graph = nil },
+	}
+	for name, mutate := range cases {
+		m := build()
+		mutate(m)
+		md, err := LoadModel(m, Options{Threads: 1})
+		if err == nil {
+			md.Close()
+			t.Errorf("%s: loaded", name)
+			continue
+		}
+		t.Logf("%s: %v", name, err)
+		if !strings.HasPrefix(err.Error(), "kernel: ") {
+			t.Errorf("%s: error %q lacks the package prefix", name, err)
+		}
+	}
+}
+
+// TestArenaLimit: a plan whose activations exceed the arena limit (8 GiB) is a load error,
+// not an allocation that the OOM killer answers.
+func TestArenaLimit(t *testing.T) {
+	w := &onnx.Tensor{Name: "w", DType: onnx.Float, Dims: []int64{16, 16, 1, 1}, F32: make([]float32, 256)}
+	g := &onnx.Graph{
+		Initializers: map[string]*onnx.Tensor{"w": w},
+		Inputs:       []onnx.ValueInfo{{Name: "x", DType: onnx.Float, Dims: []int64{6, 16, 4096, 4096}}},
+		Outputs:      []onnx.ValueInfo{{Name: "y", DType: onnx.Float, Dims: []int64{6, 16, 4096, 4096}}},
+		Nodes: []*onnx.Node{{Name: "conv", OpType: "Conv", Inputs: []string{"x", "w"}, Outputs: []string{"y"},
+			Attrs: map[string]*onnx.Attribute{"kernel_shape": {Name: "kernel_shape", Type: onnx.AttrInts, Ints: []int64{1, 1}}}}},
+	}
+	_, err := LoadModel(&onnx.Model{IRVersion: 8, Opset: 13, Graph: g}, Options{Threads: 1})
+	t.Log(err)
+	if err == nil || !strings.Contains(err.Error(), "over the limit") {
+		t.Fatalf("err = %v", err)
+	}
+}
