@@ -126,11 +126,6 @@ func (d *demo) script() error {
 	); err != nil {
 		return err
 	}
-	for _, j := range jobs {
-		if s, err := d.Job(j); err == nil {
-			d.note("%s: first query ran %.0f ms after the job was added; split when added: %s", j, s.FirstQueryMS, s.SplitAtAdd)
-		}
-	}
 	say("5. Live statistics (what idunno job stats and idunno top show), then faults")
 	steps := []struct {
 		frac  float64
@@ -157,6 +152,7 @@ func (d *demo) script() error {
 			return err
 		}
 		s, _ := d.Job(j)
+		d.note("%s: first query ran %.0f ms after the job was added; split chosen when it was added: %s", j, s.FirstQueryMS, s.SplitAtAdd)
 		d.note("%s: %d of %d queries answered, %d lost, %d duplicated (checked in the CSV); result in SDFS as %s, copy at %s",
 			j, n, d.queries, lost, dup, s.Result, local)
 		if lost+dup > 0 {
