@@ -103,7 +103,7 @@ func benchPerTask(b *testing.B, standby bool) {
 			continue
 		}
 		o := r.Orders[0]
-		done = []TaskReport{{Job: o.Spec.Name, Task: o.Task, Worker: "w", Queries: 1, BusyNanos: 1000, BatchUS: []int64{1}}}
+		done = []TaskReport{{Job: o.Spec.Name, JobID: o.Spec.ID, Task: o.Task, Worker: "w", Queries: 1, BusyNanos: 1000, BatchUS: []int64{1}}}
 	}
 }
 

@@ -293,6 +293,19 @@ func TestClusterBadInput(t *testing.T) {
 	if err := c.callRetry("sched.job.remove", NameArgs{"zzz"}, nil); err == nil || !strings.Contains(err.Error(), "no job") {
 		t.Fatalf("remove unknown: %v", err)
 	}
+	// Removing a running job stops it and frees its name.
+	if err := c.callRetry("sched.job.remove", NameArgs{"a"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.callRetry("sched.job.list", struct{}{}, &list)
+	if len(list) != 0 {
+		t.Fatalf("removed job still listed: %+v", list)
+	}
+	if err := add(JobSpec{Name: "a", Model: "fast.onnx", Data: "small.idx", Batch: 5}); err != nil {
+		t.Fatalf("re-adding a removed name: %v", err)
+	}
+	c.waitJob("a", 30*time.Second)
+	c.checkResult("a", "small.idx", 2000)
 }
 
 // TestClusterRestartAll kills every node mid-job and restarts them: the job resumes from

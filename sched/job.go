@@ -28,6 +28,7 @@ type JobSpec struct {
 	Pre      dataset.Preprocess `json:"pre"`
 	Queries  int                `json:"queries"`   // number of queries (dataset length)
 	TaskSize int                `json:"task_size"` // queries per task, a multiple of Batch
+	ID       int64              `json:"id"`        // set by the coordinator: tells a re-added name from the old job
 	// FLOPsPerQuery is the model's compute per query, measured by the coordinator when it
 	// accepts the job (0: unknown). The fair-time controller's cost prior until the job's
 	// cost is measured.
@@ -89,8 +90,10 @@ func ChooseTaskSize(queries, batch, target int) int {
 }
 
 // TaskResultName is the SDFS name of one task's result lines.
-func TaskResultName(job string, task int) string {
-	return "idunno/jobs/" + job + "/task-" + strconv.Itoa(task) + ".csv"
+// The job's ID is part of it, so a late worker of a removed job can never overwrite the
+// results of a new job of the same name.
+func TaskResultName(job string, id int64, task int) string {
+	return "idunno/jobs/" + job + "/" + strconv.FormatInt(id, 10) + "/task-" + strconv.Itoa(task) + ".csv"
 }
 
 // JobResultName is the SDFS name of a job's result CSV.

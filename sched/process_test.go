@@ -347,6 +347,14 @@ func TestProcessChaos(t *testing.T) {
 		now = c.coordinator()
 	}
 	logf("%s took over %v after the failure (includes failure detection)", now, time.Since(t0).Round(time.Millisecond))
+	if d, ok := c.takeoverAfterDetection(now, old); ok {
+		logf("%s became coordinator %v after its failure detector reported %s failed", now, d.Round(time.Millisecond), old)
+		if d > time.Second {
+			t.Errorf("takeover took %v after the failure was reported (target < 1 s)", d)
+		}
+	} else {
+		t.Errorf("no failure and takeover lines for %s in %s's log", old, now)
+	}
 	if after := c.progress("small").Done + c.progress("big").Done; after <= before {
 		t.Errorf("no query committed across the coordinator change (%d then %d)", before, after)
 	}
@@ -459,4 +467,40 @@ func TestKernelExecutorFormats(t *testing.T) {
 	if _, err := x.Probe(ctx, sched.JobSpec{Name: "x", Model: "nope", Data: "t10k.gz", Batch: 1}); err == nil {
 		t.Fatal("missing model accepted")
 	}
+}
+
+// takeoverAfterDetection reads the new coordinator's log: the time from its failure
+// detector's "OLD (...) failed" line to its "became coordinator" line.
+func (c *procCluster) takeoverAfterDetection(node, old string) (time.Duration, bool) {
+	nd, err := c.lc.Node(node)
+	if err != nil {
+		return 0, false
+	}
+	var failed, became time.Time
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		b, err := os.ReadFile(filepath.Join(nd.DataDir, "node.log"))
+		if err != nil {
+			return 0, false
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 3 {
+				continue
+			}
+			at, err := time.Parse("2006-01-02T15:04:05.000Z07:00", f[0])
+			if err != nil {
+				continue
+			}
+			switch {
+			case f[2] == "fd:" && strings.Contains(line, " "+old+" (") && strings.Contains(line, ") failed"):
+				failed = at
+			case strings.Contains(line, "became coordinator") && !failed.IsZero():
+				became = at
+			}
+		}
+		if !became.IsZero() {
+			return became.Sub(failed), true
+		}
+	}
+	return 0, false
 }

@@ -238,7 +238,7 @@ func (s *Scheduler) computeTask(ctx context.Context, o TaskOrder) (computed, err
 			continue
 		}
 		return computed{
-			rep: TaskReport{Job: o.Spec.Name, Task: o.Task, Worker: s.name, Queries: to - from,
+			rep: TaskReport{Job: o.Spec.Name, JobID: o.Spec.ID, Task: o.Task, Worker: s.name, Queries: to - from,
 				BusyNanos: time.Since(start).Nanoseconds(), BatchUS: lat, Epoch: o.Epoch, StartNanos: start.UnixNano()},
 			lines: FormatResultLines(from, preds),
 		}, nil
@@ -264,7 +264,7 @@ func (s *Scheduler) writerLoop(ctx context.Context) {
 			// A short deadline: a put stuck on a replica that just froze is retried once the
 			// failure detector has taken that node out of the placement.
 			pctx, cancel := context.WithTimeout(ctx, s.cfg.PutTimeout)
-			err = s.blobs.Put(pctx, TaskResultName(c.rep.Job, c.rep.Task), c.lines)
+			err = s.blobs.Put(pctx, TaskResultName(c.rep.Job, c.rep.JobID, c.rep.Task), c.lines)
 			cancel()
 			if err == nil || ctx.Err() != nil {
 				break
