@@ -246,7 +246,19 @@ func (s *Scheduler) apiJobAdd(ctx context.Context, spec JobSpec) (JobAddReply, e
 	// cost is measured, so the split chosen now is already close to fair. Never the client's.
 	spec.FLOPsPerQuery = s.exec.FLOPsPerQuery(ctx, spec)
 	if spec.TaskSize <= 0 {
-		spec.TaskSize = ChooseTaskSize(n, spec.Batch, min(s.cfg.TaskQueries, max(spec.Batch*s.cfg.MaxTaskBatches, s.cfg.MinTaskQueries)))
+		target := min(s.cfg.TaskQueries, max(spec.Batch*s.cfg.MaxTaskBatches, s.cfg.MinTaskQueries))
+		// An expensive job (by its model's FLOPs) gets tasks of about TaskSeconds by its
+		// cost prior, however big MinTaskQueries (which amortises per-task overhead on cheap
+		// jobs; an expensive task's overhead is negligible): its cost is
+		// measured when the first one completes, and the tasks of the jobs sharing a worker
+		// interleave finely enough for their rates to match over a rate window.
+		s.mu.Lock()
+		c := s.costPrior(spec)
+		s.mu.Unlock()
+		if q := s.cfg.TaskSeconds.Seconds() / c; spec.FLOPsPerQuery > 0 && c > 0 && q < float64(target) {
+			target = max(spec.Batch, int(q))
+		}
+		spec.TaskSize = ChooseTaskSize(n, spec.Batch, target)
 	} else if spec.TaskSize%spec.Batch != 0 {
 		return fail(fmt.Errorf("sched: task size %d is not a whole number of batches of %d", spec.TaskSize, spec.Batch))
 	}

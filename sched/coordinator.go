@@ -317,6 +317,22 @@ func (s *Scheduler) control(now time.Time) {
 	co.assign = AssignWorkers(co.workers, jobs, shares)
 }
 
+// costPrior is the cost per query the controller would assume for a job about to be added
+// (0 when this node does not coordinate). Called with s.mu held.
+func (s *Scheduler) costPrior(spec JobSpec) float64 {
+	if s.co == nil {
+		return 0
+	}
+	var loads []JobLoad
+	for _, n := range s.running() {
+		if st := s.co.stats[n]; st != nil {
+			loads = append(loads, JobLoad{Name: n, Cost: st.cost, FLOPs: s.st.Jobs[n].Spec.FLOPsPerQuery})
+		}
+	}
+	loads = append(loads, JobLoad{Name: spec.Name, FLOPs: spec.FLOPsPerQuery})
+	return CostEstimates(loads)[len(loads)-1]
+}
+
 // splitString renders the current shares, e.g. "a=0.25 b=0.75".
 func (s *Scheduler) splitString() string {
 	var parts []string
@@ -544,7 +560,13 @@ func (s *Scheduler) recordDone(d TaskReport, now time.Time) error {
 	}
 	co.tasks.Complete(d.Job, d.Task)
 	k := taskKey{d.Job, d.Task}
-	s.charge(d.Worker, d.Job, float64(d.BusyNanos)/1e9-co.leaseCost[k])
+	busy := float64(d.BusyNanos) / 1e9
+	if est := co.leaseCost[k]; est > 0 {
+		// One task stalled by something outside the job (a paused process, a busy
+		// machine) must not cost a small-weight job many seconds of its turn.
+		busy = min(busy, outlierFactor*est)
+	}
+	s.charge(d.Worker, d.Job, busy-co.leaseCost[k])
 	delete(co.leaseCost, k)
 	st := co.stats[d.Job]
 	measured := st.cost > 0

@@ -353,3 +353,102 @@ func TestIdleWorkersKeepFairTime(t *testing.T) {
 		t.Fatal("tiny stopped after huge finished")
 	}
 }
+
+// TestExpensiveJobGetsShortTasks: a job whose cost prior says a task of the usual size
+// would run long gets tasks of about TaskSeconds (whole batches), so its cost is measured
+// soon and jobs sharing a worker interleave finely; a cheap job keeps the usual size.
+func TestExpensiveJobGetsShortTasks(t *testing.T) {
+	exec := &FakeExecutor{Datasets: map[string]int{"d": 10000},
+		Models: map[string]time.Duration{"tiny.onnx": 0, "huge.onnx": 0, "plain.onnx": 0},
+		FLOPs:  map[string]float64{"tiny.onnx": 1e6, "huge.onnx": 1e10}}
+	f := newFairSim(t, 2, exec)
+	tiny := f.add(JobSpec{Name: "tiny", Model: "tiny.onnx", Data: "d", Batch: 8})
+	huge := f.add(JobSpec{Name: "huge", Model: "huge.onnx", Data: "d", Batch: 4})
+	plain := f.add(JobSpec{Name: "plain", Model: "plain.onnx", Data: "d", Batch: 8})
+	// Nothing measured: 1e10 FLOPs at the default 1e-11 s per FLOP is 0.1 s per query,
+	// so a 1 s task is 10 queries, rounded down to whole batches of 4.
+	if tiny.TaskSize != 64 || huge.TaskSize != 8 || plain.TaskSize != 64 {
+		t.Fatalf("task sizes tiny %d, huge %d, plain %d", tiny.TaskSize, huge.TaskSize, plain.TaskSize)
+	}
+}
+
+// TestJobStatsCostSkipsOneOffLoad: a fresh worker's first task pays for loading the model;
+// the cost per query the controller uses is its batches' time, not the load.
+func TestJobStatsCostSkipsOneOffLoad(t *testing.T) {
+	s := NewJobStats()
+	now := time.Unix(100, 0)
+	s.Record(TaskReport{Queries: 8, BusyNanos: 3e9, BatchUS: []int64{200_000, 200_000}}, 4, now)
+	if math.Abs(s.cost-0.05) > 1e-9 { // 0.4 s of batches for 8 queries
+		t.Fatalf("cost after a loading task %v, want 0.05", s.cost)
+	}
+	s.Record(TaskReport{Queries: 8, BusyNanos: 0.5e9, BatchUS: []int64{200_000, 200_000}}, 4, now)
+	if want := 0.7*0.05 + 0.3*0.0625; math.Abs(s.cost-want) > 1e-9 { // the rest of a task's time counts
+		t.Fatalf("cost %v, want %v", s.cost, want)
+	}
+}
+
+// TestClusterFairTimeFromTheStart: on an in-process cluster (real RPC, real time), two
+// jobs whose costs per query differ 1000:1 are added together; their query rates since the
+// add are within 25% of each other at the end of every 2 s window from the first one on,
+// and within 10% after 10 s. The strict check (10% in every window) runs on a fake clock in
+// TestFairTimeFromTheStart; here the cheap job's 0.2 ms tasks are sleeps that take up to
+// 4 times longer on this loaded 2-core machine, so its real cost is off its FLOPs prior
+// until measured, and with a load average of 15 on the machine the cheap job (all on one
+// worker) lags by 10-20% over the first seconds.
+func TestClusterFairTimeFromTheStart(t *testing.T) {
+	c := newMemCluster(t, 6)
+	c.exec.Datasets["long"] = 100000
+	c.exec.Models["tiny.onnx"] = 20 * time.Microsecond
+	c.exec.Models["huge.onnx"] = 20 * time.Millisecond
+	c.exec.FLOPs = map[string]float64{"tiny.onnx": 1e6, "huge.onnx": 1e9}
+	c.waitCoordinator("")
+	if err := c.callRetry("sched.phase", PhaseArgs{PhaseInference}, nil); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the workers have asked for work: the split spans them all
+	start := time.Now()
+	for _, spec := range []JobSpec{
+		{Name: "tiny", Model: "tiny.onnx", Data: "long", Batch: 10, TaskSize: 10},
+		{Name: "huge", Model: "huge.onnx", Data: "long", Batch: 5, TaskSize: 5},
+	} {
+		if err := c.callRetry("sched.job.add", spec, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const window, windows = 2 * time.Second, 5
+	for w := 1; w <= windows; w++ {
+		time.Sleep(time.Until(start.Add(time.Duration(w) * window)))
+		var a, b JobSummary
+		if err := c.callRetry("sched.job.get", NameArgs{"tiny"}, &a); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.callRetry("sched.job.get", NameArgs{"huge"}, &b); err != nil {
+			t.Fatal(err)
+		}
+		secs := time.Since(start).Seconds()
+		ra, rb := float64(a.Done)/secs, float64(b.Done)/secs
+		spread := math.Abs(ra-rb) / math.Min(ra, rb)
+		t.Logf("after %.1f s: tiny %.0f q/s, huge %.0f q/s (%.1f%% apart); shares %.4f/%.4f", secs, ra, rb, 100*spread, a.Share, b.Share)
+		if bound := map[bool]float64{true: 0.10, false: 0.25}[w == windows]; !(spread <= bound) {
+			t.Errorf("after %.1f s: rates %.1f%% apart", secs, 100*spread)
+		}
+	}
+}
+
+// TestJobStatsCostResistsOutliers: one stalled task moves the measured cost by at most
+// outlierFactor, and a real change is followed within a few tasks.
+func TestJobStatsCostResistsOutliers(t *testing.T) {
+	s := NewJobStats()
+	now := time.Unix(100, 0)
+	s.Record(TaskReport{Queries: 10, BusyNanos: 1e6}, 10, now) // 0.1 ms per query
+	s.Record(TaskReport{Queries: 10, BusyNanos: 300e6}, 10, now)
+	if want := 0.7*1e-4 + 0.3*4e-4; math.Abs(s.cost-want) > 1e-12 {
+		t.Fatalf("cost after an outlier %v, want %v", s.cost, want)
+	}
+	for i := 0; i < 12; i++ {
+		s.Record(TaskReport{Queries: 10, BusyNanos: 20e6}, 10, now) // really 2 ms per query now
+	}
+	if math.Abs(s.cost/2e-3-1) > 0.05 {
+		t.Fatalf("cost %v did not follow a real change to 2e-3", s.cost)
+	}
+}

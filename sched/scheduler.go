@@ -27,6 +27,7 @@ type SchedConfig struct {
 	TaskQueries      int           // about this many queries per task...
 	MaxTaskBatches   int           // ...but at most this many batches (and at least MinTaskQueries queries)
 	MinTaskQueries   int
+	TaskSeconds      time.Duration // ...and, by the cost prior, no longer than this (at least one batch)
 	Writers          int           // result writes a worker keeps in flight
 	PutTimeout       time.Duration // deadline of one result write (retried)
 }
@@ -46,6 +47,7 @@ func DefaultSchedConfig() SchedConfig {
 		TaskQueries:      512,
 		MaxTaskBatches:   8,
 		MinTaskQueries:   64,
+		TaskSeconds:      time.Second,
 		Writers:          3,
 		PutTimeout:       5 * time.Second,
 	}

@@ -40,6 +40,14 @@ type rateEvent struct {
 
 const maxRateEvents = 1 << 14
 
+// outlierFactor bounds how far one task's measurement moves a job's cost, and what a task
+// is charged against the worker's weights relative to the cost assumed when it was leased.
+const outlierFactor = 4
+
+// oneOffSeconds: a task that spent longer than this outside its batches (and most of its
+// time) paid a one-off load; see Record.
+const oneOffSeconds = 0.02
+
 // NewJobStats returns empty stats.
 func NewJobStats() *JobStats {
 	return &JobStats{hist: hdrhistogram.New(1, 3600_000_000, 3)}
@@ -58,10 +66,24 @@ func (s *JobStats) Record(r TaskReport, batch int, now time.Time) {
 	}
 	s.events = append(s.events, rateEvent{now, r.Queries})
 	if r.Queries > 0 && r.BusyNanos > 0 {
-		c := float64(r.BusyNanos) / 1e9 / float64(r.Queries)
+		busy := float64(r.BusyNanos) / 1e9
+		// A task whose batches took under half its time, and that spent over oneOffSeconds
+		// outside them, paid a one-off (a fresh worker
+		// loading the model and the dataset) that later tasks won't: its cost per query
+		// is its batches' time, or the first measurement would overstate the cost for
+		// many control periods.
+		var batches float64
+		for _, us := range r.BatchUS {
+			batches += float64(us) / 1e6
+		}
+		if batches > 0 && batches < busy/2 && busy-batches > oneOffSeconds {
+			busy = batches
+		}
+		c := busy / float64(r.Queries)
 		if s.cost == 0 {
 			s.cost = c
 		} else {
+			c = min(max(c, s.cost/outlierFactor), s.cost*outlierFactor) // one stalled task is not a new cost
 			s.cost = 0.7*s.cost + 0.3*c
 		}
 	}

@@ -83,11 +83,11 @@ func channels(model string) string {
 	return "3"
 }
 
-func jobArgs(name, model string, batch int) []string {
+func jobArgs(name, model, size string, batch int) []string {
 	a := []string{"job", "add", "--name", name, "--model", model, "--data", "fmnist.idx.gz",
 		"--batch", fmt.Sprint(batch), "--task-size", fmt.Sprint(batch * 4), "--scale", "0.003921569"}
 	if model != "lenet5" {
-		a = append(a, "--grey-to-rgb", "--resize", "64x64")
+		a = append(a, "--grey-to-rgb", "--resize", size)
 	}
 	return a
 }
@@ -150,13 +150,13 @@ func fairTime(o options) error {
 	}
 	defer d.Down()
 	s := &sampler{d: d, jobs: []string{"cheap-lenet5", "costly-resnet18"}, start: time.Now(), done: make([][]float64, 2)}
-	if _, err := d.Run(jobArgs(s.jobs[0], "lenet5", 8)...); err != nil {
+	if _, err := d.Run(jobArgs(s.jobs[0], "lenet5", "", 8)...); err != nil {
 		return err
 	}
 	addAt := 0.0
 	s.run(50*time.Second, map[int]func(){12: func() {
 		addAt = time.Since(s.start).Seconds()
-		if _, err := d.Run(jobArgs(s.jobs[1], "resnet18", 4)...); err != nil {
+		if _, err := d.Run(jobArgs(s.jobs[1], "resnet18", "64x64", 4)...); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 		}
 	}})
@@ -192,13 +192,14 @@ func fairTime(o options) error {
 
 // recovery runs one job and crashes a worker, then three workers at once, then the coordinator.
 func recovery(o options) error {
-	d, err := setup(o, "resnet18:64x64")
+	// 112x112 keeps the job running through all three crashes (about 10,000 queries in 60 s).
+	d, err := setup(o, "resnet18:112x112")
 	if err != nil {
 		return err
 	}
 	defer d.Down()
 	s := &sampler{d: d, jobs: []string{"steady-resnet18"}, start: time.Now(), done: make([][]float64, 1)}
-	if _, err := d.Run(jobArgs(s.jobs[0], "resnet18", 4)...); err != nil {
+	if _, err := d.Run(jobArgs(s.jobs[0], "resnet18", "112x112", 4)...); err != nil {
 		return err
 	}
 	var marks []plot.Mark
