@@ -373,14 +373,14 @@ func TestClusterFairTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("split at add: %s", r.Split)
-	// Steady state: rates measured over 8 s, starting 5 s after the add.
+	// Steady state: rates measured over 8 s, starting 8 s after the add.
 	var a, b JobSummary
 	get := func() time.Time {
 		c.callRetry("sched.job.get", NameArgs{"cheap"}, &a)
 		c.callRetry("sched.job.get", NameArgs{"costly"}, &b)
 		return time.Now()
 	}
-	for get(); b.Seconds < 5; get() {
+	for get(); b.Seconds < 8; get() {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t0, a0, b0 := time.Now(), a.Done, b.Done
