@@ -36,13 +36,14 @@ type coordTables struct {
 	since       time.Time
 	lastBeat    time.Time
 	lastGain    time.Time
+	started     map[string]bool // jobs whose first task has been leased
 }
 
 func newCoordTables(now time.Time) *coordTables {
 	return &coordTables{tasks: NewTaskTable(), stats: map[string]*JobStats{}, assign: map[string][]Share{},
 		shares: map[string]float64{}, vt: map[string]map[string]float64{}, vclock: map[string]float64{}, vwall: map[string]float64{}, vwallAt: map[string]time.Time{},
 		estCost: map[string]float64{}, leaseCost: map[taskKey]float64{},
-		assembling: map[string]bool{}, firstStart: map[string]time.Time{}, addSplit: map[string]string{}, since: now}
+		assembling: map[string]bool{}, started: map[string]bool{}, firstStart: map[string]time.Time{}, addSplit: map[string]string{}, since: now}
 }
 
 // takeOver makes this node the coordinator with a new epoch. Called with s.mu held.
@@ -446,6 +447,10 @@ type TaskOrder struct {
 	Spec  JobSpec `json:"spec"`
 	Task  int     `json:"task"`
 	Epoch uint64  `json:"epoch"`
+	// Express: the first task of a newly added job, leased even to a worker whose queue is
+	// full; the worker starts it at once beside the task it is running, so a new job's first
+	// query does not wait behind a busy worker's queue of another job's long tasks.
+	Express bool `json:"express,omitempty"`
 }
 
 // PullArgs is a worker's request for work, carrying what it holds and what it finished.
@@ -484,6 +489,7 @@ func (s *Scheduler) handlePull(epoch uint64, a PullArgs) (PullReply, uint64, err
 	keep := make(map[TaskRef]bool, len(a.Held)+len(a.Done))
 	for _, h := range a.Held {
 		co.tasks.Adopt(h.Job, h.Task, a.Worker, now)
+		co.started[h.Job] = true
 		keep[h] = true
 	}
 	for _, d := range a.Done {
@@ -508,30 +514,45 @@ func (s *Scheduler) handlePull(epoch uint64, a PullArgs) (PullReply, uint64, err
 			co.workers = append(co.workers, a.Worker) // a worker that joined since the last split
 			s.control(now)
 		}
+		// A job assigned here that has never had a task leased gets its first one now,
+		// whatever the worker's queue holds (see TaskOrder.Express).
+		for _, sh := range co.assign[a.Worker] {
+			if sh.Weight > 0 && !co.started[sh.Job] && s.isRunning(sh.Job) && s.st.Jobs[sh.Job].NDone == 0 &&
+				co.tasks.HasPending(sh.Job) {
+				r.Orders = append(r.Orders, s.lease(a.Worker, sh.Job, now, true))
+			}
+		}
 		for i := 0; i < a.Want; i++ {
 			job := s.pickJob(a.Worker)
 			if job == "" {
 				break
 			}
-			task, _ := co.tasks.Lease(job, a.Worker, now)
-			js := s.st.Jobs[job]
-			f, t := js.Spec.TaskRange(task)
-			// Charge what the controller assumes the task costs (a prior for a job not yet
-			// measured, never zero: a free lease would let the job run back to back);
-			// the completion report corrects it to the busy time measured.
-			c := co.estCost[job]
-			if c <= 0 {
-				c = co.stats[job].cost
-			}
-			est := c * float64(t-f)
-			co.leaseCost[taskKey{job, task}] = est
-			s.charge(a.Worker, job, est)
-			r.Orders = append(r.Orders, TaskOrder{Spec: js.Spec, Task: task, Epoch: s.st.Epoch})
-			s.logf("sched: scheduled task %s/%d (queries %d-%d) on %s", job, task, f, t-1, a.Worker)
+			r.Orders = append(r.Orders, s.lease(a.Worker, job, now, false))
 		}
 	}
 	r.Jobs = s.running()
 	return r, s.st.Epoch, nil
+}
+
+// lease hands the job's next pending task to worker. Called with s.mu held.
+func (s *Scheduler) lease(worker, job string, now time.Time, express bool) TaskOrder {
+	co := s.co
+	co.started[job] = true
+	task, _ := co.tasks.Lease(job, worker, now)
+	js := s.st.Jobs[job]
+	f, t := js.Spec.TaskRange(task)
+	// Charge what the controller assumes the task costs (a prior for a job not yet
+	// measured, never zero: a free lease would let the job run back to back);
+	// the completion report corrects it to the busy time measured.
+	c := co.estCost[job]
+	if c <= 0 {
+		c = co.stats[job].cost
+	}
+	est := c * float64(t-f)
+	co.leaseCost[taskKey{job, task}] = est
+	s.charge(worker, job, est)
+	s.logf("sched: scheduled task %s/%d (queries %d-%d) on %s", job, task, f, t-1, worker)
+	return TaskOrder{Spec: js.Spec, Task: task, Epoch: s.st.Epoch, Express: express}
 }
 
 func contains(xs []string, x string) bool {
@@ -559,15 +580,13 @@ func (s *Scheduler) recordDone(d TaskReport, now time.Time) error {
 		return err
 	}
 	co.tasks.Complete(d.Job, d.Task)
-	k := taskKey{d.Job, d.Task}
-	busy := float64(d.BusyNanos) / 1e9
-	if est := co.leaseCost[k]; est > 0 {
-		// One task stalled by something outside the job (a paused process, a busy
-		// machine) must not cost a small-weight job many seconds of its turn.
-		busy = min(busy, outlierFactor*est)
-	}
-	s.charge(d.Worker, d.Job, busy-co.leaseCost[k])
-	delete(co.leaseCost, k)
+	// The lease was charged the job's cost as the controller assumed it; the busy time
+	// measured goes into that cost (JobStats.Record), not into this worker's virtual time:
+	// on a loaded machine one cheap task's busy time is noise (0.4 to 55 ms for the same 32
+	// LeNet-5 queries), and charging it would make the job's rate over a few seconds as
+	// noisy as the few tasks it ran. Charged the smoothed cost, a job gets weight/cost tasks'
+	// worth of turns, so its rate follows its share.
+	delete(co.leaseCost, taskKey{d.Job, d.Task})
 	st := co.stats[d.Job]
 	measured := st.cost > 0
 	st.Record(d, js.Spec.Batch, now)
