@@ -37,13 +37,15 @@ type coordTables struct {
 	lastBeat    time.Time
 	lastGain    time.Time
 	started     map[string]bool // jobs whose first task has been leased
+	express     map[taskKey]bool               // leases sent as express tasks
+	due         map[string]map[string]time.Time // worker -> paced job -> when its next task is due
 }
 
 func newCoordTables(now time.Time) *coordTables {
 	return &coordTables{tasks: NewTaskTable(), stats: map[string]*JobStats{}, assign: map[string][]Share{},
 		shares: map[string]float64{}, vt: map[string]map[string]float64{}, vclock: map[string]float64{}, vwall: map[string]float64{}, vwallAt: map[string]time.Time{},
 		estCost: map[string]float64{}, leaseCost: map[taskKey]float64{},
-		assembling: map[string]bool{}, started: map[string]bool{}, firstStart: map[string]time.Time{}, addSplit: map[string]string{}, since: now}
+		assembling: map[string]bool{}, started: map[string]bool{}, express: map[taskKey]bool{}, due: map[string]map[string]time.Time{}, firstStart: map[string]time.Time{}, addSplit: map[string]string{}, since: now}
 }
 
 // takeOver makes this node the coordinator with a new epoch. Called with s.mu held.
@@ -367,8 +369,8 @@ func (s *Scheduler) pickJob(worker string) string {
 	best, bestVT := "", math.Inf(1)
 	assigned, starved := false, false
 	for _, sh := range co.assign[worker] {
-		if sh.Weight <= 0 || !s.isRunning(sh.Job) {
-			continue
+		if sh.Weight <= 0 || !s.isRunning(sh.Job) || s.paced(worker, sh) {
+			continue // a paced job is leased by leasePaced
 		}
 		assigned = true
 		if !co.tasks.HasPending(sh.Job) {
@@ -522,6 +524,7 @@ func (s *Scheduler) handlePull(epoch uint64, a PullArgs) (PullReply, uint64, err
 				r.Orders = append(r.Orders, s.lease(a.Worker, sh.Job, now, true))
 			}
 		}
+		s.leasePaced(a.Worker, now, &r)
 		for i := 0; i < a.Want; i++ {
 			job := s.pickJob(a.Worker)
 			if job == "" {
@@ -552,7 +555,90 @@ func (s *Scheduler) lease(worker, job string, now time.Time, express bool) TaskO
 	co.leaseCost[taskKey{job, task}] = est
 	s.charge(worker, job, est)
 	s.logf("sched: scheduled task %s/%d (queries %d-%d) on %s", job, task, f, t-1, worker)
+	if express {
+		co.express[taskKey{job, task}] = true
+	}
 	return TaskOrder{Spec: js.Spec, Task: task, Epoch: s.st.Epoch, Express: express}
+}
+
+// Pacing of cheap jobs on shared workers.
+const (
+	pacedTaskMax   = 0.05                   // a job's tasks are short if they take under this many seconds (by its cost)
+	pacedLongTask  = 0.5                    // ...and it is paced beside a job whose tasks take at least this long
+	pacedWeightMax = 0.5                    // ...and it is paced on a worker where its weight is under this
+	pacedSlack     = 500 * time.Millisecond // credit a paced job may bank while the worker could not take its tasks
+	maxExpressHeld = 2                      // express tasks a worker holds at once
+)
+
+// paced reports whether job runs on worker paced by wall time: its tasks are short, its
+// weight there is small, and the worker also serves a running job whose tasks are not
+// short (pacedLongTask: beside tasks shorter than a few pulls, the queue interleaves finely
+// enough). Placed in the worker's queue, such a job's tasks could only start between the
+// other job's long tasks, a burst of them every second or so (a rate over a few seconds
+// would see one burst more or less); paced, one of its tasks is leased as an express task
+// (run at once, beside the long task) every task-cost/weight seconds, so it gets its weight
+// of the worker's time in an even stream. Called with s.mu held.
+func (s *Scheduler) paced(worker string, sh Share) bool {
+	if sh.Weight <= 0 || sh.Weight >= pacedWeightMax || !s.isRunning(sh.Job) || s.taskSeconds(sh.Job) >= pacedTaskMax {
+		return false
+	}
+	for _, o := range s.co.assign[worker] {
+		if o.Job != sh.Job && o.Weight > 0 && s.isRunning(o.Job) && s.taskSeconds(o.Job) >= pacedLongTask {
+			return true
+		}
+	}
+	return false
+}
+
+// taskSeconds is the busy time the controller assumes one task of job takes.
+func (s *Scheduler) taskSeconds(job string) float64 {
+	c := s.co.estCost[job]
+	if c <= 0 {
+		if st := s.co.stats[job]; st != nil {
+			c = st.cost
+		}
+	}
+	return c * float64(s.st.Jobs[job].Spec.TaskSize)
+}
+
+// leasePaced leases the paced jobs' tasks that are due on worker, as express tasks.
+// Called with s.mu held.
+func (s *Scheduler) leasePaced(worker string, now time.Time, r *PullReply) {
+	co := s.co
+	held := 0
+	for k := range co.express {
+		if l, ok := co.tasks.LeaseOf(k.job, k.task); !ok {
+			delete(co.express, k)
+		} else if l == worker {
+			held++
+		}
+	}
+	due := co.due[worker]
+	if due == nil {
+		due = map[string]time.Time{}
+		co.due[worker] = due
+	}
+	for _, sh := range co.assign[worker] {
+		if !s.paced(worker, sh) {
+			delete(due, sh.Job)
+			continue
+		}
+		every := time.Duration(s.taskSeconds(sh.Job) / sh.Weight * float64(time.Second))
+		next, ok := due[sh.Job]
+		if !ok && held > 0 {
+			next = now.Add(every) // the worker already runs an express task (the job's first)
+		} else if !ok {
+			next = now
+		} else if floor := now.Add(-pacedSlack); next.Before(floor) {
+			next = floor
+		}
+		for held < maxExpressHeld && !next.After(now) && co.tasks.HasPending(sh.Job) {
+			r.Orders = append(r.Orders, s.lease(worker, sh.Job, now, true))
+			next = next.Add(every)
+			held++
+		}
+		due[sh.Job] = next
+	}
 }
 
 func contains(xs []string, x string) bool {
