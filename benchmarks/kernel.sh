@@ -13,12 +13,13 @@ SECS=${SECONDS_PER_RUN:-10}
 THREADS=${THREADS:-2}
 CONFIGS=${CONFIGS:-"lenet5:1 lenet5:64 resnet18:1 resnet18:8 resnet50:1 resnet50:8 mobilenet_v2:1 squeezenet:1 alexnet:1 vgg16:1 inception_v3:1"}
 OUT=benchmarks/out
-mkdir -p "$OUT/models"
+MODELS=${MODELS_DIR:-${TMPDIR:-/tmp}/idunno-bench-models}  # zoo files are large: kept out of the tree
+mkdir -p "$OUT" "$MODELS"
 csv="$OUT/kernel.csv"
 echo "model,batch,threads,images_per_sec,p50_ms,p99_ms,gflop_per_image,peak_gflops,fraction_of_peak,gflops_per_cpu_second,peak_gflops_per_cpu_second,fraction_of_peak_cpu,fraction_of_peak_p50,load_avg" > "$csv"
 for cfg in $CONFIGS; do
   model=${cfg%%:*}; batch=${cfg##*:}
-  f="$OUT/models/$model.onnx"
+  f="$MODELS/$model.onnx"
   [ -f "$f" ] || "$BIN" zoo "$model" --out "$f" >/dev/null
   json=$("$BIN" bench kernel --model "$f" --batch "$batch" --threads "$THREADS" --seconds "$SECS" --json)
   line=$(printf '%s' "$json" | /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin); print(",".join(str(r[k]) for k in ["batch","threads","images_per_sec","p50_ms","p99_ms","gflop_per_image","peak_gflops","fraction_of_peak","gflops_per_cpu_second","peak_gflops_per_cpu_second","fraction_of_peak_cpu","fraction_of_peak_p50"]))')

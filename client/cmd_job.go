@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -23,7 +24,7 @@ import (
 
 func init() {
 	nodeSetup = append(nodeSetup, func(n *sched.Node) error { return n.AddScheduler() })
-	register("train", "train start|stop | train add --name N --model FILE.onnx|zoo:NAME [--input-shape C,H,W] [--classes K]",
+	register("train", "train start|stop | train add --name N --model FILE.onnx|zoo:NAME [--input-shape C,H,W] [--classes K] | train remove --name N | train list",
 		"training phase: start or stop it; add a training job (validates the model, stores it in SDFS)", runTrain)
 	register("inference", "inference start|stop",
 		"inference phase: start it (jobs run) or stop it (jobs pause, nothing is lost)", runInference)
@@ -111,6 +112,32 @@ func runTrain(args []string) error {
 	if len(args) > 0 && args[0] == "add" {
 		return runTrainAdd(args[1:])
 	}
+	if len(args) > 0 && (args[0] == "remove" || args[0] == "list") {
+		fs := flag.NewFlagSet("train "+args[0], flag.ContinueOnError)
+		t := addTargetFlags(fs)
+		name := fs.String("name", "", "model name (train remove)")
+		if _, err := parseInterleaved(fs, args[1:]); err != nil {
+			return err
+		}
+		var info sched.ClusterInfo
+		if args[0] == "remove" {
+			if *name == "" {
+				return errors.New("usage: idunno train remove --name N")
+			}
+			if err := schedCall(t, "sched.model.remove", sched.NameArgs{Name: *name}, &info); err != nil {
+				return err
+			}
+			fmt.Printf("model %s removed (its file stays in SDFS)\n", *name)
+			return nil
+		}
+		if err := schedCall(t, "sched.info", struct{}{}, &info); err != nil {
+			return err
+		}
+		for _, n := range sortedNames(info.Models) {
+			fmt.Printf("%s\t%s\n", n, info.Models[n])
+		}
+		return nil
+	}
 	return runPhase(args, "train", sched.PhaseTraining)
 }
 
@@ -173,6 +200,15 @@ func runTrainAdd(args []string) error {
 	}
 	fmt.Printf("model %s stored in SDFS as %s (%d bytes) and checked by the kernel\n", *name, sdfsName, len(data))
 	return nil
+}
+
+func sortedNames(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func runJob(args []string) error {

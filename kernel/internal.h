@@ -103,6 +103,7 @@ struct idk_plan {
     size_t scratch_size;
     int64_t last_ns;
     int cur_op;
+    int has_concat; /* layout heuristic for small batches (ops.c, lower_conv) */
 };
 
 idk_status_t idk_fail(idk_plan_t *p, idk_status_t st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

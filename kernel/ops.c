@@ -357,12 +357,13 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
     dnnl_memory_desc_t src, wei, bias, dst;
     any_md(&src, x);
     any_md(&dst, o);
-    /* Layout: at batch >= 4, 2-D convolutions use oneDNN's nChw16c blocked layout (its
-     * jit kernels beat the nhwc brgemm ones there, ~10% on ResNet-50 batch 8); at small
-     * batches oneDNN's own choice (format any) is as good or better. IDK_CONV_LAYOUT=any or
-     * blocked16 overrides, for experiments. */
+    /* Layout: 2-D convolutions use oneDNN's nChw16c blocked layout (its jit kernels beat
+     * the nhwc brgemm ones it picks by itself: ~10% on ResNet-50 batch 8, 10-30% lower
+     * median latency on ResNet-18/50 batch 1), except at batch < 4 in networks with
+     * Concat (SqueezeNet, Inception, DenseNet), where oneDNN's own choice (format any)
+     * measured better. IDK_CONV_LAYOUT=any or blocked16 overrides, for experiments. */
     const char *lay = getenv("IDK_CONV_LAYOUT");
-    int blocked = nd == 4 && (lay ? strcmp(lay, "blocked16") == 0 : x->dims[0] >= 4);
+    int blocked = nd == 4 && (lay ? strcmp(lay, "blocked16") == 0 : (x->dims[0] >= 4 || !p->has_concat));
 retry:
     if (blocked) {
         dnnl_dims_t d;

@@ -533,6 +533,8 @@ IDK_API idk_status_t idk_plan_compile(idk_plan_t *p) {
         p->b[b].ext = t->cdata;
         idk_set_output(p, i, NULL, 1, b);
     }
+    for (int o = 0; o < p->nops; o++)
+        if (p->ops[o].kind == IDK_OP_CONCAT) p->has_concat = 1;
     for (int o = 0; o < p->nops; o++) {
         p->cur_op = o;
         idk_status_t st = idk_lower_op(p, o);

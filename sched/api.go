@@ -104,6 +104,7 @@ func (s *Scheduler) registerClientAPI(srv *rpc.Server) {
 	coordMethod(s, srv, "sched.phase", s.apiPhase)
 	coordMethod(s, srv, "sched.info", s.apiInfo)
 	coordMethod(s, srv, "sched.model.add", s.apiModelAdd)
+	coordMethod(s, srv, "sched.model.remove", s.apiModelRemove)
 	coordMethod(s, srv, "sched.job.add", s.apiJobAdd)
 	coordMethod(s, srv, "sched.job.remove", s.apiJobRemove)
 	coordMethod(s, srv, "sched.job.list", s.apiJobList)
@@ -190,6 +191,22 @@ func (s *Scheduler) apiModelAdd(ctx context.Context, a ModelArgs) (ClusterInfo, 
 		return ClusterInfo{}, err
 	}
 	s.logf("sched: training job completed: model %s ready for inference", a.Name)
+	return s.info(), nil
+}
+
+func (s *Scheduler) apiModelRemove(_ context.Context, a NameArgs) (ClusterInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.role != roleCoordinator {
+		return ClusterInfo{}, fmt.Errorf("sched: %s stopped coordinating; retry", s.name)
+	}
+	if s.st.Phase != PhaseTraining {
+		return ClusterInfo{}, fmt.Errorf("sched: training jobs are removed in the training phase (idunno train start); phase is %s", s.st.Phase)
+	}
+	if err := s.commit(&Entry{Kind: EntryModelRemove, Name: a.Name}); err != nil {
+		return ClusterInfo{}, err
+	}
+	s.logf("sched: training job %s removed", a.Name)
 	return s.info(), nil
 }
 

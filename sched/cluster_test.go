@@ -261,6 +261,23 @@ func TestClusterBadInput(t *testing.T) {
 	c := newMemCluster(t, 3)
 	c.waitCoordinator("")
 	add := func(spec JobSpec) error { return c.callRetry("sched.job.add", spec, nil) }
+	// Training phase: register a model, refuse an unknown one, remove it.
+	c.callRetry("sched.phase", PhaseArgs{PhaseTraining}, nil)
+	var info ClusterInfo
+	if err := c.callRetry("sched.model.add", ModelArgs{Name: "fast", Model: "fast.onnx"}, &info); err != nil || info.Models["fast"] != "fast.onnx" {
+		t.Fatalf("model add: %v %+v", err, info)
+	}
+	if err := c.callRetry("sched.model.add", ModelArgs{Name: "x", Model: "nope.onnx"}, nil); err == nil {
+		t.Fatal("unknown model file accepted")
+	}
+	var after ClusterInfo
+	if err := c.callRetry("sched.model.remove", NameArgs{"fast"}, &after); err != nil || len(after.Models) != 0 {
+		t.Fatalf("model remove: %v %+v", err, after)
+	}
+	if err := c.callRetry("sched.phase", PhaseArgs{PhaseInference}, nil); err == nil || !strings.Contains(err.Error(), "stop it first") {
+		t.Fatalf("inference while training: %v", err)
+	}
+	c.callRetry("sched.phase", PhaseArgs{PhaseIdle}, nil)
 	if err := add(JobSpec{Name: "a", Model: "fast.onnx", Data: "small.idx", Batch: 1}); err == nil || !strings.Contains(err.Error(), "inference phase") {
 		t.Fatalf("add before the phase: %v", err)
 	}
@@ -356,14 +373,14 @@ func TestClusterFairTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("split at add: %s", r.Split)
-	// Steady state: rates measured over 8 s, starting 5 s after the add.
+	// Steady state: rates measured over 8 s, starting 8 s after the add.
 	var a, b JobSummary
 	get := func() time.Time {
 		c.callRetry("sched.job.get", NameArgs{"cheap"}, &a)
 		c.callRetry("sched.job.get", NameArgs{"costly"}, &b)
 		return time.Now()
 	}
-	for get(); b.Seconds < 5; get() {
+	for get(); b.Seconds < 8; get() {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t0, a0, b0 := time.Now(), a.Done, b.Done
