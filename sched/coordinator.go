@@ -36,8 +36,8 @@ type coordTables struct {
 	since       time.Time
 	lastBeat    time.Time
 	lastGain    time.Time
-	started     map[string]bool // jobs whose first task has been leased
-	express     map[taskKey]bool               // leases sent as express tasks
+	started     map[string]bool                 // jobs whose first task has been leased
+	express     map[taskKey]bool                // leases sent as express tasks
 	due         map[string]map[string]time.Time // worker -> paced job -> when its next task is due
 }
 

@@ -95,8 +95,8 @@ type fairSim struct {
 	done    []simCompletion
 	depth   int
 	epoch   uint64
-	picks   map[string][]string // worker -> jobs in the order it started them
-	slow    map[string]float64  // worker -> factor on every task's duration (missing: 1)
+	picks   map[string][]string      // worker -> jobs in the order it started them
+	slow    map[string]float64       // worker -> factor on every task's duration (missing: 1)
 	jitter  func(job string) float64 // factor on one task's duration (nil: 1)
 }
 
