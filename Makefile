@@ -5,6 +5,7 @@ GO        ?= go
 CC        ?= gcc
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BUILD_PKGS := libdnnl-dev
+DEMO_PKGS  := dataset-fashion-mnist
 TEST_PKGS  := libonnx-testdata dataset-fashion-mnist python3-torch python3-torchvision python3-onnx chromium chromium-driver
 KERNEL_SRC := $(wildcard kernel/*.c) $(wildcard kernel/*.h) $(wildcard kernel/include/*.h)
 GO_SRC     := $(shell find . -name '*.go' -not -path './third_party/*') go.mod
@@ -12,18 +13,23 @@ FUZZTIME  ?= 10s
 
 export CGO_ENABLED=0
 
-.PHONY: all deps test-deps test fuzz demo bench clean vet
+.PHONY: all deps test-deps demo-deps install-pkgs test fuzz demo bench clean vet
 
 all: bin/idunno bin/libidunno_kernel.so
 
 # deps installs the Debian packages the build needs, only when one is missing.
 deps:
-	@missing=""; for p in $(BUILD_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then echo "installing$$missing"; \
-	  $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y $$missing; fi
+	@$(MAKE) -s install-pkgs PKGS="$(BUILD_PKGS)"
 
 test-deps: deps
-	@missing=""; for p in $(TEST_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@$(MAKE) -s install-pkgs PKGS="$(TEST_PKGS)"
+
+demo-deps: deps
+	@$(MAKE) -s install-pkgs PKGS="$(DEMO_PKGS)"
+
+# install-pkgs installs the Debian packages in PKGS that are missing (apt-get update first).
+install-pkgs:
+	@missing=""; for p in $(PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then echo "installing$$missing"; \
 	  $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y $$missing; fi
 
@@ -57,7 +63,7 @@ fuzz: all
 	  done; done
 
 # demo runs the main job on a 10-node local cluster (demo/main.go says what it shows).
-demo: all test-deps
+demo: all demo-deps
 	$(GO) build -o bin/idunno-demo ./demo
 	bin/idunno-demo --bin bin/idunno $(DEMO_FLAGS)
 

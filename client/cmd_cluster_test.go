@@ -5,50 +5,15 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
 
-var (
-	clusterBinOnce sync.Once
-	clusterBinPath string
-	clusterBinErr  error
-)
-
-// clusterBin returns $IDUNNO_BIN, or builds the binary once (no kernel library needed here).
-func clusterBin(t *testing.T) string {
-	t.Helper()
-	clusterBinOnce.Do(func() {
-		if b := os.Getenv("IDUNNO_BIN"); b != "" {
-			clusterBinPath = b
-			return
-		}
-		dir, err := os.MkdirTemp("", "idunno-bin")
-		if err != nil {
-			clusterBinErr = err
-			return
-		}
-		clusterBinPath = filepath.Join(dir, "idunno")
-		cmd := exec.Command("go", "build", "-o", clusterBinPath, ".")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			clusterBinErr = err
-			t.Logf("%s", out)
-		}
-	})
-	if clusterBinErr != nil {
-		t.Fatal(clusterBinErr)
-	}
-	return clusterBinPath
-}
-
 // TestClusterAndMembershipCommands drives the command-line contract: cluster up/kill/
 // restart/down, members --json, leave and join.
 func TestClusterAndMembershipCommands(t *testing.T) {
-	bin := clusterBin(t)
+	bin := testBinary(t)
 	dir := t.TempDir()
 	run := func(args ...string) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

@@ -6,53 +6,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"idunno/kernel/onnx"
 )
 
-var (
-	kernelBinOnce sync.Once
-	kernelBin     string
-	kernelBinErr  error
-)
-
-// idunnoBin returns $IDUNNO_BIN, or builds the binary once into a temporary directory.
-func idunnoBin(t *testing.T) string {
-	t.Helper()
-	kernelBinOnce.Do(func() {
-		if b := os.Getenv("IDUNNO_BIN"); b != "" {
-			kernelBin = b
-			return
-		}
-		dir, err := os.MkdirTemp("", "idunno-bin")
-		if err != nil {
-			kernelBinErr = err
-			return
-		}
-		kernelBin = filepath.Join(dir, "idunno")
-		cmd := exec.Command("go", "build", "-o", kernelBin, ".")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			kernelBinErr = err
-			t.Logf("%s", out)
-		}
-	})
-	if kernelBinErr != nil {
-		t.Fatal(kernelBinErr)
-	}
-	if os.Getenv("IDUNNO_KERNEL_LIB") == "" {
-		if _, err := os.Stat(filepath.Join(filepath.Dir(kernelBin), "libidunno_kernel.so")); err != nil {
-			t.Fatal("kernel library not found: run make, or set IDUNNO_KERNEL_LIB")
-		}
-	}
-	return kernelBin
-}
-
 // TestInferMatchesBackendData runs `idunno infer` on an ONNX backend test case.
 func TestInferMatchesBackendData(t *testing.T) {
-	bin := idunnoBin(t)
+	bin := kernelBinary(t)
 	c := "/usr/share/libonnx-testdata/data/node/test_conv_with_strides_and_asymmetric_padding"
 	out := t.TempDir()
 	cmd := exec.Command(bin, "infer", "--model", filepath.Join(c, "model.onnx"),
@@ -81,7 +42,7 @@ func TestInferMatchesBackendData(t *testing.T) {
 }
 
 func TestInferBadInputIsCleanError(t *testing.T) {
-	bin := idunnoBin(t)
+	bin := kernelBinary(t)
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.onnx")
 	os.WriteFile(bad, []byte("\x0a\xff\xff\xff\xff\x0f garbage"), 0o644)
@@ -93,7 +54,7 @@ func TestInferBadInputIsCleanError(t *testing.T) {
 }
 
 func TestBenchKernelJSON(t *testing.T) {
-	bin := idunnoBin(t)
+	bin := kernelBinary(t)
 	dir := t.TempDir()
 	model := filepath.Join(dir, "lenet5.onnx")
 	if b, err := exec.Command(bin, "zoo", "lenet5", "--out", model).CombinedOutput(); err != nil {

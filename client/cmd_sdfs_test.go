@@ -11,27 +11,12 @@ import (
 	"idunno/client/localcluster"
 )
 
-// plainBin returns $IDUNNO_BIN or builds the binary into the test's temporary directory
-// (no kernel library needed).
-func plainBin(t *testing.T) string {
-	if b := os.Getenv("IDUNNO_BIN"); b != "" {
-		return b
-	}
-	bin := filepath.Join(t.TempDir(), "idunno")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build idunno: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // TestSDFSCommands runs the SDFS commands as a user would, against a 5-node local cluster.
 func TestSDFSCommands(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
-	bin := plainBin(t)
+	bin := testBinary(t)
 	dir := t.TempDir()
 	lc, err := localcluster.Up(filepath.Join(dir, "cluster"), 5, 0, bin)
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 
 // TestZooCommand runs `idunno zoo` and checks the files it writes.
 func TestZooCommand(t *testing.T) {
-	bin := idunnoBin(t)
+	bin := testBinary(t)
 	dir := t.TempDir()
 	run := func(args ...string) (string, error) {
 		out, err := exec.Command(bin, append([]string{"zoo"}, args...)...).CombinedOutput()

@@ -28,22 +28,15 @@ var bin string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	bin = os.Getenv("IDUNNO_BIN")
-	if bin != "" || testing.Short() {
-		os.Exit(m.Run())
-	}
-	dir, err := os.MkdirTemp("", "idunno-sched-bin")
-	if err != nil {
-		panic(err)
-	}
-	bin = filepath.Join(dir, "idunno")
-	cmd := exec.Command("go", "build", "-o", bin, "idunno/client")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		panic(string(out))
+	if !testing.Short() {
+		var err error
+		if bin, err = localcluster.Binary(); err != nil {
+			fmt.Fprintln(os.Stderr, "FATAL:", err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	localcluster.RemoveBinary()
 	os.Exit(code)
 }
 

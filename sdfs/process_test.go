@@ -8,10 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,41 +18,20 @@ import (
 	"idunno/sdfs"
 )
 
-var (
-	binOnce sync.Once
-	bin     string
-	binErr  error
-	binDir  string
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	localcluster.RemoveBinary()
 	os.Exit(code)
 }
 
 // binary returns $IDUNNO_BIN or an idunno binary built once for this test run.
 func binary(t *testing.T) string {
-	binOnce.Do(func() {
-		if bin = os.Getenv("IDUNNO_BIN"); bin != "" {
-			return
-		}
-		if binDir, binErr = os.MkdirTemp("", "idunno-sdfs-bin"); binErr != nil {
-			return
-		}
-		bin = filepath.Join(binDir, "idunno")
-		cmd := exec.Command("go", "build", "-o", bin, "idunno/client")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("build idunno: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
+	t.Helper()
+	b, err := localcluster.Binary()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return bin
+	return b
 }
 
 type procCluster struct {

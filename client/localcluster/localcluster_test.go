@@ -3,7 +3,6 @@ package localcluster
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,23 +14,13 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
-	bin = os.Getenv("IDUNNO_BIN")
-	if bin == "" {
-		dir, err := os.MkdirTemp("", "idunno-bin")
-		if err != nil {
-			panic(err)
-		}
-		bin = filepath.Join(dir, "idunno")
-		cmd := exec.Command("go", "build", "-o", bin, "idunno/client")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			panic(string(out))
-		}
-		code := m.Run()
-		os.RemoveAll(dir)
-		os.Exit(code)
+	var err error
+	if bin, err = Binary(); err != nil {
+		panic(err)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	RemoveBinary()
+	os.Exit(code)
 }
 
 func states(t *testing.T, c *Cluster, observer string) map[string]fd.State {

@@ -4,10 +4,8 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,42 +13,20 @@ import (
 	"idunno/fd"
 )
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-	binDir  string
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	localcluster.RemoveBinary()
 	os.Exit(code)
 }
 
-// idunnoBin returns $IDUNNO_BIN, or builds the binary once for this test run.
+// idunnoBin returns $IDUNNO_BIN or an idunno binary built once for this test run.
 func idunnoBin(t *testing.T) string {
 	t.Helper()
-	binOnce.Do(func() {
-		if binPath = os.Getenv("IDUNNO_BIN"); binPath != "" {
-			return
-		}
-		if binDir, binErr = os.MkdirTemp("", "idunno-bin"); binErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "idunno")
-		cmd := exec.Command("go", "build", "-o", binPath, "idunno/client")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = &buildError{string(out)}
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
+	b, err := localcluster.Binary()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return binPath
+	return b
 }
 
 type buildError struct{ out string }

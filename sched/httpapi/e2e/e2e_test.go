@@ -37,23 +37,13 @@ func TestMain(m *testing.M) {
 		}
 		os.Setenv("IDUNNO_KERNEL_LIB", lib)
 	}
-	bin = os.Getenv("IDUNNO_BIN")
-	if bin != "" {
-		os.Exit(m.Run())
-	}
-	dir, err := os.MkdirTemp("", "idunno-http-e2e")
-	if err != nil {
-		panic(err)
-	}
-	bin = filepath.Join(dir, "idunno")
-	cmd := exec.Command("go", "build", "-o", bin, "idunno/client")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintln(os.Stderr, "FATAL: build idunno:", string(out))
+	var err error
+	if bin, err = localcluster.Binary(); err != nil {
+		fmt.Fprintln(os.Stderr, "FATAL:", err)
 		os.Exit(1)
 	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	localcluster.RemoveBinary()
 	os.Exit(code)
 }
 
