@@ -36,13 +36,16 @@ type coordTables struct {
 	since       time.Time
 	lastBeat    time.Time
 	lastGain    time.Time
+	started     map[string]bool                 // jobs whose first task has been leased
+	express     map[taskKey]bool                // leases sent as express tasks
+	due         map[string]map[string]time.Time // worker -> paced job -> when its next task is due
 }
 
 func newCoordTables(now time.Time) *coordTables {
 	return &coordTables{tasks: NewTaskTable(), stats: map[string]*JobStats{}, assign: map[string][]Share{},
 		shares: map[string]float64{}, vt: map[string]map[string]float64{}, vclock: map[string]float64{}, vwall: map[string]float64{}, vwallAt: map[string]time.Time{},
 		estCost: map[string]float64{}, leaseCost: map[taskKey]float64{},
-		assembling: map[string]bool{}, firstStart: map[string]time.Time{}, addSplit: map[string]string{}, since: now}
+		assembling: map[string]bool{}, started: map[string]bool{}, express: map[taskKey]bool{}, due: map[string]map[string]time.Time{}, firstStart: map[string]time.Time{}, addSplit: map[string]string{}, since: now}
 }
 
 // takeOver makes this node the coordinator with a new epoch. Called with s.mu held.
@@ -366,8 +369,8 @@ func (s *Scheduler) pickJob(worker string) string {
 	best, bestVT := "", math.Inf(1)
 	assigned, starved := false, false
 	for _, sh := range co.assign[worker] {
-		if sh.Weight <= 0 || !s.isRunning(sh.Job) {
-			continue
+		if sh.Weight <= 0 || !s.isRunning(sh.Job) || s.paced(worker, sh) {
+			continue // a paced job is leased by leasePaced
 		}
 		assigned = true
 		if !co.tasks.HasPending(sh.Job) {
@@ -446,6 +449,10 @@ type TaskOrder struct {
 	Spec  JobSpec `json:"spec"`
 	Task  int     `json:"task"`
 	Epoch uint64  `json:"epoch"`
+	// Express: the first task of a newly added job, leased even to a worker whose queue is
+	// full; the worker starts it at once beside the task it is running, so a new job's first
+	// query does not wait behind a busy worker's queue of another job's long tasks.
+	Express bool `json:"express,omitempty"`
 }
 
 // PullArgs is a worker's request for work, carrying what it holds and what it finished.
@@ -484,6 +491,7 @@ func (s *Scheduler) handlePull(epoch uint64, a PullArgs) (PullReply, uint64, err
 	keep := make(map[TaskRef]bool, len(a.Held)+len(a.Done))
 	for _, h := range a.Held {
 		co.tasks.Adopt(h.Job, h.Task, a.Worker, now)
+		co.started[h.Job] = true
 		keep[h] = true
 	}
 	for _, d := range a.Done {
@@ -508,30 +516,129 @@ func (s *Scheduler) handlePull(epoch uint64, a PullArgs) (PullReply, uint64, err
 			co.workers = append(co.workers, a.Worker) // a worker that joined since the last split
 			s.control(now)
 		}
+		// A job assigned here that has never had a task leased gets its first one now,
+		// whatever the worker's queue holds (see TaskOrder.Express).
+		for _, sh := range co.assign[a.Worker] {
+			if sh.Weight > 0 && !co.started[sh.Job] && s.isRunning(sh.Job) && s.st.Jobs[sh.Job].NDone == 0 &&
+				co.tasks.HasPending(sh.Job) {
+				r.Orders = append(r.Orders, s.lease(a.Worker, sh.Job, now, true))
+			}
+		}
+		s.leasePaced(a.Worker, now, &r)
 		for i := 0; i < a.Want; i++ {
 			job := s.pickJob(a.Worker)
 			if job == "" {
 				break
 			}
-			task, _ := co.tasks.Lease(job, a.Worker, now)
-			js := s.st.Jobs[job]
-			f, t := js.Spec.TaskRange(task)
-			// Charge what the controller assumes the task costs (a prior for a job not yet
-			// measured, never zero: a free lease would let the job run back to back);
-			// the completion report corrects it to the busy time measured.
-			c := co.estCost[job]
-			if c <= 0 {
-				c = co.stats[job].cost
-			}
-			est := c * float64(t-f)
-			co.leaseCost[taskKey{job, task}] = est
-			s.charge(a.Worker, job, est)
-			r.Orders = append(r.Orders, TaskOrder{Spec: js.Spec, Task: task, Epoch: s.st.Epoch})
-			s.logf("sched: scheduled task %s/%d (queries %d-%d) on %s", job, task, f, t-1, a.Worker)
+			r.Orders = append(r.Orders, s.lease(a.Worker, job, now, false))
 		}
 	}
 	r.Jobs = s.running()
 	return r, s.st.Epoch, nil
+}
+
+// lease hands the job's next pending task to worker. Called with s.mu held.
+func (s *Scheduler) lease(worker, job string, now time.Time, express bool) TaskOrder {
+	co := s.co
+	co.started[job] = true
+	task, _ := co.tasks.Lease(job, worker, now)
+	js := s.st.Jobs[job]
+	f, t := js.Spec.TaskRange(task)
+	// Charge what the controller assumes the task costs (a prior for a job not yet
+	// measured, never zero: a free lease would let the job run back to back);
+	// the completion report corrects it to the busy time measured.
+	c := co.estCost[job]
+	if c <= 0 {
+		c = co.stats[job].cost
+	}
+	est := c * float64(t-f)
+	co.leaseCost[taskKey{job, task}] = est
+	s.charge(worker, job, est)
+	s.logf("sched: scheduled task %s/%d (queries %d-%d) on %s", job, task, f, t-1, worker)
+	if express {
+		co.express[taskKey{job, task}] = true
+	}
+	return TaskOrder{Spec: js.Spec, Task: task, Epoch: s.st.Epoch, Express: express}
+}
+
+// Pacing of cheap jobs on shared workers.
+const (
+	pacedTaskMax   = 0.05                   // a job's tasks are short if they take under this many seconds (by its cost)
+	pacedLongTask  = 0.5                    // ...and it is paced beside a job whose tasks take at least this long
+	pacedWeightMax = 0.5                    // ...and it is paced on a worker where its weight is under this
+	pacedSlack     = 500 * time.Millisecond // credit a paced job may bank while the worker could not take its tasks
+	maxExpressHeld = 2                      // express tasks a worker holds at once
+)
+
+// paced reports whether job runs on worker paced by wall time: its tasks are short, its
+// weight there is small, and the worker also serves a running job whose tasks are not
+// short (pacedLongTask: beside tasks shorter than a few pulls, the queue interleaves finely
+// enough). Placed in the worker's queue, such a job's tasks could only start between the
+// other job's long tasks, a burst of them every second or so (a rate over a few seconds
+// would see one burst more or less); paced, one of its tasks is leased as an express task
+// (run at once, beside the long task) every task-cost/weight seconds, so it gets its weight
+// of the worker's time in an even stream. Called with s.mu held.
+func (s *Scheduler) paced(worker string, sh Share) bool {
+	if sh.Weight <= 0 || sh.Weight >= pacedWeightMax || !s.isRunning(sh.Job) || s.taskSeconds(sh.Job) >= pacedTaskMax {
+		return false
+	}
+	for _, o := range s.co.assign[worker] {
+		if o.Job != sh.Job && o.Weight > 0 && s.isRunning(o.Job) && s.taskSeconds(o.Job) >= pacedLongTask {
+			return true
+		}
+	}
+	return false
+}
+
+// taskSeconds is the busy time the controller assumes one task of job takes.
+func (s *Scheduler) taskSeconds(job string) float64 {
+	c := s.co.estCost[job]
+	if c <= 0 {
+		if st := s.co.stats[job]; st != nil {
+			c = st.cost
+		}
+	}
+	return c * float64(s.st.Jobs[job].Spec.TaskSize)
+}
+
+// leasePaced leases the paced jobs' tasks that are due on worker, as express tasks.
+// Called with s.mu held.
+func (s *Scheduler) leasePaced(worker string, now time.Time, r *PullReply) {
+	co := s.co
+	held := 0
+	for k := range co.express {
+		if l, ok := co.tasks.LeaseOf(k.job, k.task); !ok {
+			delete(co.express, k)
+		} else if l == worker {
+			held++
+		}
+	}
+	due := co.due[worker]
+	if due == nil {
+		due = map[string]time.Time{}
+		co.due[worker] = due
+	}
+	for _, sh := range co.assign[worker] {
+		if !s.paced(worker, sh) {
+			delete(due, sh.Job)
+			continue
+		}
+		every := time.Duration(s.taskSeconds(sh.Job) / sh.Weight * float64(time.Second))
+		next, ok := due[sh.Job]
+		if !ok && held > 0 {
+			next = now.Add(every) // the worker already runs an express task (the job's first)
+		} else if !ok {
+			next = now
+		} else if floor := now.Add(-pacedSlack); next.Before(floor) {
+			next = floor
+		}
+		for held < maxExpressHeld && !next.After(now) && co.tasks.HasPending(sh.Job) {
+			r.Orders = append(r.Orders, s.lease(worker, sh.Job, now, true))
+			next = next.Add(every)
+			held++
+		}
+		due[sh.Job] = next
+	}
 }
 
 func contains(xs []string, x string) bool {
@@ -559,15 +666,13 @@ func (s *Scheduler) recordDone(d TaskReport, now time.Time) error {
 		return err
 	}
 	co.tasks.Complete(d.Job, d.Task)
-	k := taskKey{d.Job, d.Task}
-	busy := float64(d.BusyNanos) / 1e9
-	if est := co.leaseCost[k]; est > 0 {
-		// One task stalled by something outside the job (a paused process, a busy
-		// machine) must not cost a small-weight job many seconds of its turn.
-		busy = min(busy, outlierFactor*est)
-	}
-	s.charge(d.Worker, d.Job, busy-co.leaseCost[k])
-	delete(co.leaseCost, k)
+	// The lease was charged the job's cost as the controller assumed it; the busy time
+	// measured goes into that cost (JobStats.Record), not into this worker's virtual time:
+	// on a loaded machine one cheap task's busy time is noise (0.4 to 55 ms for the same 32
+	// LeNet-5 queries), and charging it would make the job's rate over a few seconds as
+	// noisy as the few tasks it ran. Charged the smoothed cost, a job gets weight/cost tasks'
+	// worth of turns, so its rate follows its share.
+	delete(co.leaseCost, taskKey{d.Job, d.Task})
 	st := co.stats[d.Job]
 	measured := st.cost > 0
 	st.Record(d, js.Spec.Batch, now)

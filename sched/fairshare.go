@@ -17,8 +17,8 @@ type JobLoad struct {
 // Fair-time controller tuning.
 const (
 	gainDeadBand = 0.01 // rates within 1% of the mean leave the correction alone
-	gainExponent = 0.5  // how hard one decision corrects a rate error
-	gainStepMax  = 1.15 // at most ±15% per decision, so a noisy rate can't swing shares
+	gainExponent = 0.3  // how hard one decision corrects a rate error
+	gainStepMax  = 1.08 // at most ±8% per decision (per job: ±17% on a ratio of two), so a noisy rate can't swing shares
 	gainMin      = 0.33
 	gainMax      = 3.0
 

@@ -138,11 +138,12 @@ func NewScheduler(d Deps, cfg SchedConfig, srv *rpc.Server) (*Scheduler, error) 
 // Start runs the control loop and the worker.
 func (s *Scheduler) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
-	s.wg.Add(4 + max(s.cfg.Writers, 1))
+	s.wg.Add(5 + max(s.cfg.Writers, 1))
 	go func() { defer s.wg.Done(); <-s.stop; cancel() }()
 	go s.controlLoop()
 	go s.workerPullLoop()
 	go s.workerRunLoop(ctx)
+	go s.workerSideLoop(ctx)
 	for i := 0; i < max(s.cfg.Writers, 1); i++ {
 		go s.writerLoop(ctx)
 	}

@@ -28,7 +28,10 @@ const rateWindow = 10 * time.Second
 type JobStats struct {
 	hist      *hdrhistogram.Histogram // per-query latency in microseconds
 	events    []rateEvent             // completions within rateWindow, oldest first
-	cost      float64                 // EWMA worker-seconds per query
+	cost      float64                 // worker-seconds per query: busySum / querySum
+	busySum   float64                 // busy seconds of recent tasks, decayed by costTau
+	querySum  float64                 // their queries, decayed alike
+	lastCost  time.Time               // when busySum and querySum were last decayed
 	gain      float64                 // fair-time correction carried between decisions
 	firstDone time.Time
 }
@@ -43,6 +46,20 @@ const maxRateEvents = 1 << 14
 // outlierFactor bounds how far one task's measurement moves a job's cost, and what a task
 // is charged against the worker's weights relative to the cost assumed when it was leased.
 const outlierFactor = 4
+
+// costTau is the time constant of a job's measured cost: the cost is the busy time over
+// the queries of the tasks completed in about the last costTau, each older task weighing
+// exp(-age/costTau). An average over time, not over a count of tasks: a cheap job's 32-query
+// tasks finish several times a second and on a loaded machine their busy times range over
+// two orders of magnitude (a task descheduled for a few ms costs 50 times one that was not),
+// so an average over the last few tasks swings by several times from one second to the
+// next, and the job's share of worker time, proportional to it, would swing with it.
+const costTau = 10 * time.Second
+
+// costOutlierFactor bounds what one task adds to the cost sums, relative to the current
+// cost: a paused process's task is not the job's cost, but the heavy tail of a loaded
+// machine (tasks 10 or 20 times the median) is, so the bound is wider than outlierFactor.
+const costOutlierFactor = 16
 
 // oneOffSeconds: a task that spent longer than this outside its batches (and most of its
 // time) paid a one-off load; see Record.
@@ -79,13 +96,16 @@ func (s *JobStats) Record(r TaskReport, batch int, now time.Time) {
 		if batches > 0 && batches < busy/2 && busy-batches > oneOffSeconds {
 			busy = batches
 		}
-		c := busy / float64(r.Queries)
-		if s.cost == 0 {
-			s.cost = c
-		} else {
-			c = min(max(c, s.cost/outlierFactor), s.cost*outlierFactor) // one stalled task is not a new cost
-			s.cost = 0.7*s.cost + 0.3*c
+		q := float64(r.Queries)
+		if s.cost > 0 {
+			busy = min(busy, costOutlierFactor*s.cost*q) // one stalled task is not a new cost
 		}
+		d := 0.0
+		if !s.lastCost.IsZero() {
+			d = math.Exp(-max(now.Sub(s.lastCost).Seconds(), 0) / costTau.Seconds())
+		}
+		s.busySum, s.querySum, s.lastCost = d*s.busySum+busy, d*s.querySum+q, now
+		s.cost = s.busySum / s.querySum
 	}
 }
 

@@ -200,3 +200,13 @@ func (t *TaskTable) Reconcile(worker string, keep map[TaskRef]bool) []Lease {
 	}
 	return out
 }
+
+// LeaseOf returns the worker holding a task's lease, if it is leased.
+func (t *TaskTable) LeaseOf(job string, task int) (string, bool) {
+	q := t.jobs[job]
+	if q == nil {
+		return "", false
+	}
+	w, ok := q.leased[task]
+	return w, ok
+}

@@ -15,17 +15,20 @@ type workerState struct {
 	mu      sync.Mutex
 	queue   []TaskOrder
 	running *TaskOrder
+	side    []TaskOrder // express tasks (TaskOrder.Express): run at once, beside the queue
+	sideRun *TaskOrder
 	writing map[TaskRef]bool // computed, result being written to SDFS
 	writeQ  chan computed    // to the writer: one waits while one is written
 	reports []TaskReport
 	kick    chan struct{} // wakes the pull loop
 	work    chan struct{} // wakes the run loop
+	sideW   chan struct{} // wakes the side run loop
 	depth   int
 	bound   int
 }
 
 func (w *workerState) init(cfg SchedConfig) {
-	w.kick, w.work = make(chan struct{}, 1), make(chan struct{}, 1)
+	w.kick, w.work, w.sideW = make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{}, 1)
 	w.writing, w.writeQ = map[TaskRef]bool{}, make(chan computed, max(cfg.Writers, 1))
 	w.depth, w.bound = max(cfg.Depth, 1), max(cfg.MaxBuffered, 1)
 }
@@ -90,6 +93,13 @@ func (s *Scheduler) pullOnce() {
 	for _, o := range w.queue {
 		args.Held = append(args.Held, TaskRef{o.Spec.Name, o.Task})
 	}
+	// Express tasks are held but do not count against the queue's depth.
+	if w.sideRun != nil {
+		args.Held = append(args.Held, TaskRef{w.sideRun.Spec.Name, w.sideRun.Task})
+	}
+	for _, o := range w.side {
+		args.Held = append(args.Held, TaskRef{o.Spec.Name, o.Task})
+	}
 	for r := range w.writing {
 		args.Held = append(args.Held, r)
 	}
@@ -148,35 +158,67 @@ func (s *Scheduler) pullOnce() {
 			q = append(q, o)
 		}
 	}
-	w.queue = append(q, r.Orders...)
+	w.queue = q
+	side := w.side[:0]
+	for _, o := range w.side {
+		if jobs[o.Spec.Name] {
+			side = append(side, o)
+		}
+	}
+	w.side = side
+	for _, o := range r.Orders {
+		if o.Express {
+			w.side = append(w.side, o)
+		} else {
+			w.queue = append(w.queue, o)
+		}
+	}
 	if len(w.queue) > 0 {
 		w.wakeRunner()
 	}
+	if len(w.side) > 0 {
+		select {
+		case w.sideW <- struct{}{}:
+		default:
+		}
+	}
 }
 
-func (s *Scheduler) workerRunLoop(ctx context.Context) {
+func (s *Scheduler) workerRunLoop(ctx context.Context) { s.runLoop(ctx, false) }
+
+// workerSideLoop runs express tasks (TaskOrder.Express) as they arrive, beside the task
+// the run loop is running: a new job's first task, and the short tasks of a cheap job paced
+// on a worker it shares with a job of long tasks.
+func (s *Scheduler) workerSideLoop(ctx context.Context) { s.runLoop(ctx, true) }
+
+// runLoop takes tasks from the queue (or, for side, the express list) and runs them one at a time.
+func (s *Scheduler) runLoop(ctx context.Context, side bool) {
 	defer s.wg.Done()
+	w := &s.w
+	queue, running, wakeup := &w.queue, &w.running, w.work
+	if side {
+		queue, running, wakeup = &w.side, &w.sideRun, w.sideW
+	}
 	for {
-		w := &s.w
 		w.mu.Lock()
-		if len(w.queue) == 0 {
+		if len(*queue) == 0 {
 			w.mu.Unlock()
 			select {
 			case <-s.stop:
 				return
-			case <-w.work:
+			case <-wakeup:
 			}
 			continue
 		}
-		o := w.queue[0]
-		w.queue = w.queue[1:]
-		w.running = &o
+		o := (*queue)[0]
+		*queue = (*queue)[1:]
+		*running = &o
 		w.mu.Unlock()
 		w.wake() // ask for the next task while this one runs
 
 		c, err := s.computeTask(ctx, o)
 		w.mu.Lock()
-		w.running = nil
+		*running = nil
 		if err == nil {
 			w.writing[TaskRef{o.Spec.Name, o.Task}] = true
 		}
