@@ -340,7 +340,7 @@ func (s *Scheduler) costPrior(spec JobSpec) float64 {
 func (s *Scheduler) splitString() string {
 	var parts []string
 	for _, n := range s.running() {
-		parts = append(parts, fmt.Sprintf("%s=%.3f", n, s.co.shares[n]))
+		parts = append(parts, fmt.Sprintf("%s=%.4g", n, s.co.shares[n]))
 	}
 	return strings.Join(parts, " ")
 }
