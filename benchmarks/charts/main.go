@@ -22,7 +22,6 @@ func main() {
 		draw     func(rows []map[string]string) plot.Chart
 	}{
 		{"kernel.csv", "kernel.png", kernelChart},
-		{"fd_sim_scaling.csv", "fd_scaling.png", fdScalingChart},
 		{"http.csv", "latency_throughput.png", latencyChart},
 	} {
 		rows, err := readCSV(filepath.Join(*out, c.csv))
@@ -99,17 +98,6 @@ func group(rows []map[string]string, key, x, y, prefix string) []plot.Series {
 func kernelChart(rows []map[string]string) plot.Chart {
 	return plot.Chart{Title: "Kernel throughput (idunno bench kernel, 2 threads)", XLabel: "batch size",
 		YLabel: "images/s (log)", LogY: true, Series: group(rows, "model", "batch", "images_per_sec", "")}
-}
-
-func fdScalingChart(rows []map[string]string) plot.Chart {
-	var p99, bw plot.Series
-	p99.Name, bw.Name = "detection p99 (ms)", "bytes per node per s / 100"
-	for _, r := range rows {
-		p99.X, p99.Y = append(p99.X, num(r["nodes"])), append(p99.Y, num(r["detect_p99_ms"]))
-		bw.X, bw.Y = append(bw.X, num(r["nodes"])), append(bw.Y, num(r["bytes_per_node_per_s"])/100)
-	}
-	return plot.Chart{Title: "Failure detector on the simulated network: growth with cluster size",
-		XLabel: "nodes", YLabel: "ms  |  bytes/s/100", Series: []plot.Series{p99, bw}}
 }
 
 // latencyChart: offered load against p50 and p99 latency, one pair of lines per batching

@@ -180,10 +180,19 @@ func fairTime(o options) error {
 		return err
 	}
 	j1, _ := d.Job(s.jobs[1])
-	// Steady state: from 20 s after the add while both jobs still ran.
+	// Steady state: from 20 s after the add until the first job finishes (each sample's
+	// window looks back, so none of them spans a finished job's tail).
+	end := math.Inf(1)
+	for i := range s.t {
+		last := len(s.t) - 1
+		if s.done[0][i] >= s.done[0][last] || s.done[1][i] >= s.done[1][last] {
+			end = s.t[i]
+			break
+		}
+	}
 	var gaps []float64
 	for i := range s.t {
-		if s.t[i] > addAt+20 && r0[i] > 0 && r1[i] > 0 && s.done[1][i] < s.done[1][len(s.t)-1] {
+		if s.t[i] > addAt+20 && s.t[i] <= end && r0[i] > 0 && r1[i] > 0 {
 			gaps = append(gaps, math.Abs(r0[i]-r1[i])/math.Max(r0[i], r1[i]))
 		}
 	}

@@ -172,7 +172,7 @@ func runBench(out, arch string, opt zoo.Options, loads string, dur time.Duration
 		}
 		warm(client, v.name, v.body, v.hdr)
 		r := measured(pid, func() result { return closedLoop(client, v.name, v.body, v.hdr, 1, 2*time.Second) })
-		r.name = "low load, " + kind
+		r.name = "low load " + kind
 		fmt.Printf("endpoint %-7s 1 client: p50 %8.1f µs  p99 %8.1f µs  overhead over direct p50 %6.1f µs  server CPU %6.1f µs/request\n",
 			kind, us(r.p50), us(r.p99), us(r.p50-direct.p50), us(r.cpuPerReq))
 		results = append(results, r)
