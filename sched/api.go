@@ -110,6 +110,7 @@ func (s *Scheduler) registerClientAPI(srv *rpc.Server) {
 	coordMethod(s, srv, "sched.job.list", s.apiJobList)
 	coordMethod(s, srv, "sched.job.get", s.apiJobGet)
 	coordMethod(s, srv, "sched.job.stats", s.apiJobStats)
+	coordMethod(s, srv, "sched.job.histogram", s.apiJobHistogram)
 	srv.Handle("sched.job.result", func(ctx context.Context, req *rpc.Message) (*rpc.Message, error) {
 		var a NameArgs
 		if err := json.Unmarshal(req.Args, &a); err != nil || !jobNameRE.MatchString(a.Name) {
@@ -339,6 +340,21 @@ func (s *Scheduler) apiJobGet(_ context.Context, a NameArgs) (JobSummary, error)
 		return JobSummary{}, fmt.Errorf("sched: no job %q", a.Name)
 	}
 	return s.summary(a.Name, s.now()), nil
+}
+
+// apiJobHistogram returns a job's per-query latency histogram (for /metrics).
+func (s *Scheduler) apiJobHistogram(_ context.Context, a NameArgs) (LatencyHistogram, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.st.Jobs[a.Name]; !ok {
+		return LatencyHistogram{}, fmt.Errorf("sched: no job %q", a.Name)
+	}
+	h := LatencyHistogram{BoundsMS: LatencyBucketsMS, Counts: make([]int64, len(LatencyBucketsMS))}
+	if st := s.co.stats[a.Name]; st != nil {
+		h = st.Histogram(LatencyBucketsMS)
+	}
+	h.Job = a.Name
+	return h, nil
 }
 
 func (s *Scheduler) apiJobStats(_ context.Context, a NameArgs) (JobStatsReport, error) {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -259,6 +260,11 @@ func TestJobStats(t *testing.T) {
 	}
 	if math.Abs(s.cost-0.001) > 1e-9 {
 		t.Fatalf("cost %v", s.cost)
+	}
+	// 8 queries at 1 ms, 16 at 2 ms, 8 at 3 ms, as cumulative buckets.
+	h := s.Histogram([]float64{0.5, 1, 2.5, 5})
+	if want := []int64{0, 8, 24, 32}; !slices.Equal(h.Counts, want) || h.Count != 32 || math.Abs(h.SumMS-64) > 0.1 {
+		t.Fatalf("histogram %+v, want counts %v, count 32, sum 64 ms", h, want)
 	}
 }
 

@@ -145,6 +145,38 @@ func (s *JobStats) Latency() Latency {
 		P50: q(50), P90: q(90), P95: q(95), P99: q(99)}
 }
 
+// LatencyBucketsMS are the upper bounds (milliseconds) of the per-job latency histogram that
+// /metrics exports; the last bucket (+Inf) is implied.
+var LatencyBucketsMS = []float64{1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000}
+
+// LatencyHistogram is a job's per-query latency as cumulative bucket counts.
+type LatencyHistogram struct {
+	Job      string    `json:"job"`
+	BoundsMS []float64 `json:"bounds_ms"`
+	Counts   []int64   `json:"counts"` // Counts[i]: queries with latency <= BoundsMS[i]
+	Count    int64     `json:"count"`  // all queries (the +Inf bucket)
+	SumMS    float64   `json:"sum_ms"`
+}
+
+// Histogram returns the latency distribution as cumulative counts at bounds (ms), read from
+// the HdrHistogram's buckets (3 significant digits).
+func (s *JobStats) Histogram(bounds []float64) LatencyHistogram {
+	h := LatencyHistogram{BoundsMS: bounds, Counts: make([]int64, len(bounds))}
+	for _, bar := range s.hist.Distribution() {
+		if bar.Count == 0 {
+			continue
+		}
+		h.Count += bar.Count
+		for i, b := range bounds {
+			if float64(bar.To)/1000 <= b {
+				h.Counts[i] += bar.Count
+			}
+		}
+	}
+	h.SumMS = s.hist.Mean() / 1000 * float64(h.Count)
+	return h
+}
+
 // WorkerShare is one worker serving a job, in the stats JSON.
 type WorkerShare struct {
 	Name  string  `json:"name"`

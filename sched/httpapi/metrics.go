@@ -247,7 +247,8 @@ func (m *Metrics) writeModels(w *promWriter, depths map[string]int) {
 }
 
 // writeJobs writes per-job figures from the scheduler's statistics. The scheduler keeps
-// exact percentiles (HdrHistogram), so latency is exported as a summary with quantiles.
+// exact percentiles (HdrHistogram), so latency is exported as a summary with quantiles, and
+// also as a histogram with fixed buckets (which Prometheus can aggregate across jobs).
 func writeJobs(w *promWriter, jobs []JobStats) {
 	w.header("idunno_job_queries_done", "counter", "Queries of a job completed.")
 	for _, j := range jobs {
@@ -272,6 +273,19 @@ func writeJobs(w *promWriter, jobs []JobStats) {
 		}
 		w.sample("idunno_job_query_latency_seconds_sum", []string{"job", j.Job}, l.Mean/1000*float64(j.Done))
 		w.sample("idunno_job_query_latency_seconds_count", []string{"job", j.Job}, float64(j.Done))
+	}
+	w.header("idunno_job_query_latency_histogram_seconds", "histogram", "Per-query latency of a job, in buckets.")
+	for _, j := range jobs {
+		h := j.Histogram
+		if h == nil {
+			continue
+		}
+		for i, b := range h.BoundsMS {
+			w.sample("idunno_job_query_latency_histogram_seconds_bucket", []string{"job", j.Job, "le", strconv.FormatFloat(b/1000, 'g', -1, 64)}, float64(h.Counts[i]))
+		}
+		w.sample("idunno_job_query_latency_histogram_seconds_bucket", []string{"job", j.Job, "le", "+Inf"}, float64(h.Count))
+		w.sample("idunno_job_query_latency_histogram_seconds_sum", []string{"job", j.Job}, h.SumMS/1000)
+		w.sample("idunno_job_query_latency_histogram_seconds_count", []string{"job", j.Job}, float64(h.Count))
 	}
 	w.header("idunno_job_worker_share", "gauge", "Fraction of a worker's time given to a job.")
 	for _, j := range jobs {

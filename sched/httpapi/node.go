@@ -245,6 +245,10 @@ func (r *RPCStats) JobStats(ctx context.Context) ([]JobStats, error) {
 		if err := r.Client.CallJSON(ctx, r.Addr, "sched.job.stats", map[string]string{"name": j.Name}, &st); err != nil {
 			return nil, fmt.Errorf("httpapi: stats of job %s: %w", j.Name, err)
 		}
+		var h LatencyHistogram
+		if err := r.Client.CallJSON(ctx, r.Addr, "sched.job.histogram", map[string]string{"name": j.Name}, &h); err == nil && len(h.Counts) == len(h.BoundsMS) {
+			st.Histogram = &h
+		}
 		out = append(out, st)
 	}
 	return out, nil

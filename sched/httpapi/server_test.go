@@ -382,7 +382,8 @@ func TestDynamicBatchingSplitsResults(t *testing.T) {
 func TestMetricsEndpoint(t *testing.T) {
 	ts := startServer(t, Config{}, BatchConfig{MaxBatch: 4})
 	ts.stats.SetJobs([]JobStats{{Job: "lenet", Done: 120, Total: 1000, Rate10s: 12.5,
-		LatencyMs: LatencyMs{Mean: 3, P50: 2.5, P90: 4, P95: 5, P99: 9}, Workers: []WorkerShare{{"node1", 0.5}, {"node2", 1}}}})
+		LatencyMs: LatencyMs{Mean: 3, P50: 2.5, P90: 4, P95: 5, P99: 9}, Workers: []WorkerShare{{"node1", 0.5}, {"node2", 1}},
+		Histogram: &LatencyHistogram{BoundsMS: []float64{2.5, 10}, Counts: []int64{60, 119}, Count: 120, SumMS: 360}}})
 	ts.stats.SetGauges(ClusterGauges{Members: 7, SDFSBytesStored: 123456, ReplicationBacklog: 3})
 	for range 3 {
 		if code, _, b := infer(t, ts.url, "double", `{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}`); code != 200 {
@@ -409,6 +410,10 @@ func TestMetricsEndpoint(t *testing.T) {
 		`idunno_job_query_latency_seconds{job="lenet",quantile="0.99"} 0.009`,
 		`idunno_job_query_latency_seconds_count{job="lenet"} 120`,
 		`idunno_job_worker_share{job="lenet",worker="node1"} 0.5`,
+		`idunno_job_query_latency_histogram_seconds_bucket{job="lenet",le="0.0025"} 60`,
+		`idunno_job_query_latency_histogram_seconds_bucket{job="lenet",le="0.01"} 119`,
+		`idunno_job_query_latency_histogram_seconds_bucket{job="lenet",le="+Inf"} 120`,
+		`idunno_job_query_latency_histogram_seconds_sum{job="lenet"} 0.36`,
 		`idunno_membership_size 7`,
 		`idunno_sdfs_bytes_stored 123456`,
 		`idunno_sdfs_replication_backlog 3`,

@@ -13,6 +13,17 @@ type JobStats struct {
 	Rate10s   float64       `json:"rate_10s"`
 	LatencyMs LatencyMs     `json:"latency_ms"`
 	Workers   []WorkerShare `json:"workers"`
+	// Histogram is the per-query latency distribution, when the source has one.
+	Histogram *LatencyHistogram `json:"-"`
+}
+
+// LatencyHistogram is a job's per-query latency as cumulative counts at upper bounds in
+// milliseconds (the scheduler's "sched.job.histogram").
+type LatencyHistogram struct {
+	BoundsMS []float64 `json:"bounds_ms"`
+	Counts   []int64   `json:"counts"`
+	Count    int64     `json:"count"`
+	SumMS    float64   `json:"sum_ms"`
 }
 
 // LatencyMs holds per-query latency statistics in milliseconds.
