@@ -34,16 +34,9 @@ func init() {
 // sdfsFlags parses a command's flags wherever they sit among its positional arguments and
 // checks their number.
 func sdfsFlags(fs *flag.FlagSet, args []string, want int, usage string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return nil, err
 	}
 	if want >= 0 && len(pos) != want {
 		return nil, fmt.Errorf("usage: idunno %s", usage)
