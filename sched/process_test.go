@@ -76,7 +76,60 @@ func upProcCluster(t *testing.T, n int) *procCluster {
 	t.Cleanup(func() { lc.Down() })
 	rc := rpc.NewClient([]byte(lc.Secret()))
 	t.Cleanup(rc.Close)
-	return &procCluster{t: t, lc: lc, rc: rc}
+	c := &procCluster{t: t, lc: lc, rc: rc}
+	t.Cleanup(func() {
+		if t.Failed() {
+			c.explainUnfinished()
+		}
+	})
+	return c
+}
+
+// explainUnfinished prints, for a failed test, every node's log lines about each task that
+// was scheduled but never completed, and keeps the logs when IDUNNO_KEEP_LOGS names a folder.
+func (c *procCluster) explainUnfinished() {
+	logs := map[string][]string{}
+	scheduled, completed := map[string]bool{}, map[string]bool{}
+	for _, n := range c.lc.Nodes() {
+		b, err := os.ReadFile(filepath.Join(n.DataDir, "node.log"))
+		if err != nil {
+			continue
+		}
+		if keep := os.Getenv("IDUNNO_KEEP_LOGS"); keep != "" {
+			dst := filepath.Join(keep, c.t.Name(), n.Name+".log")
+			os.MkdirAll(filepath.Dir(dst), 0o755)
+			os.WriteFile(dst, b, 0o644)
+		}
+		lines := strings.Split(string(b), "\n")
+		logs[n.Name] = lines
+		for _, l := range lines {
+			for _, m := range []struct {
+				key string
+				set map[string]bool
+			}{{"scheduled task ", scheduled}, {"completed task ", completed}} {
+				if i := strings.Index(l, m.key); i >= 0 {
+					if f := strings.Fields(l[i+len(m.key):]); len(f) > 0 {
+						m.set[f[0]] = true
+					}
+				}
+			}
+		}
+	}
+	for task := range scheduled {
+		if completed[task] {
+			continue
+		}
+		c.t.Logf("task %s was scheduled and never completed:", task)
+		shown := 0
+		for _, n := range c.lc.Nodes() {
+			for _, l := range logs[n.Name] {
+				if strings.Contains(l, task+" ") && shown < 60 {
+					c.t.Logf("  %s: %s", n.Name, l)
+					shown++
+				}
+			}
+		}
+	}
 }
 
 // run runs an idunno command against the cluster and returns its output.
@@ -260,6 +313,9 @@ func TestProcessChaos(t *testing.T) {
 	needKernel(t)
 	localcluster.ConvergeTimeout = 15 * time.Second
 	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("IDUNNO_CHAOS_SEED"); v != "" { // to replay a run's choices
+		fmt.Sscan(v, &seed)
+	}
 	rng := rand.New(rand.NewPCG(seed, 7))
 	t.Logf("chaos seed %d", seed)
 	c := upProcCluster(t, 10)
