@@ -30,6 +30,7 @@ type SchedConfig struct {
 	TaskSeconds      time.Duration // ...and, by the cost prior, no longer than this (at least one batch)
 	Writers          int           // result writes a worker keeps in flight
 	PutTimeout       time.Duration // deadline of one result write (retried)
+	LeaseSilence     time.Duration // a worker that has not pulled for this long loses its tasks
 }
 
 // DefaultSchedConfig returns the defaults.
@@ -50,6 +51,7 @@ func DefaultSchedConfig() SchedConfig {
 		TaskSeconds:      time.Second,
 		Writers:          3,
 		PutTimeout:       5 * time.Second,
+		LeaseSilence:     10 * time.Second,
 	}
 }
 
