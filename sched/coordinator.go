@@ -39,13 +39,14 @@ type coordTables struct {
 	started     map[string]bool                 // jobs whose first task has been leased
 	express     map[taskKey]bool                // leases sent as express tasks
 	due         map[string]map[string]time.Time // worker -> paced job -> when its next task is due
+	heard       map[string]time.Time            // worker -> its last pull
 }
 
 func newCoordTables(now time.Time) *coordTables {
 	return &coordTables{tasks: NewTaskTable(), stats: map[string]*JobStats{}, assign: map[string][]Share{},
 		shares: map[string]float64{}, vt: map[string]map[string]float64{}, vclock: map[string]float64{}, vwall: map[string]float64{}, vwallAt: map[string]time.Time{},
 		estCost: map[string]float64{}, leaseCost: map[taskKey]float64{},
-		assembling: map[string]bool{}, started: map[string]bool{}, express: map[taskKey]bool{}, due: map[string]map[string]time.Time{}, firstStart: map[string]time.Time{}, addSplit: map[string]string{}, since: now}
+		assembling: map[string]bool{}, started: map[string]bool{}, express: map[taskKey]bool{}, due: map[string]map[string]time.Time{}, firstStart: map[string]time.Time{}, addSplit: map[string]string{}, heard: map[string]time.Time{}, since: now}
 }
 
 // takeOver makes this node the coordinator with a new epoch. Called with s.mu held.
@@ -176,14 +177,7 @@ func (s *Scheduler) lookupAddr(name string) string {
 func (s *Scheduler) coordTick(alive []Peer, live map[string]string) {
 	now := s.now()
 	co := s.co
-	for _, w := range co.tasks.Workers() {
-		if _, ok := live[w]; !ok {
-			for _, l := range co.tasks.ExpireWorker(w) {
-				delete(co.leaseCost, taskKey{l.Job, l.Task})
-				s.logf("sched: worker %s failed: task %s/%d goes back to the queue", w, l.Job, l.Task)
-			}
-		}
-	}
+	s.expireLeases(live, now)
 	// Standby: the lowest-named live node other than this one.
 	want, wantAddr := "", ""
 	for _, p := range alive {
@@ -231,6 +225,32 @@ func (s *Scheduler) coordTick(alive []Peer, live map[string]string) {
 		if !j.Complete && j.NDone == j.Spec.NumTasks() && !co.assembling[n] {
 			co.assembling[n] = true
 			go s.assemble(s.st.Epoch, j.Spec)
+		}
+	}
+}
+
+// expireLeases takes back the tasks of workers that failed (by the failure detector) or
+// have not pulled for LeaseSilence although the detector still lists them: a frozen
+// process, or a detector whose view lags. A task taken back while its worker still runs
+// it is harmless: results are written under the task's name with the same bytes, and the
+// journal commits a task once. Called with s.mu held.
+func (s *Scheduler) expireLeases(live map[string]string, now time.Time) {
+	co := s.co
+	for _, w := range co.tasks.Workers() {
+		why := ""
+		if _, ok := live[w]; !ok {
+			why = "failed"
+		} else if h, ok := co.heard[w]; !ok {
+			co.heard[w] = now // adopted at a takeover: the silence counts from here
+		} else if d := now.Sub(h); d >= s.cfg.LeaseSilence {
+			why = fmt.Sprintf("silent for %v", d.Round(time.Millisecond))
+		}
+		if why == "" {
+			continue
+		}
+		for _, l := range co.tasks.ExpireWorker(w) {
+			delete(co.leaseCost, taskKey{l.Job, l.Task})
+			s.logf("sched: worker %s %s: task %s/%d goes back to the queue", w, why, l.Job, l.Task)
 		}
 	}
 }
@@ -488,6 +508,7 @@ func (s *Scheduler) handlePull(epoch uint64, a PullArgs) (PullReply, uint64, err
 	}
 	now := s.now()
 	co := s.co
+	co.heard[a.Worker] = now
 	keep := make(map[TaskRef]bool, len(a.Held)+len(a.Done))
 	for _, h := range a.Held {
 		co.tasks.Adopt(h.Job, h.Task, a.Worker, now)

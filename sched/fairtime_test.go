@@ -565,3 +565,70 @@ func TestFairTimeCheapJobJoins(t *testing.T) {
 		t.Errorf("first query of the added job after %.0f ms, want < 500", sum.FirstQueryMS)
 	}
 }
+
+// TestSilentWorkerLosesLeases: a worker that stops pulling while the failure detector
+// still lists it (a frozen process, a lagging view) loses its tasks after LeaseSilence;
+// another worker finishes them, and the frozen worker's late reports change nothing.
+func TestSilentWorkerLosesLeases(t *testing.T) {
+	exec := &FakeExecutor{Datasets: map[string]int{"d": 40}, Models: map[string]time.Duration{"m.onnx": time.Millisecond}}
+	f := newFairSim(t, 2, exec)
+	f.add(JobSpec{Name: "j", Model: "m.onnx", Data: "d", Batch: 10, TaskSize: 10})
+	s := f.s
+	pull := func(w string, held []TaskRef, done []TaskReport) PullReply {
+		r, _, err := s.handlePull(f.epoch, PullArgs{Worker: w, Want: 2, Held: held, Done: done})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	frozen := pull("w1", nil, nil).Orders
+	if len(frozen) == 0 {
+		t.Fatal("w1 got no task")
+	}
+	var frozenRefs []TaskRef
+	for _, o := range frozen {
+		frozenRefs = append(frozenRefs, TaskRef{o.Spec.Name, o.Task})
+	}
+	live := map[string]string{"w0": "a", "w1": "b"}
+	tick := func() {
+		s.mu.Lock()
+		s.expireLeases(live, f.now)
+		s.mu.Unlock()
+	}
+	// w0 keeps pulling and finishing what it gets; w1 says nothing.
+	finished := map[int]bool{}
+	var held []TaskRef
+	var done []TaskReport
+	for step := 0; step < 200 && len(finished) < 4; step++ {
+		f.now = f.now.Add(100 * time.Millisecond)
+		tick()
+		r := pull("w0", held, done)
+		held, done = nil, nil
+		for _, o := range r.Orders {
+			from, to := o.Spec.TaskRange(o.Task)
+			done = append(done, TaskReport{Job: "j", JobID: o.Spec.ID, Task: o.Task, Worker: "w0", Queries: to - from, BusyNanos: 1e6})
+			finished[o.Task] = true
+		}
+		if f.now.Sub(time.Unix(1_000_000, 0)) < s.cfg.LeaseSilence-time.Second {
+			for _, o := range frozen {
+				if finished[o.Task] {
+					t.Fatalf("task %d of the silent worker re-leased before LeaseSilence", o.Task)
+				}
+			}
+		}
+	}
+	pull("w0", nil, done)
+	if len(finished) != 4 || s.st.Jobs["j"].NDone != 4 {
+		t.Fatalf("w0 finished %v, journal has %d of 4 tasks", finished, s.st.Jobs["j"].NDone)
+	}
+	// w1 thaws and reports its (identical) results: acknowledged, nothing counted twice.
+	var late []TaskReport
+	for _, o := range frozen {
+		from, to := o.Spec.TaskRange(o.Task)
+		late = append(late, TaskReport{Job: "j", JobID: o.Spec.ID, Task: o.Task, Worker: "w1", Queries: to - from, BusyNanos: 1e6})
+	}
+	r := pull("w1", frozenRefs, late)
+	if len(r.Acked) != len(late) || s.st.Jobs["j"].NDone != 4 {
+		t.Fatalf("late reports: acked %v, %d tasks done", r.Acked, s.st.Jobs["j"].NDone)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,11 +43,11 @@ func freePort(t *testing.T) int {
 	return 0
 }
 
-type fakeComponent struct{ started, stopped bool }
+type fakeComponent struct{ started, stopped atomic.Bool }
 
 func (f *fakeComponent) Name() string                    { return "fake" }
-func (f *fakeComponent) Start(ctx context.Context) error { f.started = true; return nil }
-func (f *fakeComponent) Stop() error                     { f.stopped = true; return nil }
+func (f *fakeComponent) Start(ctx context.Context) error { f.started.Store(true); return nil }
+func (f *fakeComponent) Stop() error                     { f.stopped.Store(true); return nil }
 
 // TestNodeRunServesMembersAndStops: a node answers fd.members over authenticated RPC, logs in
 // the documented format, and stops its components when its context ends.
@@ -87,7 +88,7 @@ func TestNodeRunServesMembersAndStops(t *testing.T) {
 	if len(r.Members) != 1 || r.Self.Name != "node0" || r.Self.State != fd.Alive || r.Self.RPCAddr != cfg.RPCAddr() {
 		t.Fatalf("members %+v", r)
 	}
-	if !comp.started {
+	if !comp.started.Load() {
 		t.Fatal("component not started")
 	}
 	cancel()
@@ -95,7 +96,7 @@ func TestNodeRunServesMembersAndStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	done <- nil
-	if !comp.stopped {
+	if !comp.stopped.Load() {
 		t.Fatal("component not stopped")
 	}
 	log, _ := os.ReadFile(filepath.Join(dir, "node.log"))

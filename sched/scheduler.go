@@ -29,7 +29,8 @@ type SchedConfig struct {
 	MinTaskQueries   int
 	TaskSeconds      time.Duration // ...and, by the cost prior, no longer than this (at least one batch)
 	Writers          int           // result writes a worker keeps in flight
-	PutTimeout       time.Duration // deadline of one result write (retried)
+	PutTimeout       time.Duration // deadline of one result write (retried); above twice SDFS's StatTimeout
+	LeaseSilence     time.Duration // a worker that has not pulled for this long loses its tasks
 }
 
 // DefaultSchedConfig returns the defaults.
@@ -49,7 +50,8 @@ func DefaultSchedConfig() SchedConfig {
 		MinTaskQueries:   64,
 		TaskSeconds:      time.Second,
 		Writers:          3,
-		PutTimeout:       5 * time.Second,
+		PutTimeout:       15 * time.Second,
+		LeaseSilence:     10 * time.Second,
 	}
 }
 

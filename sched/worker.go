@@ -303,8 +303,9 @@ func (s *Scheduler) writerLoop(ctx context.Context) {
 		ref := TaskRef{c.rep.Job, c.rep.Task}
 		var err error
 		for attempt := 0; attempt < 5; attempt++ {
-			// A short deadline: a put stuck on a replica that just froze is retried once the
-			// failure detector has taken that node out of the placement.
+			// A put skips a replica that does not answer its version query within SDFS's
+			// StatTimeout (a frozen node the failure detector still lists), so the deadline
+			// leaves room for that and the write; a put stuck anyway is retried.
 			pctx, cancel := context.WithTimeout(ctx, s.cfg.PutTimeout)
 			err = s.blobs.Put(pctx, TaskResultName(c.rep.Job, c.rep.JobID, c.rep.Task), c.lines)
 			cancel()
