@@ -16,6 +16,12 @@ import (
 // heartbeat: under 0.85 s. A live node refutes a suspicion by raising its incarnation, so a
 // node that is silent for up to ~SuspectTimeout+SuspicionTimeout (a stop, a GC pause, a burst
 // of lost packets) survives.
+//
+// Piggybacking reaches a node only while an update is being retransmitted; a node that
+// was paused, cut off or unlucky with losses for that whole window would keep a stale view
+// for good. So every SyncInterval each node also sends one random live member a digest of
+// its view (~200 bytes), and that member answers with its records wherever the digests
+// differ: any missed update reaches a running node within a few SyncIntervals.
 type Config struct {
 	Name     string // node name (node0, ...)
 	Addr     string // UDP address of this node's detector, host:port (the member's identity)
@@ -38,6 +44,7 @@ type Config struct {
 	JoinRetry         time.Duration // while alone, how often to ask the introducers again (default 500ms)
 	RetainDead        time.Duration // how long failed and left members stay listed (default 60s)
 	DeadProbeInterval time.Duration // how often to heartbeat one failed member, to heal partitions (default 1s)
+	SyncInterval      time.Duration // how often to compare views with one random live member (anti-entropy; default 1s)
 	Fanout            int           // members each fresh update is pushed to at once (default 3)
 	RetransmitMult    int           // piggyback each update RetransmitMult*ceil(log2(n+1)) times (default 3)
 	MaxPiggyback      int           // updates carried per packet (default 12)
@@ -65,6 +72,7 @@ func DefaultConfig() Config {
 		JoinRetry:         500 * time.Millisecond,
 		RetainDead:        60 * time.Second,
 		DeadProbeInterval: time.Second,
+		SyncInterval:      time.Second,
 		Fanout:            3,
 		RetransmitMult:    3,
 		MaxPiggyback:      12,
@@ -79,7 +87,7 @@ func (c Config) withDefaults() Config {
 		{&c.TickInterval, &d.TickInterval}, {&c.HeartbeatInterval, &d.HeartbeatInterval},
 		{&c.SuspectTimeout, &d.SuspectTimeout}, {&c.SuspicionTimeout, &d.SuspicionTimeout},
 		{&c.PauseThreshold, &d.PauseThreshold}, {&c.JoinRetry, &d.JoinRetry}, {&c.RetainDead, &d.RetainDead},
-		{&c.DeadProbeInterval, &d.DeadProbeInterval},
+		{&c.DeadProbeInterval, &d.DeadProbeInterval}, {&c.SyncInterval, &d.SyncInterval},
 	}
 	for _, x := range durs {
 		if *x.v <= 0 {

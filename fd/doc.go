@@ -24,6 +24,20 @@ every member. A node that finds its own tick delayed by more than PauseThreshold
 stopped or starved) restarts its silence timers instead of blaming others. Failed members
 are probed now and then so that the two sides of a healed partition find each other.
 
+Piggybacking reaches a node only while an update is being retransmitted, and nobody
+watches a member on another's behalf: a node that misses every copy (it was stopped, cut
+off, or lost them) would keep a stale view for good, heartbeat the wrong successors, and be
+suspected by the watchers it no longer reaches. Anti-entropy closes that gap: every
+SyncInterval (and at once after a detected pause) a node sends one random live member a
+digest of its view: 32 buckets (a member falls in hash(addr) mod 32), each a hash of the
+(addr, incarnation, state) of its alive and suspect members, self included. Dead records
+are left out, since how long they are retained may differ from node to node. The receiver
+answers with all its records, dead ones included, in the buckets where its digest differs,
+at most once per requester per half SyncInterval and 4 times per SyncInterval in all. The
+requester merges the answer by the usual precedence, but does not add dead members it does
+not know (it may have forgotten them on purpose), and sends back the records where its own
+view is newer. A converged cluster costs one ~200-byte packet per node per SyncInterval.
+
 # Layers
 
 Membership is the pure core: Tick(now), Receive(now, msg), Leave(now), and Ready() for the

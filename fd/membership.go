@@ -31,7 +31,12 @@ type Membership struct {
 	events  []Event
 	leaving bool
 
-	lastTick, lastBeat, lastJoin, lastSweep, lastProbe time.Time
+	lastTick, lastBeat, lastJoin, lastSweep, lastProbe, lastSync time.Time
+
+	syncSoon     bool                 // sync at the next tick (we were paused)
+	syncAnswered map[string]time.Time // when we last answered each requester's sync
+	syncWindow   time.Time            // start of the current SyncInterval window of answers
+	syncAnswers  int                  // answers sent in that window
 }
 
 type entry struct {
@@ -62,7 +67,10 @@ func NewMembership(cfg Config, now time.Time, seed uint64) *Membership {
 	self := &entry{Member: Member{Name: cfg.Name, Addr: cfg.Addr, RPCAddr: cfg.RPCAddr, HTTPAddr: cfg.HTTPAddr,
 		Incarnation: inc, State: Alive}, changed: now, heard: now}
 	m := &Membership{cfg: cfg, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), self: self,
-		members: map[string]*entry{cfg.Addr: self}, watched: map[string]bool{}, suspects: map[string]bool{}}
+		members: map[string]*entry{cfg.Addr: self}, watched: map[string]bool{}, suspects: map[string]bool{},
+		syncAnswered: map[string]time.Time{}}
+	// Syncs start at a random phase, so a cluster's syncs spread over the interval.
+	m.lastSync = now.Add(-time.Duration(m.rng.Int64N(int64(cfg.SyncInterval))))
 	m.rebuildRing(now)
 	return m
 }
@@ -101,6 +109,8 @@ func (m *Membership) Tick(now time.Time) {
 				e.changed = now
 			}
 		}
+		// Updates piggybacked while we were out have likely been retired: compare views now.
+		m.syncSoon = true
 	}
 	m.lastTick = now
 	if m.alone() && now.Sub(m.lastJoin) >= m.cfg.JoinRetry {
@@ -120,6 +130,10 @@ func (m *Membership) Tick(now time.Time) {
 	if now.Sub(m.lastProbe) >= m.cfg.DeadProbeInterval {
 		m.lastProbe = now
 		m.probeDead()
+	}
+	if m.syncSoon || now.Sub(m.lastSync) >= m.cfg.SyncInterval {
+		m.syncSoon, m.lastSync = false, now
+		m.sendSync()
 	}
 	m.checkTimeouts(now)
 	m.flushFresh("")
@@ -165,6 +179,7 @@ func (m *Membership) checkTimeouts(now time.Time) {
 		return
 	}
 	m.lastSweep = now
+	m.forgetSyncAnswers(now)
 	for a, e := range m.members {
 		if (e.State == Failed || e.State == Left) && now.Sub(e.changed) > m.cfg.RetainDead {
 			delete(m.members, a)
@@ -182,7 +197,7 @@ func (m *Membership) Receive(now time.Time, msg *Message) {
 		from.State = Alive // a sender speaks for itself: it is alive, or leaving
 	}
 	mode := eager
-	if msg.Kind == MsgJoinAck {
+	if msg.Kind == MsgJoinAck || msg.Kind == MsgSyncAck {
 		mode = piggyback // a whole membership list: pass it on, but at heartbeat pace
 	}
 	m.apply(now, from, mode)
@@ -198,11 +213,19 @@ func (m *Membership) Receive(now time.Time, msg *Message) {
 			m.send(from.Addr, MsgGossip, []Member{e.Member})
 		}
 	}
-	for _, u := range msg.Updates {
-		m.apply(now, u, mode)
+	switch msg.Kind {
+	case MsgSyncAck:
+		m.mergeSyncAck(now, from.Addr, msg.Updates)
+	default:
+		for _, u := range msg.Updates {
+			m.apply(now, u, mode)
+		}
 	}
-	if msg.Kind == MsgJoin {
+	switch msg.Kind {
+	case MsgJoin:
 		m.answerJoin(from.Addr)
+	case MsgSync:
+		m.answerSync(now, from.Addr, msg.Digest)
 	}
 	m.flushFresh(from.Addr)
 }

@@ -17,23 +17,27 @@ const (
 	MsgGossip                       // eager push of fresh updates, or a direct correction
 	MsgJoin                         // a node asking an introducer to let it in
 	MsgJoinAck                      // an introducer's answer: (part of) its membership list
-	maxKind      = MsgJoinAck
+	MsgSync                         // anti-entropy: a digest of the sender's view, asking for what differs
+	MsgSyncAck                      // the answer to a sync: (part of) the records in the buckets that differ
+	maxKind      = MsgSyncAck
 )
 
 // Message is one decoded packet. From is the sender's own record; Updates are member
-// records being disseminated.
+// records being disseminated. Digest is carried by MsgSync only (see Membership.digest).
 type Message struct {
 	Kind    MsgKind
 	From    Member
 	Updates []Member
+	Digest  []uint32
 }
 
 // Wire format, all integers unsigned varints:
 //
 //	packet  = magic(4) tag(8) body mac(32)
-//	body    = kind(1) member count member*
+//	body    = kind(1) member count member* [digest]
 //	member  = str(name) str(addr) str(rpc) str(http) incarnation state(1)
 //	str     = len bytes            (len <= maxString)
+//	digest  = count uint32be*      (kind sync only, 1 <= count <= maxDigest)
 //
 // tag identifies the cluster (derived from the secret), mac is HMAC-SHA256(secret, magic tag body).
 const (
@@ -42,6 +46,7 @@ const (
 	macLen     = sha256.Size
 	maxString  = 255
 	maxUpdates = 1024
+	maxDigest  = 256
 	// MaxPacket bounds one packet; encoders split larger member lists.
 	MaxPacket = 1400
 )
@@ -112,6 +117,9 @@ func EncodedSize(m *Message) int {
 	for _, u := range m.Updates {
 		n += memberSize(u)
 	}
+	if m.Kind == MsgSync {
+		n += uvarintLen(uint64(len(m.Digest))) + 4*len(m.Digest)
+	}
 	return n
 }
 
@@ -121,6 +129,12 @@ func appendBody(b []byte, m *Message) []byte {
 	b = binary.AppendUvarint(b, uint64(len(m.Updates)))
 	for _, u := range m.Updates {
 		b = appendMember(b, u)
+	}
+	if m.Kind == MsgSync {
+		b = binary.AppendUvarint(b, uint64(len(m.Digest)))
+		for _, h := range m.Digest {
+			b = binary.BigEndian.AppendUint32(b, h)
+		}
 	}
 	return b
 }
@@ -213,6 +227,23 @@ func (r *reader) member() Member {
 	return m
 }
 
+func (r *reader) digest() []uint32 {
+	n := r.uvarint()
+	if r.err != nil {
+		return nil
+	}
+	if n == 0 || n > maxDigest || n*4 > uint64(len(r.b)) {
+		r.fail("bad digest length")
+		return nil
+	}
+	d := make([]uint32, n)
+	for i := range d {
+		d[i] = binary.BigEndian.Uint32(r.b[4*i:])
+	}
+	r.b = r.b[4*n:]
+	return d
+}
+
 func decodeBody(b []byte) (*Message, error) {
 	r := &reader{b: b}
 	k := MsgKind(r.byte1())
@@ -226,6 +257,9 @@ func decodeBody(b []byte) (*Message, error) {
 	}
 	for i := uint64(0); i < n && r.err == nil; i++ {
 		m.Updates = append(m.Updates, r.member())
+	}
+	if k == MsgSync {
+		m.Digest = r.digest()
 	}
 	if r.err == nil && len(r.b) != 0 {
 		r.fail("trailing bytes")

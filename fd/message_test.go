@@ -1,6 +1,7 @@
 package fd
 
 import (
+	"encoding/binary"
 	"errors"
 	"reflect"
 	"testing"
@@ -13,19 +14,70 @@ func sampleMessage() *Message {
 			{Name: "node3", Addr: "127.0.0.1:9020", Incarnation: 9, State: Left}}}
 }
 
+func sampleSync() *Message {
+	return &Message{Kind: MsgSync, From: sampleMessage().From, Digest: []uint32{0, 1, 0xdeadbeef, 1 << 31}}
+}
+
 func TestCodecRoundTripAndSize(t *testing.T) {
 	c := NewCodec([]byte("secret"))
+	for _, m := range []*Message{sampleMessage(), sampleSync()} {
+		p := c.Encode(m)
+		if len(p) != EncodedSize(m) {
+			t.Fatalf("%v: EncodedSize %d, packet %d", m.Kind, EncodedSize(m), len(p))
+		}
+		got, err := c.Decode(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, m) {
+			t.Fatalf("got %+v want %+v", got, m)
+		}
+	}
+}
+
+// TestCodecDigestOnlyOnSync: the digest is part of a sync's body only; other kinds neither
+// send nor accept one.
+func TestCodecDigestOnlyOnSync(t *testing.T) {
+	c := NewCodec([]byte("secret"))
 	m := sampleMessage()
-	p := c.Encode(m)
-	if len(p) != EncodedSize(m) {
-		t.Fatalf("EncodedSize %d, packet %d", EncodedSize(m), len(p))
+	m.Digest = []uint32{7}
+	got, err := c.Decode(c.Encode(m))
+	if err != nil || got.Digest != nil {
+		t.Fatalf("heartbeat with a digest: %v, decoded digest %v", err, got.Digest)
 	}
-	got, err := c.Decode(p)
-	if err != nil {
-		t.Fatal(err)
+	body := appendBody(nil, sampleSync())
+	body[0] = byte(MsgHeartbeat) // a heartbeat followed by a digest has trailing bytes
+	if _, err := c.Decode(c.seal(body)); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("heartbeat body with a digest accepted: %v", err)
 	}
-	if !reflect.DeepEqual(got, m) {
-		t.Fatalf("got %+v want %+v", got, m)
+}
+
+// TestCodecRejectsBadDigests: a sync's digest is bounded and must be exactly as long as it says.
+func TestCodecRejectsBadDigests(t *testing.T) {
+	c := NewCodec([]byte("secret"))
+	prefix := appendBody(nil, &Message{Kind: MsgSync, From: sampleMessage().From}) // ends with digest count 0
+	prefix = prefix[:len(prefix)-1]
+	withCount := func(n uint64, words int) []byte {
+		b := binary.AppendUvarint(append([]byte(nil), prefix...), n)
+		return append(b, make([]byte, 4*words)...)
+	}
+	full := appendBody(nil, sampleSync())
+	cases := map[string][]byte{
+		"no digest":       prefix,
+		"empty digest":    withCount(0, 0),
+		"too long":        withCount(maxDigest+1, maxDigest+1),
+		"huge count":      withCount(1<<62, 4),
+		"short by a word": withCount(4, 3),
+		"cut mid-word":    full[:len(full)-1],
+		"trailing bytes":  append(withCount(2, 2), 0),
+	}
+	for name, body := range cases {
+		if _, err := c.Decode(c.seal(body)); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: got %v", name, err)
+		}
+	}
+	if m, err := c.Decode(c.seal(withCount(maxDigest, maxDigest))); err != nil || len(m.Digest) != maxDigest {
+		t.Fatalf("largest digest: %v", err)
 	}
 }
 
@@ -72,6 +124,8 @@ func FuzzDecode(f *testing.F) {
 	p := c.Encode(sampleMessage())
 	f.Add(p, false)
 	f.Add(p[magicLen+tagLen:len(p)-macLen], true)
+	f.Add(appendBody(nil, sampleSync()), true)
+	f.Add(appendBody(nil, &Message{Kind: MsgSyncAck, From: sampleMessage().From, Updates: sampleMessage().Updates}), true)
 	f.Add([]byte{}, true)
 	f.Fuzz(func(t *testing.T, b []byte, seal bool) {
 		if seal {

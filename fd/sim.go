@@ -43,7 +43,8 @@ type SimNode struct {
 	M                      *Membership
 	Up, Paused             bool
 	PacketsSent, BytesSent uint64
-	pending                []*Message // delivered while paused
+	PacketsByKind          [maxKind + 1]uint64 // PacketsSent by MsgKind
+	pending                []*Message          // delivered while paused
 	incarnation            uint64
 }
 
@@ -172,6 +173,7 @@ func (s *Sim) flush(n *SimNode) {
 	for i := range out {
 		msg := &out[i].Msg
 		n.PacketsSent++
+		n.PacketsByKind[msg.Kind]++
 		n.BytesSent += uint64(EncodedSize(msg))
 		dst := s.byAddr[out[i].To]
 		if dst == nil || s.blocked[[2]string{n.Addr, dst.Addr}] || s.rng.Float64() < s.cfg.Loss {

@@ -194,3 +194,80 @@ func TestSimDeterministic(t *testing.T) {
 		t.Fatalf("two runs differ: %d vs %d", a, b)
 	}
 }
+
+// TestSimPausedNodeLearnsFailureItMissed is the chaos-test bug: node 6 is frozen, its ring
+// successor node 7 crashes meanwhile, and everyone else declares 7 failed and retires that
+// news from its piggyback queue before 6 wakes. Nobody watches 7 on 6's behalf and nobody
+// gossips to 6 any more, so only anti-entropy can tell it. Without it, 6 keeps 7 alive,
+// heartbeats 7 instead of its real 4th successor (node 1), and node 1, which watches 6,
+// suspects it every ~0.9 s forever.
+func TestSimPausedNodeLearnsFailureItMissed(t *testing.T) {
+	for seed := uint64(1); seed <= 10; seed++ {
+		s := newSim(10, seed, 0, true)
+		s.Run(2 * time.Second)
+		s.Pause(6)
+		s.Run(time.Second)
+		s.Crash(7)
+		// Failed everywhere within ~1 s; the broadcast then retires after
+		// RetransmitMult*ceil(log2(n+1)) = 12 heartbeats (1.2 s). Wait far beyond both.
+		s.Run(10 * time.Second)
+		for i := range s.Nodes {
+			if i != 6 && i != 7 && s.View(i)[7] != Failed {
+				t.Fatalf("seed %d: node %d sees node 7 %v before the resume", seed, i, s.View(i)[7])
+			}
+		}
+		resumed := s.Now
+		s.Resume(6)
+		s.Run(3 * time.Second)
+		learned, ok := s.FirstEvent(6, 7, FailedDetected, resumed)
+		if !ok {
+			t.Fatalf("seed %d: node 6 still sees node 7 %v 3 s after waking", seed, s.View(6)[7])
+		}
+		// Once 6's ring is right, its real watchers hear it: no more suspicion of 6.
+		s.Run(10 * time.Second)
+		for _, e := range s.Events {
+			if e.Event.Kind == Suspected && e.Event.Member.Addr == SimAddr(6) && e.At.After(learned.Add(500*time.Millisecond)) {
+				t.Fatalf("seed %d: node %d suspected node 6 at +%v, after it learned of 7's failure at +%v",
+					seed, e.Observer, e.At.Sub(resumed), learned.Sub(resumed))
+			}
+		}
+		want := allAlive(s, 7)
+		want[7] = Failed
+		requireView(t, s, want)
+		t.Logf("seed %d: node 6 learned of node 7's failure %v after waking", seed, learned.Sub(resumed))
+	}
+}
+
+// TestSimStaleViewCatchesUpBySync: node 6 missed node 7's failure (as if every packet
+// carrying it had been lost) and nothing tells it that it was out, so it is the periodic
+// sync, not the one after a pause, that must bring it up to date.
+func TestSimStaleViewCatchesUpBySync(t *testing.T) {
+	for seed := uint64(1); seed <= 10; seed++ {
+		s := newSim(10, seed, 0, true)
+		s.Run(2 * time.Second)
+		s.Crash(7)
+		s.Run(5 * time.Second)
+		m := s.Nodes[6].M
+		e := m.members[SimAddr(7)]
+		if e.State != Failed {
+			t.Fatalf("seed %d: node 6 sees node 7 %v", seed, e.State)
+		}
+		e.State = Alive // forget the failure
+		m.rebuildRing(s.Now)
+		forgot := s.Now
+		s.Run(5 * time.Second)
+		learned, ok := s.FirstEvent(6, 7, FailedDetected, forgot)
+		if !ok || learned.Sub(forgot) > 3*time.Second {
+			t.Fatalf("seed %d: node 6 sees node 7 %v; learned at +%v", seed, s.View(6)[7], learned.Sub(forgot))
+		}
+		want := allAlive(s, 7)
+		want[7] = Failed
+		requireView(t, s, want)
+		for _, e := range s.Events {
+			if e.Event.Kind == FailedDetected && e.Event.Member.Addr != SimAddr(7) {
+				t.Fatalf("seed %d: false failure %v", seed, e)
+			}
+		}
+		t.Logf("seed %d: node 6 learned of node 7's failure again %v later", seed, learned.Sub(forgot))
+	}
+}
