@@ -273,10 +273,11 @@ func (s *Scheduler) apiJobAdd(ctx context.Context, spec JobSpec) (JobAddReply, e
 	}
 	js := s.st.Jobs[spec.Name]
 	s.co.tasks.AddJob(js)
-	s.co.stats[spec.Name] = NewJobStats()
 	s.control(s.now())
 	split := s.splitString()
-	s.co.addSplit[spec.Name] = split
+	if err := s.commit(&Entry{Kind: EntryJobSplit, Name: spec.Name, Text: split}); err != nil {
+		s.logf("sched: job %s: recording its split: %v", spec.Name, err)
+	}
 	s.logf("sched: job %s accepted: %d queries in %d tasks of %d, %.3g FLOPs per query; split %s",
 		spec.Name, n, spec.NumTasks(), spec.TaskSize, spec.FLOPsPerQuery, split)
 	return JobAddReply{Queries: n, Tasks: spec.NumTasks(), TaskSize: spec.TaskSize, Split: split}, nil
@@ -292,7 +293,6 @@ func (s *Scheduler) apiJobRemove(_ context.Context, a NameArgs) (struct{}, error
 		return struct{}{}, err
 	}
 	s.co.tasks.RemoveJob(a.Name)
-	delete(s.co.stats, a.Name)
 	s.control(s.now())
 	s.logf("sched: job %s removed", a.Name)
 	return struct{}{}, nil
@@ -311,14 +311,14 @@ func (s *Scheduler) summary(n string, now time.Time) JobSummary {
 	sum.Seconds = float64(end-j.Added) / 1e9
 	if s.co != nil {
 		sum.Share = s.co.shares[n]
-		if st := s.co.stats[n]; st != nil {
-			sum.Rate10s = st.Rate(now, rateWindow)
-		}
-		if f, ok := s.co.firstStart[n]; ok {
-			sum.FirstQueryMS = float64(f.UnixNano()-j.Added) / 1e6
-		}
-		sum.SplitAtAdd = s.co.addSplit[n]
 	}
+	if st := s.stats[n]; st != nil {
+		sum.Rate10s = st.Rate(now, rateWindow)
+	}
+	if j.FirstStart > 0 {
+		sum.FirstQueryMS = float64(j.FirstStart-j.Added) / 1e6
+	}
+	sum.SplitAtAdd = j.Split
 	return sum
 }
 
@@ -350,7 +350,7 @@ func (s *Scheduler) apiJobHistogram(_ context.Context, a NameArgs) (LatencyHisto
 		return LatencyHistogram{}, fmt.Errorf("sched: no job %q", a.Name)
 	}
 	h := LatencyHistogram{BoundsMS: LatencyBucketsMS, Counts: make([]int64, len(LatencyBucketsMS))}
-	if st := s.co.stats[a.Name]; st != nil {
+	if st := s.stats[a.Name]; st != nil {
 		h = st.Histogram(LatencyBucketsMS)
 	}
 	h.Job = a.Name
@@ -369,7 +369,7 @@ func (s *Scheduler) apiJobStats(_ context.Context, a NameArgs) (JobStatsReport, 
 	}
 	now := s.now()
 	r := JobStatsReport{Job: a.Name, Done: doneQueries(j), Total: j.Spec.Queries, Workers: []WorkerShare{}}
-	if st := s.co.stats[a.Name]; st != nil {
+	if st := s.stats[a.Name]; st != nil {
 		r.Rate10s = st.Rate(now, rateWindow)
 		r.LatencyMS = st.Latency()
 	}

@@ -84,7 +84,6 @@ func benchPerTask(b *testing.B, standby bool) {
 			b.Fatal(err)
 		}
 		s.co.tasks.AddJob(s.st.Jobs[spec.Name])
-		s.co.stats[spec.Name] = NewJobStats()
 		s.control(s.now())
 	}
 	addJob()

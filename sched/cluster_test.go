@@ -246,6 +246,33 @@ func TestClusterTwoJobsWithWorkerAndCoordinatorFailures(t *testing.T) {
 	if st.Done != 3001 || st.Total != 3001 {
 		t.Fatalf("stats %+v", st)
 	}
+	// The statistics survive takeovers: the new coordinator has every query's latency
+	// (measured by workers of either epoch), and the split and first-query time the old
+	// coordinator recorded at the add. The second takeover's standby got them in the
+	// snapshot that made it the standby, not entry by entry.
+	checkStats := func() {
+		t.Helper()
+		for job, n := range map[string]int64{"fast": 2000, "slow": 3001} {
+			var h LatencyHistogram
+			var sum JobSummary
+			if err := c.callRetry("sched.job.histogram", NameArgs{job}, &h); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.callRetry("sched.job.get", NameArgs{job}, &sum); err != nil {
+				t.Fatal(err)
+			}
+			if h.Count != n {
+				t.Errorf("job %s: latencies of %d queries after the takeover, want %d", job, h.Count, n)
+			}
+			if !strings.Contains(sum.SplitAtAdd, job+"=") || sum.FirstQueryMS < 0 {
+				t.Errorf("job %s: split %q and first query %.0f ms lost in the takeover", job, sum.SplitAtAdd, sum.FirstQueryMS)
+			}
+		}
+	}
+	checkStats()
+	c.kill(co2.name)
+	c.waitCoordinator(co2.name)
+	checkStats()
 	// Every task committed exactly once: the journal's state says so, on the standby too.
 	co2.s.mu.Lock()
 	for _, n := range []string{"fast", "slow"} {

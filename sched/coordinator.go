@@ -31,8 +31,6 @@ type coordTables struct {
 	synced      bool // the standby has our snapshot and every entry since
 	lastControl time.Time
 	assembling  map[string]bool
-	firstStart  map[string]time.Time
-	addSplit    map[string]string
 	since       time.Time
 	lastBeat    time.Time
 	lastGain    time.Time
@@ -46,7 +44,7 @@ func newCoordTables(now time.Time) *coordTables {
 	return &coordTables{tasks: NewTaskTable(), stats: map[string]*JobStats{}, assign: map[string][]Share{},
 		shares: map[string]float64{}, vt: map[string]map[string]float64{}, vclock: map[string]float64{}, vwall: map[string]float64{}, vwallAt: map[string]time.Time{},
 		estCost: map[string]float64{}, leaseCost: map[taskKey]float64{},
-		assembling: map[string]bool{}, started: map[string]bool{}, express: map[taskKey]bool{}, due: map[string]map[string]time.Time{}, firstStart: map[string]time.Time{}, addSplit: map[string]string{}, heard: map[string]time.Time{}, since: now}
+		assembling: map[string]bool{}, started: map[string]bool{}, express: map[taskKey]bool{}, due: map[string]map[string]time.Time{}, heard: map[string]time.Time{}, since: now}
 }
 
 // takeOver makes this node the coordinator with a new epoch. Called with s.mu held.
@@ -57,7 +55,7 @@ func (s *Scheduler) takeOver(why string) {
 	for _, n := range s.st.Order {
 		js := s.st.Jobs[n]
 		s.co.tasks.AddJob(js)
-		s.co.stats[n] = NewJobStats()
+		s.jobStats(n) // kept from the standby's journal, or started afresh
 	}
 	if err := s.commit(&Entry{Kind: EntryEpoch, Epoch: epoch, Node: s.name}); err != nil {
 		s.logf("sched: take over failed: %v", err)
@@ -108,6 +106,7 @@ func (s *Scheduler) commit(e *Entry) error {
 	if err := s.st.Apply(e); err != nil {
 		panic("sched: checked entry failed to apply: " + err.Error())
 	}
+	s.observe(e)
 	if s.journal.NeedsCompaction() {
 		if err := s.journal.Reset(s.st); err != nil {
 			s.logf("sched: journal compaction: %v", err)
@@ -116,11 +115,39 @@ func (s *Scheduler) commit(e *Entry) error {
 	return nil
 }
 
-// ReplicateArgs carries journal entries (or a whole snapshot) to the standby.
+// observe keeps the job statistics in step with the journal: entry e was just applied.
+// Called with s.mu held.
+func (s *Scheduler) observe(e *Entry) {
+	switch e.Kind {
+	case EntryJobAdd:
+		s.stats[e.Job.Name] = NewJobStats()
+	case EntryJobRemove:
+		delete(s.stats, e.Name)
+	case EntryTaskDone:
+		if j := s.st.Jobs[e.Name]; j != nil && e.Report != nil {
+			s.jobStats(e.Name).Record(*e.Report, j.Spec.Batch, time.Unix(0, e.Time))
+		}
+	}
+}
+
+// jobStats returns a job's statistics, created empty if this node has none (a journal
+// recovered from disk). Called with s.mu held.
+func (s *Scheduler) jobStats(job string) *JobStats {
+	st := s.stats[job]
+	if st == nil {
+		st = NewJobStats()
+		s.stats[job] = st
+	}
+	return st
+}
+
+// ReplicateArgs carries journal entries (or a whole snapshot, with the job statistics the
+// entries since the journal's start built) to the standby.
 type ReplicateArgs struct {
-	From     string   `json:"from"`
-	Snapshot *State   `json:"snapshot,omitempty"`
-	Entries  []*Entry `json:"entries,omitempty"`
+	From     string                    `json:"from"`
+	Snapshot *State                    `json:"snapshot,omitempty"`
+	Stats    map[string]*StatsSnapshot `json:"stats,omitempty"`
+	Entries  []*Entry                  `json:"entries,omitempty"`
 }
 
 func (s *Scheduler) handleReplicate(epoch uint64, a ReplicateArgs) (struct{}, uint64, error) {
@@ -140,6 +167,17 @@ func (s *Scheduler) handleReplicate(epoch uint64, a ReplicateArgs) (struct{}, ui
 			return struct{}{}, s.maxEpoch, err
 		}
 		s.st = a.Snapshot
+		s.stats = map[string]*JobStats{}
+		for n, ss := range a.Stats {
+			if _, ok := s.st.Jobs[n]; !ok || ss == nil {
+				continue
+			}
+			st, err := ss.Restore()
+			if err != nil {
+				return struct{}{}, s.maxEpoch, err
+			}
+			s.stats[n] = st
+		}
 		if s.role != roleStandby || s.standbyOf != a.From {
 			s.logf("sched: standby of coordinator %s (epoch %d)", a.From, epoch)
 		}
@@ -157,6 +195,7 @@ func (s *Scheduler) handleReplicate(epoch uint64, a ReplicateArgs) (struct{}, ui
 		if err := s.journal.Append(e); err != nil {
 			return struct{}{}, s.maxEpoch, err
 		}
+		s.observe(e)
 	}
 	s.role, s.standbyOf, s.lastBeat = roleStandby, a.From, s.now()
 	s.follow(a.From, s.lookupAddr(a.From), epoch)
@@ -272,8 +311,12 @@ func (s *Scheduler) syncStandby() {
 	co := s.co
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ReplicateTimeout)
 	defer cancel()
+	stats := make(map[string]*StatsSnapshot, len(s.stats))
+	for n, st := range s.stats {
+		stats[n] = st.Snapshot()
+	}
 	_, err := s.callEpoch(ctx, co.standbyAddr, "sched.replicate", s.st.Epoch,
-		ReplicateArgs{From: s.name, Snapshot: s.st}, nil)
+		ReplicateArgs{From: s.name, Snapshot: s.st, Stats: stats}, nil)
 	if err != nil {
 		if strings.Contains(err.Error(), "fenced") {
 			s.stepDown(err.Error())
@@ -304,7 +347,7 @@ func (s *Scheduler) control(now time.Time) {
 	jobs := s.running()
 	loads := make([]JobLoad, len(jobs))
 	for i, n := range jobs {
-		st := co.stats[n]
+		st := s.jobStats(n)
 		loads[i] = JobLoad{Name: n, Cost: st.cost, FLOPs: s.st.Jobs[n].Spec.FLOPsPerQuery, Gain: st.gain}
 		// Compare rates only once the job has run a whole window under the controller.
 		if !st.firstDone.IsZero() && now.Sub(st.firstDone) >= s.cfg.RateWindow {
@@ -333,7 +376,7 @@ func (s *Scheduler) control(now time.Time) {
 	co.shares = map[string]float64{}
 	co.estCost = map[string]float64{}
 	for i, n := range jobs {
-		co.stats[n].gain = gains[i]
+		s.jobStats(n).gain = gains[i]
 		co.shares[n] = shares[i]
 		co.estCost[n] = costs[i]
 	}
@@ -348,7 +391,7 @@ func (s *Scheduler) costPrior(spec JobSpec) float64 {
 	}
 	var loads []JobLoad
 	for _, n := range s.running() {
-		if st := s.co.stats[n]; st != nil {
+		if st := s.stats[n]; st != nil {
 			loads = append(loads, JobLoad{Name: n, Cost: st.cost, FLOPs: s.st.Jobs[n].Spec.FLOPsPerQuery})
 		}
 	}
@@ -570,7 +613,7 @@ func (s *Scheduler) lease(worker, job string, now time.Time, express bool) TaskO
 	// the completion report corrects it to the busy time measured.
 	c := co.estCost[job]
 	if c <= 0 {
-		c = co.stats[job].cost
+		c = s.jobStats(job).cost
 	}
 	est := c * float64(t-f)
 	co.leaseCost[taskKey{job, task}] = est
@@ -615,7 +658,7 @@ func (s *Scheduler) paced(worker string, sh Share) bool {
 func (s *Scheduler) taskSeconds(job string) float64 {
 	c := s.co.estCost[job]
 	if c <= 0 {
-		if st := s.co.stats[job]; st != nil {
+		if st := s.stats[job]; st != nil {
 			c = st.cost
 		}
 	}
@@ -683,7 +726,9 @@ func (s *Scheduler) recordDone(d TaskReport, now time.Time) error {
 		co.tasks.Complete(d.Job, d.Task)
 		return nil // already committed: nothing to do
 	}
-	if err := s.commit(&Entry{Kind: EntryTaskDone, Name: d.Job, Task: d.Task, Node: d.Worker}); err != nil {
+	st := s.jobStats(d.Job)
+	measured := st.cost > 0
+	if err := s.commit(&Entry{Kind: EntryTaskDone, Name: d.Job, Task: d.Task, Node: d.Worker, Report: &d}); err != nil {
 		return err
 	}
 	co.tasks.Complete(d.Job, d.Task)
@@ -694,19 +739,11 @@ func (s *Scheduler) recordDone(d TaskReport, now time.Time) error {
 	// noisy as the few tasks it ran. Charged the smoothed cost, a job gets weight/cost tasks'
 	// worth of turns, so its rate follows its share.
 	delete(co.leaseCost, taskKey{d.Job, d.Task})
-	st := co.stats[d.Job]
-	measured := st.cost > 0
-	st.Record(d, js.Spec.Batch, now)
+	// commit recorded d's measurements in the job's stats (observe).
 	if (!measured && st.cost > 0) || js.NDone == js.Spec.NumTasks() {
 		// A first measured cost replaces a prior, and a job out of tasks frees its share:
 		// re-split now rather than at the next control period.
 		s.control(now)
-	}
-	if d.StartNanos > 0 {
-		t0 := time.Unix(0, d.StartNanos)
-		if f, ok := co.firstStart[d.Job]; !ok || t0.Before(f) {
-			co.firstStart[d.Job] = t0
-		}
 	}
 	s.logf("sched: completed task %s/%d on %s (%d queries, %.1f ms); job %d/%d tasks",
 		d.Job, d.Task, d.Worker, d.Queries, float64(d.BusyNanos)/1e6, js.NDone, js.Spec.NumTasks())

@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -291,4 +292,45 @@ func FuzzDecodeJournal(f *testing.F) {
 			doneQueries(j)
 		}
 	})
+}
+
+// TestJobStatsSnapshotRestore: the stats a coordinator sends a new standby rebuild the
+// same latencies, histogram, rate and cost; a snapshot out of bounds is refused.
+func TestJobStatsSnapshotRestore(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	s := NewJobStats()
+	for i := 0; i < 300; i++ {
+		us := []int64{int64(100 + i*37%5000), int64(90 + i*i%20000), 1}
+		s.Record(TaskReport{Queries: 20, BusyNanos: int64(1e6 + i*1000), BatchUS: us}, 8, now.Add(time.Duration(i)*30*time.Millisecond))
+	}
+	s.gain = 1.07
+	end := now.Add(9 * time.Second)
+	b, err := json.Marshal(s.Snapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ss StatsSnapshot
+	if err := json.Unmarshal(b, &ss); err != nil {
+		t.Fatal(err)
+	}
+	r, err := ss.Restore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Latency() != r.Latency() || s.cost != r.cost || s.gain != r.gain || s.Rate(end, rateWindow) != r.Rate(end, rateWindow) ||
+		!slices.Equal(s.Histogram(LatencyBucketsMS).Counts, r.Histogram(LatencyBucketsMS).Counts) || r.hist.TotalCount() != 300*20 {
+		t.Fatalf("restored stats differ:\n%+v %v %v\n%+v %v %v", s.Latency(), s.cost, s.Rate(end, rateWindow),
+			r.Latency(), r.cost, r.Rate(end, rateWindow))
+	}
+	t.Logf("snapshot of 300 tasks: %d bytes of JSON", len(b))
+	for _, bad := range []StatsSnapshot{
+		{Hist: [][2]int64{{100, -1}}},
+		{Events: [][2]int64{{1, -5}}},
+		{Cost: math.NaN()},
+		{Hist: make([][2]int64, maxHistBuckets+1)},
+	} {
+		if _, err := bad.Restore(); err == nil {
+			t.Errorf("snapshot %+v accepted", bad)
+		}
+	}
 }

@@ -91,6 +91,9 @@ type Scheduler struct {
 	lastBeat  time.Time // when the coordinator last replicated to this node
 	lastPoll  time.Time
 	co        *coordTables // non-nil while coordinator
+	// stats holds each job's latencies, rates and costs, fed by every task-done entry this
+	// node applies (as coordinator or standby), so a standby takes over with them.
+	stats map[string]*JobStats
 
 	w workerState
 
@@ -126,7 +129,7 @@ func NewScheduler(d Deps, cfg SchedConfig, srv *rpc.Server) (*Scheduler, error) 
 	s := &Scheduler{
 		name: d.Name, addr: d.RPCAddr, cfg: cfg, mem: d.Membership, blobs: d.Blobs, exec: d.Executor,
 		rpc: d.Client, logf: d.Logf, now: d.Now, journal: j, st: st, maxEpoch: st.Epoch,
-		stop: make(chan struct{}),
+		stop: make(chan struct{}), stats: map[string]*JobStats{},
 	}
 	s.lostSince = s.now()
 	s.w.init(cfg)

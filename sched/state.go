@@ -14,7 +14,8 @@ const (
 	EntryModelRemove = "model-remove" // Name
 	EntryJobAdd      = "job-add"      // Job
 	EntryJobRemove   = "job-remove"   // Name
-	EntryTaskDone    = "task-done"    // Name, Task, Node (the worker)
+	EntryTaskDone    = "task-done"    // Name, Task, Node (the worker), Report (its measurements)
+	EntryJobSplit    = "job-split"    // Name, Text: the split of workers chosen when the job was added
 	EntryJobComplete = "job-complete" // Name: the result CSV is in SDFS
 )
 
@@ -31,6 +32,10 @@ type Entry struct {
 	Phase Phase    `json:"phase,omitempty"`
 	Model string   `json:"model,omitempty"`
 	Job   *JobSpec `json:"job,omitempty"`
+	Text  string   `json:"text,omitempty"`
+	// Report is the worker's measurements of a done task: journaled so that the standby
+	// (and any coordinator after it) has the job's latencies, rates and costs.
+	Report *TaskReport `json:"report,omitempty"`
 }
 
 // JobState is a job as the journal knows it: its spec and which tasks are committed.
@@ -41,6 +46,10 @@ type JobState struct {
 	Added    int64   `json:"added"`
 	Complete bool    `json:"complete"`
 	Finished int64   `json:"finished,omitempty"`
+	// Split is the split of workers chosen when the job was added; FirstStart (unix
+	// nanoseconds) is when the earliest committed task of the job started on its worker.
+	Split      string `json:"split,omitempty"`
+	FirstStart int64  `json:"first_start,omitempty"`
 }
 
 // IsDone reports whether task i is committed.
@@ -126,7 +135,7 @@ func (s *State) Check(e *Entry) error {
 			return fmt.Errorf("sched: journal: job %s has a bad task split (%d queries, %d per task)",
 				e.Job.Name, e.Job.Queries, e.Job.TaskSize)
 		}
-	case EntryJobRemove, EntryJobComplete:
+	case EntryJobRemove, EntryJobComplete, EntryJobSplit:
 		if _, ok := s.Jobs[e.Name]; !ok {
 			return fmt.Errorf("sched: no job %q", e.Name)
 		}
@@ -173,6 +182,11 @@ func (s *State) Apply(e *Entry) error {
 		j := s.Jobs[e.Name]
 		j.Done[e.Task/8] |= 1 << (e.Task % 8)
 		j.NDone++
+		if r := e.Report; r != nil && r.StartNanos > 0 && (j.FirstStart == 0 || r.StartNanos < j.FirstStart) {
+			j.FirstStart = r.StartNanos
+		}
+	case EntryJobSplit:
+		s.Jobs[e.Name].Split = e.Text
 	case EntryJobComplete:
 		j := s.Jobs[e.Name]
 		j.Complete, j.Finished = true, e.Time

@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"fmt"
 	"math"
 	"time"
 
@@ -72,8 +73,15 @@ func NewJobStats() *JobStats {
 
 // Record adds a finished task.
 func (s *JobStats) Record(r TaskReport, batch int, now time.Time) {
+	// Every query of a batch has the batch's latency; a task's last batch may be short.
+	left := r.Queries
 	for _, us := range r.BatchUS {
-		s.hist.RecordValues(max(us, 1), int64(batch))
+		n := min(batch, left)
+		if n <= 0 {
+			break
+		}
+		s.hist.RecordValues(max(us, 1), int64(n))
+		left -= n
 	}
 	if s.firstDone.IsZero() {
 		s.firstDone = now
@@ -202,4 +210,79 @@ func doneQueries(j *JobState) int {
 		n -= j.Spec.TaskSize - (t - f)
 	}
 	return n
+}
+
+// StatsSnapshot is a JobStats on its way to a new standby (the entries before its
+// journal snapshot are not replayed there). The histogram goes as its non-empty buckets.
+type StatsSnapshot struct {
+	Hist      [][2]int64 `json:"hist"`   // (a value in the bucket, µs; count)
+	Events    [][2]int64 `json:"events"` // (unix ns, queries) of the completions in the rate window
+	BusySum   float64    `json:"busy_sum"`
+	QuerySum  float64    `json:"query_sum"`
+	LastCost  int64      `json:"last_cost,omitempty"`
+	Cost      float64    `json:"cost"`
+	Gain      float64    `json:"gain"`
+	FirstDone int64      `json:"first_done,omitempty"`
+}
+
+// maxHistBuckets bounds a snapshot's histogram (the HdrHistogram has about 23,000 buckets).
+const maxHistBuckets = 1 << 16
+
+// Snapshot exports the stats.
+func (s *JobStats) Snapshot() *StatsSnapshot {
+	ss := &StatsSnapshot{BusySum: s.busySum, QuerySum: s.querySum, Cost: s.cost, Gain: s.gain}
+	for _, bar := range s.hist.Distribution() {
+		if bar.Count > 0 {
+			ss.Hist = append(ss.Hist, [2]int64{bar.From, bar.Count})
+		}
+	}
+	for _, e := range s.events {
+		ss.Events = append(ss.Events, [2]int64{e.at.UnixNano(), int64(e.n)})
+	}
+	if !s.lastCost.IsZero() {
+		ss.LastCost = s.lastCost.UnixNano()
+	}
+	if !s.firstDone.IsZero() {
+		ss.FirstDone = s.firstDone.UnixNano()
+	}
+	return ss
+}
+
+// Restore rebuilds the stats a snapshot was taken of, checking what came over the network.
+func (ss *StatsSnapshot) Restore() (*JobStats, error) {
+	finite := func(xs ...float64) bool {
+		for _, x := range xs {
+			if x < 0 || math.IsInf(x, 0) || math.IsNaN(x) {
+				return false
+			}
+		}
+		return true
+	}
+	if len(ss.Hist) > maxHistBuckets || len(ss.Events) > maxRateEvents ||
+		!finite(ss.BusySum, ss.QuerySum, ss.Cost, ss.Gain) {
+		return nil, fmt.Errorf("sched: stats snapshot out of bounds")
+	}
+	s := NewJobStats()
+	for _, b := range ss.Hist {
+		if b[1] <= 0 {
+			return nil, fmt.Errorf("sched: stats snapshot: bucket count %d", b[1])
+		}
+		if err := s.hist.RecordValues(max(b[0], 1), b[1]); err != nil {
+			return nil, fmt.Errorf("sched: stats snapshot: %w", err)
+		}
+	}
+	for _, e := range ss.Events {
+		if e[1] < 0 {
+			return nil, fmt.Errorf("sched: stats snapshot: %d queries", e[1])
+		}
+		s.events = append(s.events, rateEvent{time.Unix(0, e[0]), int(e[1])})
+	}
+	s.busySum, s.querySum, s.cost, s.gain = ss.BusySum, ss.QuerySum, ss.Cost, ss.Gain
+	if ss.LastCost != 0 {
+		s.lastCost = time.Unix(0, ss.LastCost)
+	}
+	if ss.FirstDone != 0 {
+		s.firstDone = time.Unix(0, ss.FirstDone)
+	}
+	return s, nil
 }
