@@ -36,7 +36,7 @@ func addHTTP(n *sched.Node) error {
 		return n.FD.Alive()
 	}
 	svc := httpapi.NewNodeService(httpapi.NodeOptions{
-		Config:  httpapi.Config{Node: n.Cfg.Name, Logf: n.Logger("http")},
+		Config:  httpapi.Config{Node: n.Cfg.Name, Token: n.Cfg.HTTPBearerToken(), Logf: n.Logger("http")},
 		Addr:    n.Cfg.HTTPAddr(),
 		DataDir: n.Cfg.DataDir,
 		Threads: n.Cfg.Threads,

@@ -30,6 +30,7 @@ type NodeConfig struct {
 	Introducers []string `json:"introducers"` // fd (UDP) addresses of nodes to join through
 	Secret      string   `json:"secret"`      // cluster secret; IDUNNO_SECRET overrides when empty
 	Threads     int      `json:"threads"`     // kernel threads per model instance (default 1)
+	HTTPToken   string   `json:"http_token"`  // bearer token for the HTTP endpoint; IDUNNO_HTTP_TOKEN when empty
 }
 
 // FDAddr is the failure detector's UDP address.
@@ -55,6 +56,15 @@ func (c NodeConfig) SecretBytes() ([]byte, error) {
 		return nil, fmt.Errorf("sched: no cluster secret: set \"secret\" in the config or IDUNNO_SECRET")
 	}
 	return []byte(s), nil
+}
+
+// HTTPBearerToken returns the token the HTTP endpoint requires, from the config or else
+// from IDUNNO_HTTP_TOKEN; empty means the endpoint is open (no authentication).
+func (c NodeConfig) HTTPBearerToken() string {
+	if c.HTTPToken != "" {
+		return c.HTTPToken
+	}
+	return os.Getenv("IDUNNO_HTTP_TOKEN")
 }
 
 // Validate checks that the config can start a node.

@@ -87,7 +87,7 @@ func runServer(path string, maxBatch int, maxDelay time.Duration) error {
 		bufio.NewReader(os.Stdin).ReadString('\n')
 		os.Exit(0)
 	}()
-	return httpapi.NewServer(httpapi.Config{}, local).Serve(ln)
+	return httpapi.NewServer(httpapi.Config{Token: os.Getenv("IDUNNO_HTTP_TOKEN")}, local).Serve(ln)
 }
 
 type result struct {
@@ -264,6 +264,17 @@ func binaryRequest(img []float32, dims []int64) ([]byte, int) {
 	return b, len(js)
 }
 
+// authHeader authenticates the load when IDUNNO_HTTP_TOKEN is set (the server it starts
+// then requires it too, so the figures include the check).
+var authHeader = bearer(os.Getenv("IDUNNO_HTTP_TOKEN"))
+
+func bearer(token string) string {
+	if token == "" {
+		return ""
+	}
+	return "Bearer " + token
+}
+
 // do sends one request and reports whether it got a 200.
 func do(c *fasthttp.HostClient, model string, body []byte, hdr int) bool {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
@@ -271,6 +282,9 @@ func do(c *fasthttp.HostClient, model string, body []byte, hdr int) bool {
 	defer fasthttp.ReleaseResponse(resp)
 	req.SetRequestURI("http://" + c.Addr + "/v2/models/" + model + "/infer")
 	req.Header.SetMethod("POST")
+	if authHeader != "" {
+		req.Header.Set("Authorization", authHeader)
+	}
 	if hdr >= 0 {
 		req.Header.Set("Inference-Header-Content-Length", fmt.Sprint(hdr))
 	}

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 )
@@ -77,6 +78,23 @@ func FuzzDecodeTensors(f *testing.F) {
 		}
 		if h3, b3 := encodeTensors(ts2); len(h3) != len(hs) || string(b3) != string(b2) {
 			t.Fatalf("round trip changed the tensors")
+		}
+	})
+}
+
+// FuzzBearerToken feeds arbitrary Authorization values to the header parser: it must never
+// panic, and a token it accepts is non-empty and the tail of the value.
+func FuzzBearerToken(f *testing.F) {
+	for _, s := range []string{"Bearer abc", "bearer  x", "Basic dXNlcg==", "Bearer", "Bearer \x00", ""} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, h []byte) {
+		tok, ok := BearerToken(h)
+		if ok && (len(tok) == 0 || !bytes.HasSuffix(h, tok) || len(tok) > len(h)-len("bearer ")) {
+			t.Fatalf("BearerToken(%q) = %q", h, tok)
+		}
+		if !ok && tok != nil {
+			t.Fatalf("BearerToken(%q) refused but returned %q", h, tok)
 		}
 	})
 }

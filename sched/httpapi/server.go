@@ -28,6 +28,7 @@ type Config struct {
 	IdleTimeout  time.Duration // idle keep-alive connections are closed after it (60 s)
 	Concurrency  int           // connections served at once (4096)
 	StatsTimeout time.Duration // bound on one call to the stats source (2 s)
+	Token        string        // bearer token required on all but health probes (empty: open; auth.go)
 	Logf         func(format string, args ...any)
 }
 
@@ -71,12 +72,14 @@ type Server struct {
 	Metrics *Metrics
 
 	srv   *fasthttp.Server
+	auth  bearerAuth
 	ready atomic.Bool
 }
 
 // NewServer returns a server for the models in local.
 func NewServer(cfg Config, local *LocalModels) *Server {
-	s := &Server{cfg: cfg.withDefaults(), Local: local, Metrics: NewMetrics()}
+	s := &Server{cfg: cfg.withDefaults(), Local: local, Metrics: NewMetrics(), auth: newBearerAuth(cfg.Token)}
+	s.cfg.Token = "" // kept only as its digest, so it cannot leak from cfg
 	observe := s.Metrics.ObserveBatch
 	local.onBatch.Store(&observe)
 	s.srv = &fasthttp.Server{
@@ -145,6 +148,10 @@ func writeJSON(ctx *fasthttp.RequestCtx, code int, v any) {
 // handle routes one request.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	path := string(ctx.Path())
+	if ok, presented := s.auth.allow(ctx, path); !ok {
+		writeUnauthorized(ctx, presented)
+		return
+	}
 	get, post := ctx.IsGet() || ctx.IsHead(), ctx.IsPost()
 	switch {
 	case path == "/v2/health/live" && get:
@@ -163,6 +170,8 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.handleMetrics(ctx)
 	case (path == "/" || path == "/dashboard") && get:
 		ctx.SetContentType("text/html; charset=utf-8")
+		ctx.Response.Header.Set("Referrer-Policy", "no-referrer") // the URL may hold ?token=
+		ctx.Response.Header.Set("Cache-Control", "no-store")
 		ctx.SetBody(dashboardHTML)
 	case path == "/api/dashboard" && get:
 		s.handleDashboard(ctx)
