@@ -14,7 +14,9 @@ import (
 
 const testToken = "s3cret-token-for-tests"
 
-func bearerHdr(tok string) map[string]string { return map[string]string{"Authorization": "Bearer " + tok} }
+func bearerHdr(tok string) map[string]string {
+	return map[string]string{"Authorization": "Bearer " + tok}
+}
 
 // serveHTTP runs s on a loopback port until the test ends and returns its base URL.
 func serveHTTP(t *testing.T, s *Server) string {

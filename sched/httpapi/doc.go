@@ -7,7 +7,7 @@ package httpapi
 //	local := httpapi.NewLocalModels(backend, 30*time.Second)
 //	local.Serve(httpapi.ServedModel{Name: "lenet5",
 //		Batch: httpapi.BatchConfig{MaxBatch: 16, MaxDelay: 2 * time.Millisecond, MaxQueue: 256}})
-//	srv := httpapi.NewServer(httpapi.Config{Node: "node0"}, local)
+//	srv := httpapi.NewServer(httpapi.Config{Node: "node0", Token: cfg.HTTPBearerToken()}, local) // "": open
 //	srv.Remote = httpapi.NewRouter(rpcClient, peers, httpapi.Limits{}) // models served elsewhere
 //	srv.Stats = &httpapi.RPCStats{Client: rpcClient, Addr: selfRPC}    // jobs for /metrics and /
 //	httpapi.RegisterRPC(rpcServer, local, httpapi.Limits{})            // http.infer, http.models
@@ -18,4 +18,16 @@ package httpapi
 // batching decision (time passed in), runner.go drives it per model, local.go holds the
 // served models and checks inputs against their metadata, route.go forwards to other
 // nodes over rpc, metrics.go writes the Prometheus text format, dashboard.go/.html is the
-// page, node.go is the node component (served models recorded and reloaded from SDFS).
+// page, node.go is the node component (served models recorded and reloaded from SDFS),
+// auth.go the optional bearer token.
+//
+// Authentication: with Config.Token set (a node takes it from "http_token" in its config or
+// IDUNNO_HTTP_TOKEN), every request must carry `Authorization: Bearer <token>`, compared in
+// constant time; others get 401 with a JSON error and `WWW-Authenticate: Bearer`. The KServe
+// health probes (/v2/health/live, /v2/health/ready) stay open for orchestrators. The
+// dashboard page (GET / or /dashboard) also accepts ?token=, since a browser cannot add a
+// header to the page load; its script reads the token from the URL and sends it as a
+// header on its fetches, so no other endpoint accepts it in a URL. The token is kept only
+// as a SHA-256 digest and never logged or echoed. Requests for a model served elsewhere
+// are forwarded over the rpc (authenticated by the cluster secret), so the token is checked
+// once, at the node the client asked. Empty token: the endpoint is open.

@@ -1,6 +1,7 @@
-// Package e2e tests the HTTP endpoint on a real local cluster of node processes: models
-// served from SDFS and reached through any node, a serving node killed and restarted, and
-// the dashboard rendered by headless Chromium compared with `idunno job stats`.
+// Package e2e tests the HTTP endpoint on a real local cluster of node processes that
+// require a bearer token (IDUNNO_HTTP_TOKEN): models served from SDFS and reached through
+// any node, a serving node killed and restarted, and the dashboard rendered by headless
+// Chromium (opened with ?token=) compared with `idunno job stats`.
 package e2e
 
 import (
@@ -74,8 +75,20 @@ func cli(t *testing.T, dir string, args ...string) string {
 
 var httpc = &http.Client{Timeout: 20 * time.Second}
 
-func post(url string, body []byte) (int, []byte, error) {
-	resp, err := httpc.Post(url, "application/json", bytes.NewReader(body))
+// token is the cluster's HTTP token: the nodes inherit it as IDUNNO_HTTP_TOKEN.
+const token = "e2e-http-token"
+
+// send makes one request, with the token unless auth is false.
+func send(method, url string, body []byte, auth bool) (int, []byte, error) {
+	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if auth {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := httpc.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -84,15 +97,9 @@ func post(url string, body []byte) (int, []byte, error) {
 	return resp.StatusCode, b, err
 }
 
-func get(url string) (int, []byte, error) {
-	resp, err := httpc.Get(url)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, b, err
-}
+func post(url string, body []byte) (int, []byte, error) { return send("POST", url, body, true) }
+
+func get(url string) (int, []byte, error) { return send("GET", url, nil, true) }
 
 type inferResp struct {
 	Outputs []struct {
@@ -103,6 +110,7 @@ type inferResp struct {
 
 func TestClusterEndpointAndDashboard(t *testing.T) {
 	dir := t.TempDir()
+	t.Setenv("IDUNNO_HTTP_TOKEN", token)
 	c, err := localcluster.Up(dir, 3, 0, bin)
 	if err != nil {
 		t.Fatal(err)
@@ -113,8 +121,30 @@ func TestClusterEndpointAndDashboard(t *testing.T) {
 		node, _ := c.Node(n.Name)
 		httpAddr[n.Name] = "http://" + node.HTTPAddr
 	}
-	t.Run("dashboard matches job stats", func(t *testing.T) { dashboardMatchesJobStats(t, dir, httpAddr["node1"]) })
+	t.Run("token required", func(t *testing.T) { tokenRequired(t, httpAddr["node0"]) })
+	t.Run("dashboard matches job stats", func(t *testing.T) { dashboardMatchesJobStats(t, dir, httpAddr["node1"]+"/?token="+token) })
 	t.Run("serve, route, kill and restart", func(t *testing.T) { serveRouteRestart(t, c, dir, httpAddr) })
+}
+
+// tokenRequired checks that a node refuses requests without the token but answers
+// health probes.
+func tokenRequired(t *testing.T, base string) {
+	for _, p := range []string{"/metrics", "/api/dashboard", "/", "/v2/models/lenet5"} {
+		if code, b, err := send("GET", base+p, nil, false); err != nil || code != 401 || !strings.Contains(string(b), `"error"`) {
+			t.Fatalf("GET %s without the token: %d %s %v", p, code, b, err)
+		}
+	}
+	if code, b, err := send("POST", base+"/v2/models/lenet5/infer", []byte(`{}`), false); err != nil || code != 401 {
+		t.Fatalf("infer without the token: %d %s %v", code, b, err)
+	}
+	for _, p := range []string{"/v2/health/live", "/v2/health/ready"} {
+		if code, b, err := send("GET", base+p, nil, false); err != nil || code != 200 {
+			t.Fatalf("GET %s without the token: %d %s %v", p, code, b, err)
+		}
+	}
+	if code, b, err := get(base + "/metrics"); err != nil || code != 200 {
+		t.Fatalf("GET /metrics with the token: %d %s %v", code, b, err)
+	}
 }
 
 func serveRouteRestart(t *testing.T, c *localcluster.Cluster, dir string, httpAddr map[string]string) {
