@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
