@@ -20,7 +20,7 @@ import (
 // Piggybacking reaches a node only while an update is being retransmitted; a node that
 // was paused, cut off or unlucky with losses for that whole window would keep a stale view
 // for good. So every SyncInterval each node also sends one random live member a digest of
-// its view (~200 bytes), and that member answers with its records wherever the digests
+// its view (200-250 bytes), and that member answers with its records wherever the digests
 // differ: any missed update reaches a running node within a few SyncIntervals.
 type Config struct {
 	Name     string // node name (node0, ...)

@@ -36,7 +36,8 @@ answers with all its records, dead ones included, in the buckets where its diges
 at most once per requester per half SyncInterval and 4 times per SyncInterval in all. The
 requester merges the answer by the usual precedence, but does not add dead members it does
 not know (it may have forgotten them on purpose), and sends back the records where its own
-view is newer. A converged cluster costs one ~200-byte packet per node per SyncInterval.
+view is newer. A converged cluster costs one packet of about 200-250 bytes (128 of them
+the digest) per node per SyncInterval, and no answers.
 
 # Layers
 
