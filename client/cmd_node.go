@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -58,6 +59,18 @@ func runNode(args []string) error {
 		if err := setup(n); err != nil {
 			return err
 		}
+	}
+	// IDUNNO_CPUPROFILE=FILE profiles the node's CPU until it stops (SIGTERM or SIGINT).
+	if path := os.Getenv("IDUNNO_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return fmt.Errorf("node: cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("node: cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

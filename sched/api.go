@@ -27,6 +27,7 @@ type JobSummary struct {
 	AddedUnix    float64 `json:"added_unix"`
 	Seconds      float64 `json:"seconds"`        // since added, or until finished
 	FirstQueryMS float64 `json:"first_query_ms"` // from added to the first task starting (-1: not yet known)
+	LastDoneMS   float64 `json:"last_done_ms"`   // from added to the latest task's commit (-1: none yet)
 	SplitAtAdd   string  `json:"split_at_add,omitempty"`
 	Result       string  `json:"result"` // SDFS name of the result CSV
 }
@@ -314,6 +315,10 @@ func (s *Scheduler) summary(n string, now time.Time) JobSummary {
 	}
 	if st := s.stats[n]; st != nil {
 		sum.Rate10s = st.Rate(now, rateWindow)
+	}
+	sum.LastDoneMS = -1
+	if j.LastDone > 0 {
+		sum.LastDoneMS = float64(j.LastDone-j.Added) / 1e6
 	}
 	if j.FirstStart > 0 {
 		sum.FirstQueryMS = float64(j.FirstStart-j.Added) / 1e6

@@ -264,8 +264,8 @@ func TestClusterTwoJobsWithWorkerAndCoordinatorFailures(t *testing.T) {
 			if h.Count != n {
 				t.Errorf("job %s: latencies of %d queries after the takeover, want %d", job, h.Count, n)
 			}
-			if !strings.Contains(sum.SplitAtAdd, job+"=") || sum.FirstQueryMS < 0 {
-				t.Errorf("job %s: split %q and first query %.0f ms lost in the takeover", job, sum.SplitAtAdd, sum.FirstQueryMS)
+			if !strings.Contains(sum.SplitAtAdd, job+"=") || sum.FirstQueryMS < 0 || sum.LastDoneMS < sum.FirstQueryMS || sum.LastDoneMS > 1000*sum.Seconds {
+				t.Errorf("job %s: split %q, first query %.0f ms, last task %.0f ms of %.1f s: lost in the takeover", job, sum.SplitAtAdd, sum.FirstQueryMS, sum.LastDoneMS, sum.Seconds)
 			}
 		}
 	}

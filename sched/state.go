@@ -50,6 +50,7 @@ type JobState struct {
 	// nanoseconds) is when the earliest committed task of the job started on its worker.
 	Split      string `json:"split,omitempty"`
 	FirstStart int64  `json:"first_start,omitempty"`
+	LastDone   int64  `json:"last_done,omitempty"` // when the last task was committed (unix ns)
 }
 
 // IsDone reports whether task i is committed.
@@ -182,6 +183,7 @@ func (s *State) Apply(e *Entry) error {
 		j := s.Jobs[e.Name]
 		j.Done[e.Task/8] |= 1 << (e.Task % 8)
 		j.NDone++
+		j.LastDone = e.Time
 		if r := e.Report; r != nil && r.StartNanos > 0 && (j.FirstStart == 0 || r.StartNanos < j.FirstStart) {
 			j.FirstStart = r.StartNanos
 		}
