@@ -407,7 +407,10 @@ func TestExpensiveJobGetsShortTasks(t *testing.T) {
 	plain := f.add(JobSpec{Name: "plain", Model: "plain.onnx", Data: "d", Batch: 8})
 	// Nothing measured: 1e10 FLOPs at the default 1e-11 s per FLOP is 0.1 s per query,
 	// so a 1 s task is 10 queries, rounded down to whole batches of 4.
-	if tiny.TaskSize != 64 || huge.TaskSize != 8 || plain.TaskSize != 64 {
+	// The cheap jobs get the usual size: MaxTaskBatches batches, within the query bounds.
+	cfg := DefaultSchedConfig()
+	usual := min(cfg.TaskQueries, max(8*cfg.MaxTaskBatches, cfg.MinTaskQueries))
+	if tiny.TaskSize != usual || huge.TaskSize != 8 || plain.TaskSize != usual {
 		t.Fatalf("task sizes tiny %d, huge %d, plain %d", tiny.TaskSize, huge.TaskSize, plain.TaskSize)
 	}
 }
