@@ -384,10 +384,12 @@ func (s *Scheduler) control(now time.Time) {
 }
 
 // costPrior is the cost per query the controller would assume for a job about to be added
-// (0 when this node does not coordinate). Called with s.mu held.
-func (s *Scheduler) costPrior(spec JobSpec) float64 {
+// (0 when this node does not coordinate), and the query rate every running job would get
+// with it under fair time: all rates equal, so rate = workers / the sum of the costs.
+// Called with s.mu held.
+func (s *Scheduler) costPrior(spec JobSpec) (cost, fairRate float64) {
 	if s.co == nil {
-		return 0
+		return 0, 0
 	}
 	var loads []JobLoad
 	for _, n := range s.running() {
@@ -396,7 +398,15 @@ func (s *Scheduler) costPrior(spec JobSpec) float64 {
 		}
 	}
 	loads = append(loads, JobLoad{Name: spec.Name, FLOPs: spec.FLOPsPerQuery})
-	return CostEstimates(loads)[len(loads)-1]
+	costs := CostEstimates(loads)
+	sum := 0.0
+	for _, c := range costs {
+		sum += c
+	}
+	if sum > 0 {
+		fairRate = float64(max(len(s.co.workers), 1)) / sum
+	}
+	return costs[len(costs)-1], fairRate
 }
 
 // splitString renders the current shares, e.g. "a=0.25 b=0.75".

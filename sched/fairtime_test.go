@@ -635,3 +635,27 @@ func TestSilentWorkerLosesLeases(t *testing.T) {
 		t.Fatalf("late reports: acked %v, %d tasks done", r.Acked, s.st.Jobs["j"].NDone)
 	}
 }
+
+// TestCheapJobBesideExpensiveGetsSmallTasks: a cheap job alone gets the usual large tasks
+// (per-task costs amortise), but added beside an expensive job it will run at that job's
+// rate under fair time, so its tasks are kept to about TaskSeconds of that rate (at least
+// MinTaskQueries) and its rate over a window moves in small steps.
+func TestCheapJobBesideExpensiveGetsSmallTasks(t *testing.T) {
+	exec := &FakeExecutor{Datasets: map[string]int{"d": 100000},
+		Models: map[string]time.Duration{"tiny.onnx": time.Microsecond, "huge.onnx": 10 * time.Millisecond},
+		FLOPs:  map[string]float64{"tiny.onnx": 1e6, "huge.onnx": 1e10}}
+	cfg := DefaultSchedConfig()
+	usual := min(cfg.TaskQueries, max(64*cfg.MaxTaskBatches, cfg.MinTaskQueries))
+	f := newFairSim(t, 4, exec)
+	f.run(f.now.Add(time.Second)) // the workers ask for work
+	if r := f.add(JobSpec{Name: "alone", Model: "tiny.onnx", Data: "d", Batch: 64}); r.TaskSize != usual {
+		t.Fatalf("cheap job alone: tasks of %d, want %d", r.TaskSize, usual)
+	}
+	f.s.apiJobRemove(context.Background(), NameArgs{"alone"})
+	f.add(JobSpec{Name: "huge", Model: "huge.onnx", Data: "d", Batch: 4})
+	// 4 workers over 0.1 s + 1e-5 s per query of the two jobs: about 40 queries/s each,
+	// so a 1 s task is 40 queries, raised to MinTaskQueries (whole batches).
+	if r := f.add(JobSpec{Name: "beside", Model: "tiny.onnx", Data: "d", Batch: 64}); r.TaskSize != 64 {
+		t.Fatalf("cheap job beside an expensive one: tasks of %d, want 64", r.TaskSize)
+	}
+}
