@@ -638,8 +638,8 @@ func TestSilentWorkerLosesLeases(t *testing.T) {
 
 // TestCheapJobBesideExpensiveGetsSmallTasks: a cheap job alone gets the usual large tasks
 // (per-task costs amortise), but added beside an expensive job it will run at that job's
-// rate under fair time, so its tasks are kept to about TaskSeconds of that rate (at least
-// MinTaskQueries) and its rate over a window moves in small steps.
+// rate under fair time, so its tasks are kept to about TaskSeconds of that rate (whole
+// batches) and its rate over a window moves in small steps.
 func TestCheapJobBesideExpensiveGetsSmallTasks(t *testing.T) {
 	exec := &FakeExecutor{Datasets: map[string]int{"d": 100000},
 		Models: map[string]time.Duration{"tiny.onnx": time.Microsecond, "huge.onnx": 10 * time.Millisecond},
@@ -654,8 +654,11 @@ func TestCheapJobBesideExpensiveGetsSmallTasks(t *testing.T) {
 	f.s.apiJobRemove(context.Background(), NameArgs{"alone"})
 	f.add(JobSpec{Name: "huge", Model: "huge.onnx", Data: "d", Batch: 4})
 	// 4 workers over 0.1 s + 1e-5 s per query of the two jobs: about 40 queries/s each,
-	// so a 1 s task is 40 queries, raised to MinTaskQueries (whole batches).
-	if r := f.add(JobSpec{Name: "beside", Model: "tiny.onnx", Data: "d", Batch: 64}); r.TaskSize != 64 {
-		t.Fatalf("cheap job beside an expensive one: tasks of %d, want 64", r.TaskSize)
+	// so a 1 s task is just under 40 queries: 4 whole batches of 8, or one batch of 64.
+	if r := f.add(JobSpec{Name: "beside", Model: "tiny.onnx", Data: "d", Batch: 8}); r.TaskSize != 32 {
+		t.Fatalf("cheap job beside an expensive one: tasks of %d, want 32", r.TaskSize)
+	}
+	if r := f.add(JobSpec{Name: "beside64", Model: "tiny.onnx", Data: "d", Batch: 64}); r.TaskSize != 64 {
+		t.Fatalf("cheap job of batch 64 beside an expensive one: tasks of %d, want 64", r.TaskSize)
 	}
 }
