@@ -220,6 +220,32 @@ func (m *Model) Run(inputs []*onnx.Tensor) ([]*onnx.Tensor, error) {
 	}
 }
 
+// Prepare builds and caches the plan for batches of the given size (compiling the graph
+// and creating every oneDNN primitive), so that the first Run of that size costs what
+// later ones do. It does nothing for a model whose plans depend on more than the batch
+// size (inputs folded as constants, or other dimensions left free).
+func (m *Model) Prepare(batch int) error {
+	if batch < 1 {
+		return fmt.Errorf("kernel: prepare: batch size %d", batch)
+	}
+	shapes := map[string][]int64{}
+	for _, in := range m.inputs {
+		if m.consts[in.Name] || len(in.Dims) == 0 {
+			return nil
+		}
+		d := append([]int64(nil), in.Dims...)
+		d[0] = int64(batch)
+		for _, x := range d[1:] {
+			if x <= 0 {
+				return nil
+			}
+		}
+		shapes[in.Name] = d
+	}
+	_, err := m.planFor(shapes, map[string]*onnx.Tensor{})
+	return err
+}
+
 // errEvicted reports a run on a plan that was dropped from the cache meanwhile.
 var errEvicted = fmt.Errorf("kernel: plan evicted")
 

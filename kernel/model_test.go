@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -365,5 +366,38 @@ func TestArenaLimit(t *testing.T) {
 	t.Log(err)
 	if err == nil || !strings.Contains(err.Error(), "over the limit") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestPrepareBuildsThePlanRunUses: Prepare builds the plan of a batch size once; the Run
+// that follows reuses it (no new plan) and answers as without Prepare.
+func TestPrepareBuildsThePlanRunUses(t *testing.T) {
+	m, ref := lenet(t, 1), lenet(t, 1)
+	if err := m.Prepare(0); err == nil {
+		t.Fatal("batch 0 prepared")
+	}
+	plans := func() int { m.mu.Lock(); defer m.mu.Unlock(); return len(m.plans) }
+	before := plans() // loading checked the model with a batch of 1
+	if err := m.Prepare(6); err != nil {
+		t.Fatal(err)
+	}
+	if plans() != before+1 {
+		t.Fatalf("%d plans after Prepare, %d before", plans(), before)
+	}
+	x := images(6, 9)
+	got, err := m.Run([]*onnx.Tensor{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := ref.Run([]*onnx.Tensor{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plans() != before+1 || !slices.Equal(got[0].F32, want[0].F32) {
+		t.Fatalf("after Run: %d plans; outputs equal: %v", plans(), slices.Equal(got[0].F32, want[0].F32))
+	}
+	m.Close()
+	if err := m.Prepare(6); err == nil {
+		t.Fatal("closed model prepared a plan")
 	}
 }
