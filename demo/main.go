@@ -158,7 +158,9 @@ func (d *demo) script() error {
 	say("6. Results: fetch each job's CSV from SDFS and check every query is answered exactly once")
 	for _, j := range jobs {
 		local := filepath.Join(d.dir, j+".csv")
-		if err := d.Steps([]string{"job", "stats", j}, []string{"job", "result", j, local}); err != nil {
+		// Every query done is not yet the job complete: the result CSV is assembled last.
+		if err := d.Steps([]string{"job", "wait", j, "--timeout", "2m"}, []string{"job", "stats", j},
+			[]string{"job", "result", j, local}); err != nil {
 			return err
 		}
 		n, lost, dup, err := scenario.CheckResult(local, d.queries)
