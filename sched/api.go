@@ -88,7 +88,7 @@ func coordMethod[A, R any](s *Scheduler, srv *rpc.Server, method string, f func(
 			if rpc.IsRemote(err) {
 				return r, err
 			}
-			return r, fmt.Errorf("sched: coordinator %s unreachable: %w", name, err)
+			return r, fmt.Errorf("sched: coordinator %s unreachable (a new one may be taking over); retry: %w", name, err)
 		}
 		return r, nil
 	})
