@@ -30,7 +30,9 @@ func exercise(t *testing.T, ds Dataset) {
 	}
 }
 
-// sameAsBytes checks that OpenBytes agrees with the streaming reader on the same file.
+// sameAsBytes checks that OpenBytes agrees with the streaming reader on the same file. Call it
+// only where OpenBytes picks the streaming reader's format: OpenBytes detects the format,
+// so an IDX file is a dataset to it and "not a .npy file" to OpenNPY.
 func sameAsBytes(t *testing.T, b []byte, ds Dataset, err error) {
 	ds2, err2 := OpenBytes(b)
 	if (err == nil) != (err2 == nil) {
@@ -63,7 +65,9 @@ func FuzzIDX(f *testing.F) {
 		if err == nil {
 			exercise(t, ds)
 		}
-		sameAsBytes(t, b, ds, err)
+		if len(b) >= 4 && b[0] == 0 && b[1] == 0 { // what OpenBytes reads as IDX
+			sameAsBytes(t, b, ds, err)
+		}
 		ReadIDXLabels(bytes.NewReader(b))
 	})
 }
@@ -89,6 +93,8 @@ func FuzzNPY(f *testing.F) {
 		if err == nil {
 			exercise(t, ds)
 		}
-		sameAsBytes(t, b, ds, err)
+		if bytes.HasPrefix(b, npyMagic) { // what OpenBytes reads as .npy
+			sameAsBytes(t, b, ds, err)
+		}
 	})
 }
