@@ -1,10 +1,8 @@
 package httpapi
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -16,25 +14,6 @@ const testToken = "s3cret-token-for-tests"
 
 func bearerHdr(tok string) map[string]string {
 	return map[string]string{"Authorization": "Bearer " + tok}
-}
-
-// serveHTTP runs s on a loopback port until the test ends and returns its base URL.
-func serveHTTP(t *testing.T, s *Server) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ln) }()
-	t.Cleanup(func() {
-		httpClient.CloseIdleConnections()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		s.Shutdown(ctx)
-		<-done
-	})
-	return "http://" + ln.Addr().String()
 }
 
 // wantUnauthorized checks a 401 with the JSON error body and the Bearer challenge.

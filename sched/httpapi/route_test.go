@@ -56,20 +56,7 @@ func startFrontNode(t *testing.T, peers ...Peer) (string, *Router) {
 	local := NewLocalModels(NewFakeBackend(), time.Second)
 	s := NewServer(Config{Node: "front"}, local)
 	s.Remote = router
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ln) }()
-	t.Cleanup(func() {
-		httpClient.CloseIdleConnections() // Shutdown waits for open connections
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		s.Shutdown(ctx)
-		<-done
-	})
-	return "http://" + ln.Addr().String(), router
+	return serveHTTP(t, s), router
 }
 
 const doubleReq = `{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}`

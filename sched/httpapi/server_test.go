@@ -74,6 +74,13 @@ func startServer(t *testing.T, cfg Config, batch BatchConfig) *testServer {
 	s := NewServer(cfg, local)
 	stats := &StaticStats{}
 	s.Stats, s.Gauges = stats, stats
+	t.Cleanup(func() { local.Close() }) // runs after serveHTTP's shutdown
+	return &testServer{url: serveHTTP(t, s), srv: s, fake: fake, stats: stats}
+}
+
+// serveHTTP runs s on a loopback port until the test ends and returns its base URL.
+func serveHTTP(t *testing.T, s *Server) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -86,9 +93,8 @@ func startServer(t *testing.T, cfg Config, batch BatchConfig) *testServer {
 		defer cancel()
 		s.Shutdown(ctx)
 		<-done
-		local.Close()
 	})
-	return &testServer{url: "http://" + ln.Addr().String(), srv: s, fake: fake, stats: stats}
+	return "http://" + ln.Addr().String()
 }
 
 var httpClient = &http.Client{Timeout: 10 * time.Second}
