@@ -2,9 +2,6 @@ package sched_test
 
 import (
 	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"idunno/kernel"
@@ -20,17 +17,8 @@ func BenchmarkExecutorLeNet5(b *testing.B) {
 	if err := kernel.Available(); err != nil || bin == "" {
 		b.Skip("needs the kernel library and the idunno binary")
 	}
-	dir := b.TempDir()
-	model := filepath.Join(dir, "lenet.onnx")
-	if out, err := exec.Command(bin, "zoo", "lenet5", "--out", model).CombinedOutput(); err != nil {
-		b.Fatalf("%v %s", err, out)
-	}
-	mb, _ := os.ReadFile(model)
-	idx, _ := os.ReadFile(fmnistTest)
-	blobs := sched.NewMemBlobs()
+	model, idx, blobs := lenetInBlobs(b, "d.gz")
 	ctx := context.Background()
-	blobs.Put(ctx, "m.onnx", mb)
-	blobs.Put(ctx, "d.gz", idx)
 	x := &sched.KernelExecutor{Blobs: blobs, Threads: 2}
 	spec := sched.JobSpec{Name: "j", Model: "m.onnx", Data: "d.gz", Batch: 64, Pre: dataset.Preprocess{Scale: 1.0 / 255}}
 	if _, err := x.Probe(ctx, spec); err != nil {

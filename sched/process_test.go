@@ -453,22 +453,34 @@ func TestProcessChaos(t *testing.T) {
 	}
 }
 
+// lenetInBlobs writes the zoo's LeNet-5 to a temporary file (returned) and stores it in
+// memory blobs as "m.onnx", beside the Fashion-MNIST test set (also returned) as data.
+func lenetInBlobs(tb testing.TB, data string) (model string, idx []byte, blobs *sched.MemBlobs) {
+	tb.Helper()
+	model = filepath.Join(tb.TempDir(), "lenet.onnx")
+	if out, err := exec.Command(bin, "zoo", "lenet5", "--out", model).CombinedOutput(); err != nil {
+		tb.Fatalf("%v %s", err, out)
+	}
+	mb, err := os.ReadFile(model)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if idx, err = os.ReadFile(fmnistTest); err != nil {
+		tb.Fatal(err)
+	}
+	blobs = sched.NewMemBlobs()
+	blobs.Put(context.Background(), "m.onnx", mb)
+	blobs.Put(context.Background(), data, idx)
+	return model, idx, blobs
+}
+
 // TestKernelExecutorFormats runs the real executor (kernel, dataset readers) over the same
 // images stored as an IDX file and as a folder of PNG files, and checks both give the
 // direct computation's answers; a model that does not fit the data is refused.
 func TestKernelExecutorFormats(t *testing.T) {
 	needKernel(t)
-	dir := t.TempDir()
-	model := filepath.Join(dir, "lenet.onnx")
-	if out, err := exec.Command(bin, "zoo", "lenet5", "--out", model).CombinedOutput(); err != nil {
-		t.Fatalf("%v %s", err, out)
-	}
-	mb, _ := os.ReadFile(model)
-	idx, _ := os.ReadFile(fmnistTest)
-	blobs := sched.NewMemBlobs()
+	model, idx, blobs := lenetInBlobs(t, "t10k.gz")
 	ctx := context.Background()
-	blobs.Put(ctx, "m.onnx", mb)
-	blobs.Put(ctx, "t10k.gz", idx)
 	ds, err := dataset.OpenBytes(idx)
 	if err != nil {
 		t.Fatal(err)
