@@ -145,16 +145,16 @@ func NewTrainer(m *onnx.Model, batch int, opt Options) (*Trainer, error) {
 	return t, nil
 }
 
-// paramSlots says which inputs of a trainable node are parameters (role 1) or running
-// statistics (role 2).
-func paramSlots(n *onnx.Node) map[int]int {
+// paramSlots says which inputs of a trainable node are parameters or running statistics,
+// in input order (the order fixes the flat arrays' layout, so it must not vary).
+func paramSlots(n *onnx.Node) []struct{ in, role int } {
 	switch n.OpType {
 	case "Conv", "Gemm":
-		return map[int]int{1: roleParam, 2: roleParam}
+		return []struct{ in, role int }{{1, roleParam}, {2, roleParam}}
 	case "MatMul":
-		return map[int]int{1: roleParam}
+		return []struct{ in, role int }{{1, roleParam}}
 	case "BatchNormalization":
-		return map[int]int{1: roleParam, 2: roleParam, 3: roleState, 4: roleState}
+		return []struct{ in, role int }{{1, roleParam}, {2, roleParam}, {3, roleState}, {4, roleState}}
 	}
 	return nil
 }
@@ -184,7 +184,8 @@ func (t *Trainer) build(g *onnx.Graph, src *onnx.Model) error {
 		if !Trainable[n.OpType] || (n.Domain != "" && n.Domain != "ai.onnx") {
 			return fmt.Errorf("kernel: node %s (%s): operator has no backward pass: %w", n.Name, n.OpType, ErrNotTrainable)
 		}
-		for i, role := range paramSlots(n) {
+		for _, slot := range paramSlots(n) {
+			i, role := slot.in, slot.role
 			if i >= len(n.Inputs) || n.Inputs[i] == "" {
 				continue
 			}
