@@ -321,4 +321,3 @@ func Evaluate(m *onnx.Model, d Data, batch, threads int) (correct, n int, err er
 	}
 	return correct, d.Images.Len(), nil
 }
-
