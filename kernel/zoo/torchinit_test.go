@@ -161,14 +161,28 @@ func buildTorch(t *testing.T, name string, seed uint64) *onnx.Model {
 	return m
 }
 
-// TestTorchInit builds every architecture once with Init "torch" and checks every
-// initializer against the distribution PyTorch draws it from, the Dropout nodes (named
-// after torchvision's module, opset 13 form: data and a scalar ratio, one output, no
-// attributes, followed by the right layer) and that the model validates.
+// TestTorchInit builds every architecture once with Init "torch" and compares it with
+// torchvision's freshly built module (compareWithTorch), checks every initializer against
+// the distribution the rules above say, the Dropout nodes (named after torchvision's
+// module, opset 13 form: data and a scalar ratio, one output, no attributes, followed by
+// the right layer) and that the model validates.
 func TestTorchInit(t *testing.T) {
-	for _, name := range Names() {
+	var names []string
+	for _, n := range Names() {
+		if !(testing.Short() && torchExpect[n].heavyInDefault) {
+			names = append(names, n)
+		}
+	}
+	ref, noTorch := torchvisionReference(t, names)
+	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			m := buildTorch(t, name, 11)
+			t.Run("torchvision", func(t *testing.T) {
+				if ref == nil {
+					t.Skip(noTorch)
+				}
+				compareWithTorch(t, name, m, ref[name])
+			})
 			if err := m.Validate(); err != nil {
 				t.Fatal(err)
 			}
