@@ -24,7 +24,7 @@ import (
 
 func init() {
 	nodeSetup = append(nodeSetup, func(n *sched.Node) error { return n.AddScheduler() })
-	register("train", "train start|stop | train add --name N --model FILE.onnx|zoo:NAME [--input-shape C,H,W] [--classes K] | train remove --name N | train list",
+	register("train", "train local --model INIT.onnx --data IMAGES --labels LABELS --epochs E --batch B --out OUT.onnx ... | train start|stop | train add --name N --model FILE.onnx|zoo:NAME [--input-shape C,H,W] [--classes K] | train remove --name N | train list",
 		"training phase: start or stop it; add a training job (validates the model, stores it in SDFS)", runTrain)
 	register("inference", "inference start|stop",
 		"inference phase: start it (jobs run) or stop it (jobs pause, nothing is lost)", runInference)
@@ -109,6 +109,9 @@ func runPhase(args []string, cmd string, phase sched.Phase) error {
 func runInference(args []string) error { return runPhase(args, "inference", sched.PhaseInference) }
 
 func runTrain(args []string) error {
+	if len(args) > 0 && args[0] == "local" {
+		return runTrainLocal(args[1:])
+	}
 	if len(args) > 0 && args[0] == "add" {
 		return runTrainAdd(args[1:])
 	}
