@@ -134,3 +134,56 @@ func TestTorchInitDropoutIsIdentityAtInference(t *testing.T) {
 		}
 	}
 }
+
+// TestTorchInitTrains: every torch-initialised model (Dropout and BatchNormalization kept)
+// compiles into a training plan, its first loss is finite and near ln(classes) per sample,
+// and LeNet-5 learns a fixed batch with SGD.
+func TestTorchInitTrains(t *testing.T) {
+	needKernel(t)
+	const batch, classes = 4, 10
+	labels := []int64{3, 1, 4, 1}
+	for _, name := range zoo.Names() {
+		shape, ok := smallShapes[name]
+		if !ok {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			if name == "alexnet" && testing.Short() {
+				t.Skip("a quarter of a gigabyte of weights (-short)")
+			}
+			src, err := zoo.Build(name, zoo.Options{Seed: 6, Init: zoo.InitTorch, InputShape: shape, Classes: classes})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr, err := kernel.NewTrainer(src, batch, kernel.Options{Threads: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
+			x := randomInput(src, batch, 3).F32
+			first, _, err := tr.Run(x, labels, 1, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if perSample := first / batch; math.IsNaN(perSample) || perSample < 0.5 || perSample > 6 {
+				t.Fatalf("first loss %v per sample, want near ln(10) = 2.3", perSample)
+			}
+			if name != "lenet5" {
+				return
+			}
+			loss := first
+			for step := int64(1); step <= 30; step++ {
+				if err := tr.Optimize(kernel.Optimizer{Kind: "sgd", Momentum: 0.9}, 0.05/batch, step); err != nil {
+					t.Fatal(err)
+				}
+				if loss, _, err = tr.Run(x, labels, 1, uint64(step)+1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !(loss < 0.7*first) { // 9.37 to 3.94 when written
+
+				t.Errorf("30 SGD steps on one batch: loss %v, first %v", loss, first)
+			}
+		})
+	}
+}
