@@ -28,6 +28,23 @@ func init() {
 		"top-1 accuracy of a model on a labelled dataset", runEval)
 }
 
+// localImageNames lists a folder's files (relative, slash-separated, sorted).
+func localImageNames(dir string) ([]string, error) {
+	var names []string
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			rel, _ := filepath.Rel(dir, p)
+			names = append(names, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	sort.Strings(names)
+	return names, err
+}
+
 // openLocalDataset opens an IDX or .npy file (gzip or plain), or a folder of PNG/JPEG images.
 func openLocalDataset(path string) (dataset.Dataset, error) {
 	st, err := os.Stat(path)
@@ -35,21 +52,10 @@ func openLocalDataset(path string) (dataset.Dataset, error) {
 		return nil, err
 	}
 	if st.IsDir() {
-		var names []string
-		err := filepath.WalkDir(path, func(p string, d os.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if !d.IsDir() {
-				rel, _ := filepath.Rel(path, p)
-				names = append(names, filepath.ToSlash(rel))
-			}
-			return nil
-		})
+		names, err := localImageNames(path)
 		if err != nil {
 			return nil, err
 		}
-		sort.Strings(names)
 		return dataset.OpenImages(names, func(n string) ([]byte, error) { return os.ReadFile(filepath.Join(path, n)) })
 	}
 	f, err := os.Open(path)
@@ -64,31 +70,49 @@ func openLocalDataset(path string) (dataset.Dataset, error) {
 	return ds, nil
 }
 
-// loadLocalLabels reads a label file (IDX labels or a .npy integer array).
+func int64Labels(l []int32) []int64 {
+	out := make([]int64, len(l))
+	for i, v := range l {
+		out[i] = int64(v)
+	}
+	return out
+}
+
+// loadLocalLabels reads a label file (IDX labels or a .npy integer array, gzip or plain).
 func loadLocalLabels(path string) ([]int64, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	l, err := dataset.ReadIDXLabels(f)
+	l, err := dataset.ReadLabels(path, f)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, err
 	}
-	out := make([]int64, len(l))
-	for i, v := range l {
-		out[i] = int64(v)
-	}
-	return out, nil
+	return int64Labels(l), nil
 }
 
+// loadLabelled opens images and their labels: a label file, or, for a folder of images
+// with one sub-folder per class and no label file, the sub-folders (sorted names are
+// classes 0, 1, ...).
 func loadLabelled(images, labels string, prep dataset.Preprocess) (train.Data, error) {
 	ds, err := openLocalDataset(images)
 	if err != nil {
 		return train.Data{}, err
 	}
-	l, err := loadLocalLabels(labels)
-	if err != nil {
+	var l []int64
+	if labels == "" {
+		names, err := localImageNames(images)
+		if err != nil {
+			return train.Data{}, fmt.Errorf("%s: no --labels given and not a folder of class folders: %w", images, err)
+		}
+		_, li, classes, err := dataset.ImageFolderLabels(names)
+		if err != nil {
+			return train.Data{}, fmt.Errorf("%s: no --labels given: %w", images, err)
+		}
+		fmt.Fprintf(os.Stderr, "%s: %d classes from its folders (%s ...)\n", images, len(classes), classes[0])
+		l = int64Labels(li)
+	} else if l, err = loadLocalLabels(labels); err != nil {
 		return train.Data{}, err
 	}
 	if len(l) != ds.Len() {
@@ -113,7 +137,7 @@ func loadTrainModel(spec, shape string, classes int64, seed uint64, init string)
 			opt.InputShape = append(opt.InputShape, d)
 		}
 	}
-	_ = init
+	opt.Init = init
 	return zoo.Build(arch, opt)
 }
 
@@ -130,7 +154,7 @@ func runTrainLocal(args []string) error {
 	classes := fs.Int64("classes", 10, "zoo models: number of classes")
 	zinit := fs.String("init", "torch", "zoo models: weight initialisation")
 	data := fs.String("data", "", "training images (IDX, .npy, or a folder of images)")
-	labels := fs.String("labels", "", "training labels (IDX labels or .npy integers)")
+	labels := fs.String("labels", "", "training labels (IDX labels or .npy integers; omit for a folder of class folders)")
 	evalData := fs.String("eval-data", "", "evaluation images (optional)")
 	evalLabels := fs.String("eval-labels", "", "evaluation labels")
 	epochs := fs.Int("epochs", 1, "epochs")
@@ -154,11 +178,8 @@ func runTrainLocal(args []string) error {
 	prep.Flags(fs)
 	if pos, err := parseInterleaved(fs, args); err != nil {
 		return err
-	} else if len(pos) > 0 || *model == "" || *data == "" || *labels == "" || *out == "" {
+	} else if len(pos) > 0 || *model == "" || *data == "" || *out == "" {
 		return errors.New("usage: idunno train local --model INIT.onnx|zoo:NAME --data IMAGES --labels LABELS --epochs E --batch B --out TRAINED.onnx [--lr --momentum --weight-decay --optimizer sgd|adam|adamw --schedule ... --seed S --threads T] [--eval-data IMAGES --eval-labels LABELS] [preprocessing flags]")
-	}
-	if (*evalData == "") != (*evalLabels == "") {
-		return errors.New("--eval-data and --eval-labels go together")
 	}
 	schedule, err := train.ParseSchedule(*sched, *warmup)
 	if err != nil {
@@ -254,7 +275,7 @@ func runEval(args []string) error {
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
 	model := fs.String("model", "", "ONNX model")
 	data := fs.String("data", "", "images (IDX, .npy, or a folder of images)")
-	labels := fs.String("labels", "", "labels (IDX labels or .npy integers)")
+	labels := fs.String("labels", "", "labels (IDX labels or .npy integers; omit for a folder of class folders)")
 	batch := fs.Int("batch", 256, "batch size")
 	threads := fs.Int("threads", 0, "kernel threads (0: one per CPU)")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -262,7 +283,7 @@ func runEval(args []string) error {
 	prep.Flags(fs)
 	if pos, err := parseInterleaved(fs, args); err != nil {
 		return err
-	} else if len(pos) > 0 || *model == "" || *data == "" || *labels == "" || *batch < 1 {
+	} else if len(pos) > 0 || *model == "" || *data == "" || *batch < 1 {
 		return errors.New("usage: idunno eval --model M.onnx --data IMAGES --labels LABELS [preprocessing flags] [--batch B] [--threads T] [--json]")
 	}
 	m, err := onnx.ReadFile(*model)
