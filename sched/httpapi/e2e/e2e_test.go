@@ -203,11 +203,11 @@ func serveRouteRestart(t *testing.T, c *localcluster.Cluster, dir string, httpAd
 	// node2 ran all three (one came to it over HTTP, two forwarded over rpc); node0 took one.
 	_, m, _ := get(httpAddr["node2"] + "/metrics")
 	if !strings.Contains(string(m), `idunno_model_batch_rows_count{model="lenet5"} 3`) ||
-		!strings.Contains(string(m), `idunno_http_requests_total{model="lenet5",code="200"} 1`) {
+		!strings.Contains(string(m), `idunno_http_requests_total{code="200",model="lenet5"} 1`) {
 		t.Fatalf("node2 metrics do not show the 3 requests it ran:\n%s", m)
 	}
 	_, m, _ = get(httpAddr["node0"] + "/metrics")
-	if !strings.Contains(string(m), `idunno_http_requests_total{model="lenet5",code="200"} 1`) {
+	if !strings.Contains(string(m), `idunno_http_requests_total{code="200",model="lenet5"} 1`) {
 		t.Fatalf("node0 metrics do not count the request it forwarded:\n%s", m)
 	}
 
