@@ -246,7 +246,7 @@ func TestStatisticsExtension(t *testing.T) {
 	wg.Wait()
 	ts.fake.SetGate("double", nil)
 	infer(t, ts.url, "double", `{"inputs":[{"name":"x","shape":[2,4],"datatype":"FP32","data":[1,2,3,4,5,6,7,8]}]}`) // a batch of 2 rows after the delay
-	infer(t, ts.url, "double", `{"inputs":[]}`)                                                                         // a failure
+	infer(t, ts.url, "double", `{"inputs":[]}`)                                                                      // a failure
 	var one StatsResponse
 	for _, path := range []string{"/v2/models/double/stats", "/v2/models/double/versions/1/stats"} {
 		getJSON(t, ts.url+path, 200, &one)
