@@ -35,7 +35,8 @@ import (
 //	idunno_job_queries{job}                           gauge      was idunno_job_queries_total (a gauge named like a counter)
 //	idunno_job_query_rate{job}                        gauge      the fair-time controller's 10 s rate (rate() of the counter is the Prometheus way)
 //	idunno_job_query_latency_seconds{job}             summary    exact quantiles from the scheduler's HdrHistogram
-//	idunno_job_query_latency_histogram_seconds{job}   histogram  the same in fixed buckets (aggregatable)
+//	idunno_job_query_latency_bucketed_seconds{job}    histogram  the same in fixed buckets (aggregatable); was
+//	                                                             idunno_job_query_latency_histogram_seconds (promlint: no type in names)
 //	idunno_job_worker_share{job,worker}               gauge
 //
 // Cluster: idunno_membership_size, idunno_sdfs_bytes_stored, idunno_sdfs_replication_backlog;
@@ -227,7 +228,7 @@ var (
 	descJobQueries   = prometheus.NewDesc("idunno_job_queries", "Queries a job has in all, completed or not.", []string{"job"}, nil)
 	descJobRate      = prometheus.NewDesc("idunno_job_query_rate", "Queries per second of a job over the last 10 s, as the fair-time controller measures it.", []string{"job"}, nil)
 	descJobLatency   = prometheus.NewDesc("idunno_job_query_latency_seconds", "Per-query latency of a job (exact quantiles).", []string{"job"}, nil)
-	descJobHistogram = prometheus.NewDesc("idunno_job_query_latency_histogram_seconds", "Per-query latency of a job, in buckets.", []string{"job"}, nil)
+	descJobHistogram = prometheus.NewDesc("idunno_job_query_latency_bucketed_seconds", "Per-query latency of a job, in buckets.", []string{"job"}, nil)
 	descJobShare     = prometheus.NewDesc("idunno_job_worker_share", "Fraction of a worker's time given to a job.", []string{"job", "worker"}, nil)
 	descMembers      = prometheus.NewDesc("idunno_membership_size", "Live members of the cluster as this node sees them.", nil, nil)
 	descSDFSBytes    = prometheus.NewDesc("idunno_sdfs_bytes_stored", "Bytes of SDFS data stored on this node.", nil, nil)
