@@ -61,9 +61,15 @@ func elemSize(t onnx.DataType) int {
 	return 0
 }
 
-// isFloat reports whether values of t live in F32 (FP32, FP16, BF16).
+// isFloat32 reports whether values of t live in F32 (FP32, FP16, BF16).
 func isFloat32(t onnx.DataType) bool {
 	return t == onnx.Float || t == onnx.Float16 || t == onnx.BFloat16
+}
+
+// isInteger reports whether t is an integer datatype or BOOL (values in I64).
+func isInteger(t onnx.DataType) bool {
+	_, _, ok := intRange(t)
+	return ok
 }
 
 // intRange is the range of an integer datatype (BOOL is 0..1); ok is false for others.
@@ -256,7 +262,9 @@ func convertTensor(t *onnx.Tensor, want onnx.DataType) (*onnx.Tensor, error) {
 	case t.DType == onnx.String:
 		for i, s := range t.Strings {
 			if want == onnx.Bool && (s == "true" || s == "false") {
-				c.I64[i] = map[bool]int64{true: 1}[s == "true"]
+				if s == "true" {
+					c.I64[i] = 1
+				}
 				continue
 			}
 			if u, err := strconv.ParseUint(s, 10, 64); err == nil {
@@ -273,7 +281,7 @@ func convertTensor(t *onnx.Tensor, want onnx.DataType) (*onnx.Tensor, error) {
 				return nil, err
 			}
 		}
-	case t.I64 != nil || t.DType == onnx.Bool || t.DType == onnx.Uint64:
+	case isInteger(t.DType):
 		for i, v := range t.I64 {
 			neg := v < 0 && t.DType != onnx.Uint64
 			if err := inRange(i, neg, uint64(v)); err != nil {

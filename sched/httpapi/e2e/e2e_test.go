@@ -1,7 +1,8 @@
 // Package e2e tests the HTTP endpoint on a real local cluster of node processes that
 // require a bearer token (IDUNNO_HTTP_TOKEN): models served from SDFS and reached through
-// any node, a serving node killed and restarted, and the dashboard rendered by headless
-// Chromium (opened with ?token=) compared with `idunno job stats`.
+// any node, a serving node killed and restarted, Triton's repository extension loading and
+// unloading a model, /metrics linted by client_golang's promlint, and the dashboard rendered
+// by headless Chromium (opened with ?token=) compared with `idunno job stats`.
 package e2e
 
 import (
@@ -19,6 +20,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"idunno/client/localcluster"
 	"idunno/kernel"
@@ -123,7 +126,82 @@ func TestClusterEndpointAndDashboard(t *testing.T) {
 	}
 	t.Run("token required", func(t *testing.T) { tokenRequired(t, httpAddr["node0"]) })
 	t.Run("dashboard matches job stats", func(t *testing.T) { dashboardMatchesJobStats(t, dir, httpAddr["node1"]+"/?token="+token) })
+	t.Run("live metrics pass promlint", func(t *testing.T) { liveMetricsLint(t, httpAddr["node1"]) })
 	t.Run("serve, route, kill and restart", func(t *testing.T) { serveRouteRestart(t, c, dir, httpAddr) })
+	t.Run("Triton model repository", func(t *testing.T) { tritonRepository(t, dir, httpAddr) })
+}
+
+// liveMetricsLint lints a node's /metrics while jobs exist (their figures come from the
+// coordinator) with client_golang's promlint.
+func liveMetricsLint(t *testing.T, base string) {
+	code, b, err := get(base + "/metrics")
+	if err != nil || code != 200 {
+		t.Fatalf("GET /metrics: %d %v", code, err)
+	}
+	for _, want := range []string{"idunno_job_queries_completed_total{", "idunno_job_query_latency_bucketed_seconds_bucket{", "go_goroutines ", "process_resident_memory_bytes ", "idunno_build_info{"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("live /metrics lacks %s", want)
+		}
+	}
+	problems, err := promlint.New(bytes.NewReader(b)).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("%s: %s", p.Metric, p.Text)
+	}
+}
+
+// tritonRepository loads, queries and unloads a model through Triton's repository
+// extension on a live cluster: the model file is idunno/models/NAME.onnx in SDFS.
+func tritonRepository(t *testing.T, dir string, httpAddr map[string]string) {
+	model := filepath.Join(dir, "repo5.onnx")
+	cli(t, dir, "zoo", "lenet5", "--seed", "7", "--out", model)
+	cli(t, dir, "put", model, "idunno/models/repo5.onnx")
+	index := func(node string) string {
+		code, b, err := post(httpAddr[node]+"/v2/repository/index", []byte(`{}`))
+		if err != nil || code != 200 {
+			t.Fatalf("index at %s: %d %s %v", node, code, b, err)
+		}
+		return string(b)
+	}
+	if got := index("node1"); !strings.Contains(got, `{"name":"repo5","version":"1","state":"UNAVAILABLE"`) {
+		t.Fatalf("index before load: %s", got)
+	}
+	cfg := []byte(`{"parameters":{"config":"{\"max_batch_size\":8}"}}`)
+	if code, b, err := post(httpAddr["node1"]+"/v2/repository/models/repo5/load", cfg); err != nil || code != 200 {
+		t.Fatalf("load at node1: %d %s %v", code, b, err)
+	}
+	// Every node sees it (once its 2 s directory is renewed): node0 routes the config
+	// request and the inference to node1.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		got := index("node0")
+		if strings.Contains(got, `{"name":"repo5","version":"1","state":"READY"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("index at node0 after load: %s", got)
+		}
+	}
+	code, b, err := get(httpAddr["node0"] + "/v2/models/repo5/config")
+	if err != nil || code != 200 || !strings.Contains(string(b), `"max_batch_size":8`) {
+		t.Fatalf("config at node0: %d %s %v", code, b, err)
+	}
+	body := []byte(`{"inputs":[{"name":"input","shape":[1,1,28,28],"datatype":"UINT8","data":[` + strings.Repeat("7,", 783) + `7]}]}`)
+	if code, b, err := post(httpAddr["node0"]+"/v2/models/repo5/infer", body); err != nil || code != 200 {
+		t.Fatalf("UINT8 inference at node0 on the loaded model: %d %s %v", code, b, err)
+	}
+	code, b, err = get(httpAddr["node1"] + "/v2/models/repo5/stats")
+	if err != nil || code != 200 || !strings.Contains(string(b), `"inference_count":1,"execution_count":1`) {
+		t.Fatalf("stats at node1: %d %s %v", code, b, err)
+	}
+	// Unloaded through another node, it stops everywhere.
+	if code, b, err := post(httpAddr["node2"]+"/v2/repository/models/repo5/unload", nil); err != nil || code != 200 {
+		t.Fatalf("unload at node2: %d %s %v", code, b, err)
+	}
+	if code, b, err := post(httpAddr["node1"]+"/v2/models/repo5/infer", body); err != nil || code != 404 {
+		t.Fatalf("inference after unload: %d %s %v", code, b, err)
+	}
 }
 
 // tokenRequired checks that a node refuses requests without the token but answers
