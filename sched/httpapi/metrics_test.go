@@ -2,8 +2,12 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -215,4 +219,65 @@ func TestDeployedDashboardQueriesExistingMetrics(t *testing.T) {
 	if !slices.Equal(targets, want) || !strings.Contains(string(cfg), "metrics_path: /metrics") {
 		t.Fatalf("deploy/prometheus.yml scrapes %v, want the HTTP ports (base+2) of nodes 0-9 at base port 7000", targets)
 	}
+}
+
+// dashboardExprs returns the PromQL of every panel of the shipped dashboard, with Grafana's
+// variables replaced by what they stand for at query time.
+func dashboardExprs(t *testing.T) []string {
+	t.Helper()
+	raw, err := os.ReadFile("../../deploy/grafana/idunno.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatal(err)
+	}
+	vars := strings.NewReplacer("$__rate_interval", "1m", "$instance", ".*")
+	var r []string
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			r = append(r, vars.Replace(tg.Expr))
+		}
+	}
+	return r
+}
+
+// Prometheus's own promtool accepts the scrape configuration, parses every query of the
+// dashboard (as recording rules) and lints a live scrape.
+func TestDeployedFilesPassPromtool(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatalf("promtool is needed (Debian package prometheus; make test-deps installs it): %v", err)
+	}
+	run := func(stdin []byte, args ...string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, promtool, args...)
+		cmd.Stdin = bytes.NewReader(stdin)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	run(nil, "check", "config", "../../deploy/prometheus.yml")
+	var rules strings.Builder
+	rules.WriteString("groups:\n  - name: dashboard\n    rules:\n")
+	for i, e := range dashboardExprs(t) {
+		q, _ := json.Marshal(e) // a JSON string is a YAML double-quoted scalar
+		fmt.Fprintf(&rules, "      - record: dashboard:query_%d\n        expr: %s\n", i, q)
+	}
+	path := filepath.Join(t.TempDir(), "dashboard-rules.yml")
+	if err := os.WriteFile(path, []byte(rules.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(nil, "check", "rules", path)
+	body, _ := scrape(t, busyServer(t).url)
+	run(body, "check", "metrics")
 }
