@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -129,6 +131,114 @@ func TestClusterEndpointAndDashboard(t *testing.T) {
 	t.Run("live metrics pass promlint", func(t *testing.T) { liveMetricsLint(t, httpAddr["node1"]) })
 	t.Run("serve, route, kill and restart", func(t *testing.T) { serveRouteRestart(t, c, dir, httpAddr) })
 	t.Run("Triton model repository", func(t *testing.T) { tritonRepository(t, dir, httpAddr) })
+	t.Run("Prometheus answers the dashboard's queries", func(t *testing.T) { prometheusScrapes(t, dir, httpAddr) })
+}
+
+// prometheusScrapes runs Prometheus (Debian's) against the cluster with the token, and
+// checks that every query of deploy/grafana/idunno.json evaluates and every metric it
+// names has series (metrics_test.go checks all of them, worker shares included, on one
+// server with a running job).
+func prometheusScrapes(t *testing.T, dir string, httpAddr map[string]string) {
+	prom, err := exec.LookPath("prometheus")
+	if err != nil {
+		t.Fatalf("prometheus is needed (Debian package prometheus; make test-deps installs it): %v", err)
+	}
+	raw, err := os.ReadFile("../../../deploy/grafana/idunno.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatal(err)
+	}
+	// A served model, so that its gauges exist (repo5 is in SDFS since the repository test).
+	if code, b, err := post(httpAddr["node2"]+"/v2/repository/models/repo5/load", nil); err != nil || code != 200 {
+		t.Fatalf("load at node2: %d %s %v", code, b, err)
+	}
+	tokenFile := filepath.Join(dir, "prom-token")
+	cfg := "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n  - job_name: idunno\n" +
+		"    authorization:\n      type: Bearer\n      credentials_file: " + tokenFile + "\n    static_configs:\n      - targets:\n"
+	for _, a := range httpAddr {
+		cfg += "          - " + strings.TrimPrefix(a, "http://") + "\n"
+	}
+	cfgFile := filepath.Join(dir, "prometheus.yml")
+	if os.WriteFile(tokenFile, []byte(token), 0o600) != nil || os.WriteFile(cfgFile, []byte(cfg), 0o644) != nil {
+		t.Fatal("cannot write Prometheus's files")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(prom, "--config.file="+cfgFile, "--storage.tsdb.path="+filepath.Join(dir, "prom-data"),
+		"--web.listen-address="+addr, "--log.level=warn")
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	query := func(q string) (string, []json.RawMessage, error) {
+		code, b, err := send("GET", "http://"+addr+"/api/v1/query?query="+url.QueryEscape(q), nil, false)
+		if err != nil {
+			return "", nil, err
+		}
+		var r struct {
+			Status string `json:"status"`
+			Error  string `json:"error"`
+			Data   struct {
+				Result []json.RawMessage `json:"result"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal(b, &r); err != nil {
+			return "", nil, fmt.Errorf("status %d: %s", code, b)
+		}
+		if r.Status != "success" {
+			return r.Status, nil, fmt.Errorf("%s", r.Error)
+		}
+		return r.Status, r.Data.Result, nil
+	}
+	// Every node is up, and scraped a few times (rate() needs two samples).
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		_, res, err := query(`count(up == 1) == 3 and count(count_over_time(up[1m]) >= 4) == 3`)
+		if err == nil && len(res) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			_, res, _ := query("up")
+			t.Fatalf("Prometheus did not scrape the 3 nodes: %v %s\n%s", err, res, logs.String())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	names := map[string]bool{}
+	vars := strings.NewReplacer("$__rate_interval", "1m", "$instance", ".*")
+	metricName := regexp.MustCompile(`\b(?:idunno|go|process)_[a-z0-9_]+`)
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			if _, _, err := query(vars.Replace(tg.Expr)); err != nil {
+				t.Errorf("query %q: %v", tg.Expr, err)
+			}
+			for _, n := range metricName.FindAllString(tg.Expr, -1) {
+				names[n] = true
+			}
+		}
+	}
+	for n := range names {
+		if n == "idunno_job_worker_share" {
+			continue // only while a job runs on workers; the jobs of this test are done
+		}
+		if _, res, err := query(`count({__name__="` + n + `"})`); err != nil || len(res) == 0 {
+			t.Errorf("Prometheus has no series of %s (%v)", n, err)
+		}
+	}
 }
 
 // liveMetricsLint lints a node's /metrics while jobs exist (their figures come from the
