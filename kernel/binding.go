@@ -23,6 +23,15 @@ var (
 	idkPeakGflops     func(threads int32, seconds float64) float64
 	idkNoop           func(x int32) int32
 	idkFmaRun         func(threads int32, iters int64) float64
+
+	idkTrainSetRole     func(p uintptr, tid, role int32) int32
+	idkTrainCompile     func(p uintptr, input, logits int32) int32
+	idkTrainSizes       func(p uintptr, nparams, nstate, nbstats *int64) int32
+	idkTrainGet         func(p uintptr, which int32, dst *float32, n int64) int32
+	idkTrainSet         func(p uintptr, which int32, src *float32, n int64) int32
+	idkTrainRun         func(p uintptr, x *float32, labels *int64, scale float32, seed uint64, loss *float64, correct *int64) int32
+	idkTrainApplyBStats func(p uintptr, bstats *float32, n int64) int32
+	idkTrainOptimize    func(p uintptr, kind, flags int32, lr, momentum, beta1, beta2, eps, wd float64, step int64) int32
 )
 
 func register(h uintptr) (err error) {
@@ -47,5 +56,13 @@ func register(h uintptr) (err error) {
 	purego.RegisterLibFunc(&idkPeakGflops, h, "idk_peak_gflops")
 	purego.RegisterLibFunc(&idkNoop, h, "idk_noop")
 	purego.RegisterLibFunc(&idkFmaRun, h, "idk_fma_run")
+	purego.RegisterLibFunc(&idkTrainSetRole, h, "idk_train_set_role")
+	purego.RegisterLibFunc(&idkTrainCompile, h, "idk_train_compile")
+	purego.RegisterLibFunc(&idkTrainSizes, h, "idk_train_sizes")
+	purego.RegisterLibFunc(&idkTrainGet, h, "idk_train_get")
+	purego.RegisterLibFunc(&idkTrainSet, h, "idk_train_set")
+	purego.RegisterLibFunc(&idkTrainRun, h, "idk_train_run")
+	purego.RegisterLibFunc(&idkTrainApplyBStats, h, "idk_train_apply_batch_stats")
+	purego.RegisterLibFunc(&idkTrainOptimize, h, "idk_train_optimize")
 	return nil
 }

@@ -80,7 +80,10 @@ typedef struct idk_step {
     size_t bytes;
 } idk_step_t;
 
+typedef struct idk_train idk_train_t;
+
 struct idk_plan {
+    idk_train_t *tr; /* training plans only (train.c) */
     int threads;
     int compiled;
     char err[512];
@@ -120,6 +123,8 @@ int idk_get_view(idk_plan_t *p, int tid, const dnnl_memory_desc_t *md, int *buf)
 int idk_get_plain(idk_plan_t *p, int tid, int *buf);
 int idk_primary(idk_plan_t *p, int tid, idk_view_t **v);
 int idk_set_output(idk_plan_t *p, int tid, const dnnl_memory_desc_t *md, int plain, int buf);
+
+void idk_train_free(idk_train_t *t);
 
 /* lowering of one op into steps (ops.c) */
 idk_status_t idk_lower_op(idk_plan_t *p, int opi);

@@ -112,7 +112,7 @@ idk_status_t idk_check_op(idk_plan_t *p, const idk_op_t *op) {
         return IDK_OK;
     }
     case IDK_OP_BNORM:
-        if (op->nin != 5 || op->nout != 1 || op->nf != 1 || !same_dims(T(0), o) || T(0)->ndims < 2) return bad(p, "bnorm");
+        if (op->nin != 5 || op->nout != 1 || op->nf < 1 || op->nf > 2 || !same_dims(T(0), o) || T(0)->ndims < 2) return bad(p, "bnorm");
         for (int i = 1; i < 5; i++)
             if (T(i)->ndims != 1 || T(i)->dims[0] != o->dims[1]) return bad(p, "bnorm parameter shape");
         return IDK_OK;
@@ -130,6 +130,11 @@ idk_status_t idk_check_op(idk_plan_t *p, const idk_op_t *op) {
         if (sum != o->dims[ax]) return bad(p, "concat output dims");
         return IDK_OK;
     }
+    case IDK_OP_DROPOUT:
+        if (op->nin != 1 || op->nout != 1 || op->nf != 1 || !same_dims(T(0), o) || !f32 || !(op->fa[0] >= 0) ||
+            !(op->fa[0] < 1))
+            return bad(p, "dropout takes x and a ratio in [0, 1)");
+        return IDK_OK;
     case IDK_OP_RESHAPE:
     case IDK_OP_COPY:
         if (op->nin != 1 || op->nout != 1 || idk_tensor_volume(T(0)) != idk_tensor_volume(o) || T(0)->dtype != o->dtype)
@@ -1176,7 +1181,8 @@ idk_status_t idk_lower_op(idk_plan_t *p, int opi) {
     case IDK_OP_GATHER: return lower_gather(p, op);
     case IDK_OP_SLICE: return lower_slice(p, op);
     case IDK_OP_REDUCE_MEAN: return lower_reduce_mean(p, op);
-    case IDK_OP_COPY: return lower_copy(p, op);
+    case IDK_OP_COPY:
+    case IDK_OP_DROPOUT: return lower_copy(p, op); /* inference: dropout is the identity */
     }
     return idk_fail(p, IDK_ERR_INVALID, "op %d: unknown kind %d", opi, op->kind);
 }

@@ -62,6 +62,7 @@ IDK_API idk_status_t idk_plan_create(idk_plan_t **out, int32_t threads) {
 
 IDK_API void idk_plan_destroy(idk_plan_t *p) {
     if (!p) return;
+    idk_train_free(p->tr);
     for (int i = 0; i < p->ns; i++) {
         idk_step_t *s = &p->s[i];
         if (s->prim) dnnl_primitive_destroy(s->prim);
@@ -505,6 +506,7 @@ static void touch(idk_plan_t *p, int buf, int step) {
 IDK_API idk_status_t idk_plan_compile(idk_plan_t *p) {
     if (!p) return IDK_ERR_INVALID;
     if (p->compiled) return idk_fail(p, IDK_ERR_STATE, "compile twice");
+    if (p->tr) return idk_fail(p, IDK_ERR_STATE, "a plan with training roles compiles with idk_train_compile");
     if (p->nout == 0) return idk_fail(p, IDK_ERR_STATE, "set_io not called");
     set_threads(p);
     /* last use of every tensor, by op index */
@@ -598,7 +600,7 @@ static int64_t now_ns(void) {
 IDK_API idk_status_t idk_plan_run(idk_plan_t *p, const void *const *in, void *const *out) {
     if (!p) return IDK_ERR_INVALID;
     int64_t t0 = now_ns();
-    if (!p->compiled) return idk_fail(p, IDK_ERR_STATE, "run before compile");
+    if (!p->compiled || p->tr) return idk_fail(p, IDK_ERR_STATE, "run before compile (or of a training plan)");
     if ((p->nin && !in) || !out) return idk_fail(p, IDK_ERR_INVALID, "nil buffers");
     set_threads(p);
     for (int i = 0; i < p->nin; i++) {

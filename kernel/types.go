@@ -33,6 +33,13 @@ const (
 	opSlice      = 14
 	opReduceMean = 15
 	opCopy       = 16
+	opDropout    = 17
+)
+
+// training roles and arrays (idk_train_*)
+const (
+	roleParam = 1
+	roleState = 2
 )
 
 // idk_pool_alg_t

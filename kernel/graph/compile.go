@@ -29,10 +29,24 @@ type compiler struct {
 	deferred   []*onnx.Node               // Identity nodes whose output is a graph output
 	usedNames  map[string]bool            // every name some source node reads
 	foldBudget int64                      // elements folding may still create
+	training   bool                       // CompileTraining: keep BatchNormalization and Dropout, fuse nothing
 }
 
 // Compile returns a graph ready for the kernel, for these exact input shapes.
 func Compile(m *onnx.Model, shapes map[string][]int64, consts map[string]*onnx.Tensor) (*onnx.Graph, error) {
+	return compile(m, shapes, consts, false)
+}
+
+// CompileTraining returns a graph for a training plan: shapes, constants and pads are
+// resolved as by Compile, but BatchNormalization stays a node (it is not folded into a
+// Conv), Dropout stays a node (with its ratio as a constant input or attribute), and no
+// post-ops are fused, so every trainable operator is its own node and every parameter is
+// still the initializer of its original name.
+func CompileTraining(m *onnx.Model, shapes map[string][]int64) (*onnx.Graph, error) {
+	return compile(m, shapes, nil, true)
+}
+
+func compile(m *onnx.Model, shapes map[string][]int64, consts map[string]*onnx.Tensor, training bool) (*onnx.Graph, error) {
 	if m == nil || m.Graph == nil {
 		return nil, fmt.Errorf("graph: no model graph")
 	}
@@ -47,6 +61,7 @@ func Compile(m *onnx.Model, shapes map[string][]int64, consts map[string]*onnx.T
 		alias:      map[string]string{},
 		names:      map[string]bool{},
 		foldBudget: maxFoldTotal,
+		training:   training,
 	}
 	src := m.Graph
 	if err := c.bindInputs(src, shapes, consts); err != nil {
@@ -71,11 +86,15 @@ func Compile(m *onnx.Model, shapes map[string][]int64, consts map[string]*onnx.T
 		return nil, err
 	}
 	c.pruneDead()
-	if err := c.foldBatchNorm(); err != nil {
-		return nil, err
+	if !c.training {
+		if err := c.foldBatchNorm(); err != nil {
+			return nil, err
+		}
 	}
 	c.foldPads()
-	c.fusePostOps()
+	if !c.training {
+		c.fusePostOps()
+	}
 	c.pruneDead()
 	return c.build(src)
 }
@@ -351,6 +370,13 @@ func (c *compiler) visit(n *onnx.Node) error {
 		if !spec.allows(name, c.opset) {
 			return x.errf("attribute %q not supported", name)
 		}
+	}
+	if c.training && n.OpType == "Dropout" {
+		infos, err := trainingDropout(x)
+		if err != nil {
+			return err
+		}
+		return c.keep(x, infos)
 	}
 	if spec.passThrough != nil {
 		through, err := spec.passThrough(x)

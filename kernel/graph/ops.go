@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"fmt"
 	"math"
 
 	"idunno/kernel/onnx"
@@ -903,6 +904,46 @@ func dropoutThrough(x *nodeCtx) (bool, error) {
 		return false, x.errf("ratio must be a constant")
 	}
 	return true, nil
+}
+
+// trainingDropout checks a Dropout kept for training: a constant ratio in [0, 1) and no
+// mask output in use. Its training_mode input, if any, is ignored: a training plan always
+// drops, an inference plan never does.
+func trainingDropout(x *nodeCtx) ([]onnx.ValueInfo, error) {
+	if err := x.floatIn(0); err != nil {
+		return nil, err
+	}
+	r, err := DropoutRatio(x.n, x.opset(), x.c.consts)
+	if err != nil {
+		return nil, err
+	}
+	if !(r >= 0 && r < 1) {
+		return nil, x.errf("ratio %g not in [0, 1)", r)
+	}
+	return one(cloneDims(x.dims(0))), nil
+}
+
+// DropoutRatio returns a Dropout node's ratio: its attribute before opset 12, its constant
+// input (in consts) from opset 12; 0.5 when absent.
+func DropoutRatio(n *onnx.Node, opset int64, consts map[string]*onnx.Tensor) (float32, error) {
+	r := float32(0.5)
+	if a, ok := n.Attrs["ratio"]; ok && a != nil {
+		r = a.F
+	}
+	if opset >= 12 && len(n.Inputs) > 1 && n.Inputs[1] != "" {
+		t := consts[n.Inputs[1]]
+		switch {
+		case t == nil:
+			return 0, fmt.Errorf("graph: node %s (Dropout): ratio must be a constant", n.Name)
+		case len(t.F32) == 1:
+			r = t.F32[0]
+		case len(t.F64) == 1:
+			r = float32(t.F64[0])
+		default:
+			return 0, fmt.Errorf("graph: node %s (Dropout): ratio must be a float scalar", n.Name)
+		}
+	}
+	return r, nil
 }
 
 func castThrough(x *nodeCtx) (bool, error) {

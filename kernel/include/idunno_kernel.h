@@ -76,7 +76,8 @@ typedef enum {
      * trans_b (swap the last two dims). f: alpha. bias is broadcast to the
      * output's last two dims. Post-ops allowed. */
     IDK_OP_MATMUL = 5,
-    /* in: x, scale, bias, mean, var. f: epsilon. */
+    /* in: x, scale, bias, mean, var. f: epsilon, [momentum] (training plans: the ONNX
+     * momentum of the running statistics, default 0.9). */
     IDK_OP_BNORM = 6,
     /* in: x0..xn-1. i: axis. */
     IDK_OP_CONCAT = 7,
@@ -98,7 +99,11 @@ typedef enum {
     /* in: x. Output has x's rank with reduced dims set to 1. */
     IDK_OP_REDUCE_MEAN = 15,
     /* in: x. Output is a copy of x. */
-    IDK_OP_COPY = 16
+    IDK_OP_COPY = 16,
+    /* in: x. f: ratio in [0, 1). Training plans zero each element with probability ratio
+     * (a mask drawn from the run's seed) and scale the rest by 1/(1-ratio); inference
+     * plans copy x. */
+    IDK_OP_DROPOUT = 17
 } idk_op_kind_t;
 
 typedef enum { IDK_POOL_MAX = 0, IDK_POOL_AVG_INCLUDE_PAD = 1, IDK_POOL_AVG_EXCLUDE_PAD = 2 } idk_pool_alg_t;
@@ -178,6 +183,71 @@ IDK_API int64_t idk_plan_arena_bytes(const idk_plan_t *p);
 /* idk_plan_last_run_ns reports the nanoseconds the last idk_plan_run spent
  * inside the kernel (from entry to return), for overhead measurements. */
 IDK_API int64_t idk_plan_last_run_ns(const idk_plan_t *p);
+
+/* ---- training plans ----
+ *
+ * A training plan is declared like an inference plan (idk_plan_create, add_tensor, add_op;
+ * no post-ops, no set_io), then: idk_train_set_role marks the float constants that are
+ * trainable parameters (their constant data is the initial value) or running statistics
+ * (BatchNormalization mean and variance), and idk_train_compile builds forward (training
+ * mode), softmax cross-entropy and backward over the (batch, classes) logits tensor.
+ *
+ * The plan owns six flat float arrays, each laid out in role-call order with every tensor
+ * in plain row-major layout: PARAMS and GRADS (every parameter), STATE_VALUES (every
+ * running statistic), OPT1 and OPT2 (optimizer state: SGD's momentum buffer, Adam's first
+ * and second moments) and BATCH_STATS (for each BatchNormalization in op order: the last
+ * run's batch mean (C values) then its unbiased variance (C values)). idk_train_get and
+ * idk_train_set copy them out and in (caller-owned buffers, borrowed for the call).
+ *
+ * idk_train_run runs one forward + loss + backward: GRADS becomes d(scale * summed loss)/dθ
+ * (scale = 1/batch gives the mean loss's gradient; a shard of a larger batch passes
+ * 1/global batch), *loss_sum the summed cross-entropy of the batch, *correct its count of
+ * right top-1 answers. Running statistics change only in idk_train_apply_batch_stats, and
+ * parameters only in idk_train_optimize, so a caller can combine several runs' gradients
+ * and statistics (data parallelism) before applying them. Dropout masks are a function of
+ * (seed, op, element). Results are deterministic for a given thread count. */
+enum { IDK_TRAIN_PARAM = 1, IDK_TRAIN_STATE = 2 };
+enum {
+    IDK_TRAIN_PARAMS = 0,
+    IDK_TRAIN_GRADS = 1,
+    IDK_TRAIN_STATE_VALUES = 2,
+    IDK_TRAIN_OPT1 = 3,
+    IDK_TRAIN_OPT2 = 4,
+    IDK_TRAIN_BATCH_STATS = 5
+};
+typedef enum { IDK_OPT_SGD = 0, IDK_OPT_ADAM = 1, IDK_OPT_ADAMW = 2 } idk_optimizer_t;
+#define IDK_OPT_NESTEROV 1
+
+/* idk_train_set_role marks float constant tid as a parameter or a running statistic.
+ * Call after every add, once per tensor; the call order fixes the flat arrays' layout. */
+IDK_API idk_status_t idk_train_set_role(idk_plan_t *p, int32_t tid, int32_t role);
+
+/* idk_train_compile builds the training plan: input is the run-time image tensor (N, ...),
+ * logits the (N, classes) tensor the loss reads. */
+IDK_API idk_status_t idk_train_compile(idk_plan_t *p, int32_t input, int32_t logits);
+
+/* idk_train_sizes reports the flat arrays' lengths (any pointer may be NULL). */
+IDK_API idk_status_t idk_train_sizes(idk_plan_t *p, int64_t *nparams, int64_t *nstate, int64_t *nbstats);
+
+/* idk_train_get / idk_train_set copy array `which` (IDK_TRAIN_*) of exactly n floats. */
+IDK_API idk_status_t idk_train_get(idk_plan_t *p, int32_t which, float *dst, int64_t n);
+IDK_API idk_status_t idk_train_set(idk_plan_t *p, int32_t which, const float *src, int64_t n);
+
+/* idk_train_run: x is the plain input batch, labels N class indices (a label outside
+ * [0, classes) is IDK_ERR_RUNTIME naming it); both borrowed for the call. */
+IDK_API idk_status_t idk_train_run(idk_plan_t *p, const float *x, const int64_t *labels, float scale, uint64_t seed,
+                                   double *loss_sum, int64_t *correct);
+
+/* idk_train_apply_batch_stats updates every running statistic from batch statistics laid
+ * out as BATCH_STATS (NULL: the last run's): running = running*momentum + batch*(1-momentum). */
+IDK_API idk_status_t idk_train_apply_batch_stats(idk_plan_t *p, const float *bstats, int64_t n);
+
+/* idk_train_optimize applies one optimizer step to PARAMS from GRADS, as PyTorch's SGD
+ * (momentum, dampening 0, flags IDK_OPT_NESTEROV, L2 weight decay), Adam (L2 weight decay)
+ * and AdamW (decoupled weight decay) define it. step counts from 1 (bias correction;
+ * SGD's momentum buffer starts as the first gradient). */
+IDK_API idk_status_t idk_train_optimize(idk_plan_t *p, int32_t kind, int32_t flags, double lr, double momentum,
+                                        double beta1, double beta2, double eps, double weight_decay, int64_t step);
 
 /* idk_peak_gflops measures the FP32 fused multiply-add peak of this machine
  * with `threads` threads over about `seconds` seconds, in GFLOP/s. */
