@@ -497,3 +497,19 @@ func TestHalfPrecisionConversions(t *testing.T) {
 		t.Fatal("NaN did not stay NaN")
 	}
 }
+
+// The kernel returns every integer output as INT64 values; the backend gives each the
+// datatype the model declares.
+func TestKernelOutputsTakeTheirDeclaredDatatype(t *testing.T) {
+	out := []*onnx.Tensor{
+		{Name: "idx", DType: onnx.Int64, Dims: []int64{2}, I64: []int64{3, 1}},
+		{Name: "mask", DType: onnx.Int64, Dims: []int64{2}, I64: []int64{1, 0}},
+		{Name: "prob", DType: onnx.Float, Dims: []int64{2}, F32: []float32{0.5, 0.5}},
+		{Name: "other", DType: onnx.Int64, Dims: []int64{1}, I64: []int64{7}},
+	}
+	realTypes(out, map[string]onnx.DataType{"idx": onnx.Int32, "mask": onnx.Bool, "prob": onnx.Float, "other": onnx.Float16})
+	got := []string{DatatypeName(out[0].DType), DatatypeName(out[1].DType), DatatypeName(out[2].DType), DatatypeName(out[3].DType)}
+	if fmt.Sprint(got) != "[INT32 BOOL FP32 INT64]" {
+		t.Fatalf("output datatypes %v", got)
+	}
+}
