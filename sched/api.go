@@ -255,17 +255,17 @@ func (s *Scheduler) apiJobAdd(ctx context.Context, spec JobSpec) (JobAddReply, e
 		// measured when the first one completes, and the tasks of the jobs sharing a worker
 		// interleave finely enough for their rates to match over a rate window.
 		// A job that will run at the pace of expensive ones (fair time gives every job the
-		// same rate) gets tasks of about TaskSeconds at that rate: LeNet-5 beside ResNet-50
-		// runs at ResNet's few dozen queries per second, and with 1,024-query (or even
-		// 64-query) tasks its rate over a 10 s window would move in steps of a whole task.
-		// At that pace a task's fixed costs are negligible, so MinTaskQueries does not apply.
+		// same rate) gets tasks of about FairTaskSeconds at that rate: LeNet-5 beside
+		// ResNet-50 runs at ResNet's few hundred queries per second, and with 1,024-query
+		// tasks its rate over a 10 s window would move in steps of a third. At that pace a
+		// task's fixed costs are negligible, so MinTaskQueries does not apply.
 		s.mu.Lock()
 		c, rate := s.costPrior(spec)
 		s.mu.Unlock()
 		if q := s.cfg.TaskSeconds.Seconds() / c; spec.FLOPsPerQuery > 0 && c > 0 && q < float64(target) {
 			target = max(spec.Batch, int(q))
 		}
-		if q := s.cfg.TaskSeconds.Seconds() * rate; spec.FLOPsPerQuery > 0 && rate > 0 && q < float64(target) {
+		if q := s.cfg.FairTaskSeconds.Seconds() * rate; spec.FLOPsPerQuery > 0 && rate > 0 && q < float64(target) {
 			target = max(int(q), spec.Batch)
 		}
 		spec.TaskSize = ChooseTaskSize(n, spec.Batch, target)

@@ -3,6 +3,7 @@ package sched
 import (
 	"fmt"
 	"idunno/sched/dataset"
+	"math"
 	"regexp"
 	"strconv"
 )
@@ -33,6 +34,20 @@ type JobSpec struct {
 	// accepts the job (0: unknown). The fair-time controller's cost prior until the job's
 	// cost is measured.
 	FLOPsPerQuery float64 `json:"flops_per_query,omitempty"`
+	// Weight makes the job's query rate Weight times that of a job of weight 1 under fair
+	// time (0: 1, so journals written before weights read the same).
+	Weight float64 `json:"weight,omitempty"`
+}
+
+// MaxWeight bounds a job's weight: rates more than this far apart are not fair time.
+const MaxWeight = 1000
+
+// RateWeight is the job's weight, 1 when unset.
+func (s JobSpec) RateWeight() float64 {
+	if s.Weight > 0 {
+		return s.Weight
+	}
+	return 1
 }
 
 // MaxTasks bounds the number of tasks of one job, and with it the journal's size.
@@ -53,6 +68,8 @@ func (s JobSpec) ValidateRequest() error {
 		return fmt.Errorf("sched: job %s: batch size must be at least 1 (got %d)", s.Name, s.Batch)
 	case s.Batch > 4096:
 		return fmt.Errorf("sched: job %s: batch size %d is over the limit 4096", s.Name, s.Batch)
+	case s.Weight < 0 || s.Weight > MaxWeight || math.IsNaN(s.Weight) || (s.Weight > 0 && s.Weight < 1/MaxWeight):
+		return fmt.Errorf("sched: job %s: weight %v: use a number from %g to %d", s.Name, s.Weight, 1.0/MaxWeight, MaxWeight)
 	}
 	if err := s.Pre.Validate(); err != nil {
 		return fmt.Errorf("sched: job %s: %w", s.Name, err)

@@ -1,0 +1,300 @@
+package sched
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+)
+
+// manyJob is one job of a many-jobs scenario: its true cost per query, the FLOPs its cost
+// prior reads (off from the truth by up to 2x either way, as the zoo models' priors are),
+// its batch and its weight.
+type manyJob struct {
+	name   string
+	cost   time.Duration
+	flops  float64
+	batch  int
+	weight float64
+}
+
+// drawJobs draws n jobs whose costs per query are spread log-uniformly over three orders
+// of magnitude (20 µs to 20 ms, LeNet-5 to ResNet-50 on one core), always including both
+// ends, with priors off by up to 2x.
+func drawJobs(rng *rand.Rand, n int) []manyJob {
+	out := make([]manyJob, n)
+	for i := range out {
+		u := rng.Float64()
+		switch i {
+		case 0:
+			u = 1
+		case 1:
+			u = 0
+		}
+		cost := 20e-6 * math.Pow(1000, u)
+		batch := 4
+		if cost < 1e-3 {
+			batch = 32
+		}
+		out[i] = manyJob{name: fmt.Sprintf("job%02d", i), cost: time.Duration(cost * 1e9),
+			flops: cost / 2e-11 * math.Pow(2, 2*rng.Float64()-1), batch: batch, weight: 1}
+	}
+	return out
+}
+
+// manySim is a fairSim scripted for many jobs: events at given times, and the spread of
+// the running jobs' 10 s rates sampled every second.
+type manySim struct {
+	*fairSim
+	t0     time.Time
+	jobs   map[string]manyJob
+	added  map[string]time.Time
+	gone   map[string]time.Time
+	events []time.Duration // when something changed (add, remove, failure, join)
+}
+
+func newManySim(t *testing.T, workers int, seed uint64) *manySim {
+	exec := &FakeExecutor{Datasets: map[string]int{"huge": 1_000_000}, Models: map[string]time.Duration{}, FLOPs: map[string]float64{}}
+	f := newFairSim(t, workers, exec)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	// Workers of unequal speed (up to 20% apart) and task times with some noise, as on a
+	// shared machine.
+	f.slow = map[string]float64{}
+	for _, w := range f.workers {
+		f.slow[w.name] = 1 + 0.2*rng.Float64()
+	}
+	f.jitter = func(string) float64 { return math.Exp(0.15 * rng.NormFloat64()) }
+	f.run(f.now.Add(time.Second)) // the workers ask for work, so the split spans all of them
+	return &manySim{fairSim: f, t0: f.now, jobs: map[string]manyJob{}, added: map[string]time.Time{}, gone: map[string]time.Time{}}
+}
+
+func (m *manySim) at(d time.Duration) { m.run(m.t0.Add(d)) }
+
+func (m *manySim) addJob(j manyJob) {
+	m.cost[j.name+".onnx"] = j.cost
+	m.fairSim.s.exec.(*FakeExecutor).FLOPs[j.name+".onnx"] = j.flops
+	m.jobs[j.name] = j
+	m.add(JobSpec{Name: j.name, Model: j.name + ".onnx", Data: "huge", Batch: j.batch, Weight: j.weight})
+	m.added[j.name] = m.now
+	m.events = append(m.events, m.now.Sub(m.t0))
+}
+
+func (m *manySim) removeJob(name string) {
+	if _, err := m.s.apiJobRemove(context.Background(), NameArgs{name}); err != nil {
+		m.t.Fatal(err)
+	}
+	m.gone[name] = m.now
+	m.events = append(m.events, m.now.Sub(m.t0))
+}
+
+// failWorkers stops n workers for good: the coordinator takes their tasks back as when
+// the failure detector reports them.
+func (m *manySim) failWorkers(n int) {
+	m.workers = m.workers[:len(m.workers)-n]
+	live := map[string]string{}
+	var names []string
+	for _, w := range m.workers {
+		live[w.name] = w.name
+		names = append(names, w.name)
+	}
+	s := m.s
+	s.mu.Lock()
+	s.expireLeases(live, m.now)
+	s.co.workers = names
+	s.control(m.now)
+	s.mu.Unlock()
+	m.events = append(m.events, m.now.Sub(m.t0))
+}
+
+// joinWorkers adds n fresh workers; they join the split on their first pull.
+func (m *manySim) joinWorkers(n int, slow float64) {
+	for range n {
+		w := &simWorker{name: fmt.Sprintf("x%d", len(m.picks)+len(m.workers)), lastPull: m.now}
+		m.slow[w.name] = slow
+		m.workers = append(m.workers, w)
+	}
+	m.events = append(m.events, m.now.Sub(m.t0))
+}
+
+// spreadSample is the spread of the 10 s rates of the running jobs at one second.
+type spreadSample struct {
+	at     time.Duration
+	spread float64
+	rates  map[string]float64
+}
+
+// spreads samples every second from 'from' to 'to' (since t0) the spread (fastest /
+// slowest - 1, each rate divided by the job's weight) of the 10 s rates of the jobs that
+// ran through the whole window, leaving out samples less than settle after an event.
+func (m *manySim) spreads(from, to, settle time.Duration) []spreadSample {
+	const window = 10 * time.Second
+	done := slices.Clone(m.done)
+	sort.Slice(done, func(i, j int) bool { return done[i].at.Before(done[j].at) })
+	var out []spreadSample
+	for at := from; at <= to; at += time.Second {
+		quiet := true
+		for _, e := range m.events {
+			if at >= e && at < e+settle {
+				quiet = false
+			}
+		}
+		if !quiet {
+			continue
+		}
+		end := m.t0.Add(at)
+		rates := map[string]float64{}
+		for name, a := range m.added {
+			g, gone := m.gone[name]
+			if a.After(end.Add(-window)) || (gone && !g.After(end)) {
+				continue
+			}
+			rates[name] = 0
+		}
+		for _, c := range done {
+			if _, ok := rates[c.job]; ok && c.at.After(end.Add(-window)) && !c.at.After(end) {
+				rates[c.job] += float64(c.queries) / window.Seconds() / m.jobs[c.job].weight
+			}
+		}
+		if len(rates) < 2 {
+			continue
+		}
+		lo, hi := math.Inf(1), 0.0
+		for _, r := range rates {
+			lo, hi = math.Min(lo, r), math.Max(hi, r)
+		}
+		out = append(out, spreadSample{at: at, spread: hi/lo - 1, rates: rates})
+	}
+	return out
+}
+
+// checkSpread asserts the median and worst spread of the samples, and logs them.
+func checkSpread(t *testing.T, samples []spreadSample, median, worst float64) {
+	t.Helper()
+	if len(samples) == 0 {
+		t.Fatal("no samples")
+	}
+	sp := make([]float64, len(samples))
+	wi := 0
+	for i, s := range samples {
+		sp[i] = s.spread
+		if s.spread > samples[wi].spread {
+			wi = i
+		}
+	}
+	sorted := slices.Clone(sp)
+	slices.Sort(sorted)
+	med := sorted[len(sorted)/2]
+	w := samples[wi]
+	t.Logf("%d samples: median spread %.1f%%, worst %.1f%% at %v", len(samples), 100*med, 100*w.spread, w.at)
+	if testing.Verbose() {
+		names := make([]string, 0, len(w.rates))
+		for n := range w.rates {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			t.Logf("  at the worst sample: %s %.1f q/s", n, w.rates[n])
+		}
+	}
+	if med > median || w.spread > worst {
+		t.Errorf("median spread %.1f%% (bound %.0f%%), worst %.1f%% (bound %.0f%%)", 100*med, 100*median, 100*w.spread, 100*worst)
+	}
+}
+
+// TestFairTimeFourJobs: four jobs whose costs per query span 1,000x arrive 3 s apart on
+// 9 simulated workers (the 10-node benchmark cluster); later two workers fail, one joins,
+// a job is removed and another arrives. The 10 s rates of the running jobs, sampled every
+// second from 10 s after each change on, are within 5% of each other (median) and 15%
+// (worst sample).
+func TestFairTimeFourJobs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	jobs := drawJobs(rng, 5)
+	m := newManySim(t, 9, 4)
+	for i, j := range jobs[:4] {
+		m.at(time.Duration(i) * 3 * time.Second)
+		m.addJob(j)
+	}
+	m.at(50 * time.Second)
+	m.failWorkers(2)
+	m.at(70 * time.Second)
+	m.joinWorkers(1, 1.1)
+	m.at(90 * time.Second)
+	m.removeJob(jobs[1].name)
+	m.at(100 * time.Second)
+	m.addJob(jobs[4])
+	m.at(130 * time.Second)
+	m.logRates(5 * time.Second)
+	checkSpread(t, m.spreads(19*time.Second, 130*time.Second, 10*time.Second), 0.05, 0.15)
+}
+
+// logRates logs every job's rate per window, and its task size, for a reader of -v.
+func (m *manySim) logRates(window time.Duration) {
+	if !testing.Verbose() {
+		return
+	}
+	n := int(m.now.Sub(m.t0) / window)
+	r := m.windowRates(m.t0, window, n)
+	names := make([]string, 0, len(m.jobs))
+	for name := range m.jobs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	m.s.mu.Lock()
+	for _, name := range names {
+		if j := m.s.st.Jobs[name]; j != nil {
+			m.t.Logf("%s: cost %v, task size %d, weight %g", name, m.jobs[name].cost, j.Spec.TaskSize, j.Spec.RateWeight())
+		}
+	}
+	m.s.mu.Unlock()
+	for i := range n {
+		line := fmt.Sprintf("%4v", time.Duration(i)*window)
+		for _, name := range names {
+			line += fmt.Sprintf(" %8.1f", r[name][i]/m.jobs[name].weight)
+		}
+		m.t.Log(line)
+	}
+}
+
+// TestFairTimeEightJobs: eight jobs (costs over 1,000x) on 20 simulated workers, added
+// 2 s apart; three workers fail, two join, two jobs leave and one arrives. Median spread
+// of the 10 s rates within 10%, and (a tighter check than the issue asks) worst 20%.
+func TestFairTimeEightJobs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 8))
+	jobs := drawJobs(rng, 9)
+	m := newManySim(t, 20, 8)
+	for i, j := range jobs[:8] {
+		m.at(time.Duration(i) * 2 * time.Second)
+		m.addJob(j)
+	}
+	m.at(45 * time.Second)
+	m.failWorkers(3)
+	m.at(60 * time.Second)
+	m.joinWorkers(2, 1.05)
+	m.at(75 * time.Second)
+	m.removeJob(jobs[2].name)
+	m.removeJob(jobs[5].name)
+	m.at(90 * time.Second)
+	m.addJob(jobs[8])
+	m.at(120 * time.Second)
+	m.logRates(5 * time.Second)
+	checkSpread(t, m.spreads(24*time.Second, 120*time.Second, 10*time.Second), 0.10, 0.20)
+}
+
+// TestFairTimeWeights: three jobs of weights 1, 2 and 4 (and costs 100x apart) on 9
+// simulated workers: their rates stay in those ratios (the spread is of rate / weight).
+func TestFairTimeWeights(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	jobs := drawJobs(rng, 3)
+	jobs[1].weight, jobs[2].weight = 2, 4
+	m := newManySim(t, 9, 5)
+	for _, j := range jobs {
+		m.addJob(j)
+	}
+	m.at(60 * time.Second)
+	m.logRates(5 * time.Second)
+	checkSpread(t, m.spreads(10*time.Second, 60*time.Second, 10*time.Second), 0.05, 0.15)
+}
