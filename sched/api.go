@@ -244,6 +244,7 @@ func (s *Scheduler) apiJobAdd(ctx context.Context, spec JobSpec) (JobAddReply, e
 	}
 	spec.Queries = n
 	spec.ID = s.now().UnixNano()
+	spec.ResizeFrom, spec.ResizeSize, spec.ResizeID, spec.SizeChosen = 0, 0, 0, false // the coordinator's
 	// The model's compute per query is the controller's cost prior until the job's own
 	// cost is measured, so the split chosen now is already close to fair. Never the client's.
 	spec.FLOPsPerQuery = s.exec.FLOPsPerQuery(ctx, spec)
@@ -269,6 +270,7 @@ func (s *Scheduler) apiJobAdd(ctx context.Context, spec JobSpec) (JobAddReply, e
 			target = max(int(q), spec.Batch)
 		}
 		spec.TaskSize = ChooseTaskSize(n, spec.Batch, target)
+		spec.SizeChosen = true
 	} else if spec.TaskSize%spec.Batch != 0 {
 		return fail(fmt.Errorf("sched: task size %d is not a whole number of batches of %d", spec.TaskSize, spec.Batch))
 	}

@@ -366,6 +366,37 @@ func (s *Scheduler) control(now time.Time) {
 	}
 	co.fairRate = FairRate(len(co.workers), loads)
 	co.assign = AssignWorkers(co.workers, jobs, shares)
+	for _, l := range loads {
+		if usable(l.Cost) {
+			s.resizeTasks(l.Name, l.Weight)
+		}
+	}
+}
+
+// resizeTasks makes the rest of a job's tasks smaller once, when they are more than twice
+// FairTaskSeconds at the rate fair time now gives the job: a cheap job added alone gets
+// large tasks (their fixed costs amortise), and when expensive jobs join, its rate falls
+// to theirs and each completion would step its rate over a 10 s window by a third.
+// Tasks from the frontier on (none leased or done) are split into whole batches; it is
+// worth it only for a job with many queries left. Called with s.mu held, by control.
+func (s *Scheduler) resizeTasks(job string, weight float64) {
+	js := s.st.Jobs[job]
+	sp := js.Spec
+	rate := s.co.fairRate * weight
+	if sp.resized() || !sp.SizeChosen || rate <= 0 {
+		return // a task size the client chose is kept
+	}
+	want := max(sp.Batch, int(s.cfg.FairTaskSeconds.Seconds()*rate)/sp.Batch*sp.Batch)
+	from := s.co.tasks.Frontier(job)
+	if from < 0 || sp.TaskSize < 2*want || sp.Queries-from*sp.TaskSize < 8*want {
+		return
+	}
+	if err := s.commit(&Entry{Kind: EntryJobResize, Name: job, Task: from, Size: want}); err != nil {
+		s.logf("sched: job %s: resizing its tasks: %v", job, err)
+		return
+	}
+	s.logf("sched: job %s: tasks from %d on are %d queries (were %d): its fair rate is now %.0f queries/s",
+		job, from, want, sp.TaskSize, rate)
 }
 
 // costPrior is the cost per query the controller would assume for a job about to be added
@@ -556,7 +587,7 @@ func contains(xs []string, x string) bool {
 func (s *Scheduler) recordDone(d TaskReport, now time.Time) error {
 	co := s.co
 	js, ok := s.st.Jobs[d.Job]
-	if !ok || d.JobID != js.Spec.ID || d.Task < 0 || d.Task >= js.Spec.NumTasks() {
+	if !ok || d.Task < 0 || d.Task >= js.Spec.NumTasks() || d.JobID != js.Spec.ResultID(d.Task) {
 		return nil // a removed job (or an older one of the same name): nothing to do
 	}
 	if js.IsDone(d.Task) {
@@ -623,7 +654,7 @@ func (s *Scheduler) writeResult(spec JobSpec) error {
 			defer func() { <-sem; wg.Done() }()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			b, err := s.blobs.Get(ctx, TaskResultName(spec.Name, spec.ID, i))
+			b, err := s.blobs.Get(ctx, TaskResultName(spec.Name, spec.ResultID(i), i))
 			if err != nil {
 				errs[i] = fmt.Errorf("read task %d: %w", i, err)
 				return

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 )
@@ -246,7 +247,7 @@ func (m *manySim) logRates(window time.Duration) {
 	m.s.mu.Lock()
 	for _, name := range names {
 		if j := m.s.st.Jobs[name]; j != nil {
-			m.t.Logf("%s: cost %v, task size %d, weight %g", name, m.jobs[name].cost, j.Spec.TaskSize, j.Spec.RateWeight())
+			m.t.Logf("%s: cost %v, task size %d (now %d), weight %g", name, m.jobs[name].cost, j.Spec.TaskSize, j.Spec.CurrentTaskSize(), j.Spec.RateWeight())
 		}
 	}
 	m.s.mu.Unlock()
@@ -284,6 +285,31 @@ func TestFairTimeEightJobs(t *testing.T) {
 	checkSpread(t, m.spreads(24*time.Second, 120*time.Second, 10*time.Second), 0.10, 0.20)
 }
 
+// TestFairTimeThirtyTwoJobs: 32 jobs (costs over 1,000x) on 64 simulated workers, all
+// added within 3 s; then 8 workers fail, 4 jobs leave and 4 arrive, 8 workers join. The
+// bounds are the 8-job ones.
+func TestFairTimeThirtyTwoJobs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(32, 32))
+	jobs := drawJobs(rng, 36)
+	m := newManySim(t, 64, 32)
+	for i, j := range jobs[:32] {
+		m.at(time.Duration(i) * 100 * time.Millisecond)
+		m.addJob(j)
+	}
+	m.at(40 * time.Second)
+	m.failWorkers(8)
+	m.at(55 * time.Second)
+	for i := range 4 {
+		m.removeJob(jobs[3+5*i].name)
+		m.addJob(jobs[32+i])
+	}
+	m.at(70 * time.Second)
+	m.joinWorkers(8, 1.1)
+	m.at(100 * time.Second)
+	m.logRates(5 * time.Second)
+	checkSpread(t, m.spreads(14*time.Second, 100*time.Second, 10*time.Second), 0.10, 0.20)
+}
+
 // TestFairTimeWeights: three jobs of weights 1, 2 and 4 (and costs 100x apart) on 9
 // simulated workers: their rates stay in those ratios (the spread is of rate / weight).
 func TestFairTimeWeights(t *testing.T) {
@@ -297,4 +323,118 @@ func TestFairTimeWeights(t *testing.T) {
 	m.at(60 * time.Second)
 	m.logRates(5 * time.Second)
 	checkSpread(t, m.spreads(10*time.Second, 60*time.Second, 10*time.Second), 0.05, 0.15)
+}
+
+// TestJobResize: the journal splits a job's untouched tasks smaller: the ranges still cover
+// every query once, in order; done tasks stay done; results from then on are named by the
+// new ID; and bad resizes are refused.
+func TestJobResize(t *testing.T) {
+	s := NewState()
+	spec := testSpec("a", 100, 5, 20) // 5 tasks of 20
+	spec.ID = 7
+	for i, e := range []*Entry{
+		{Kind: EntryEpoch, Epoch: 1, Node: "n0"},
+		{Kind: EntryJobAdd, Epoch: 1, Job: spec},
+		{Kind: EntryTaskDone, Epoch: 1, Name: "a", Task: 0},
+		{Kind: EntryTaskDone, Epoch: 1, Name: "a", Task: 1},
+	} {
+		e.Seq = uint64(i + 1)
+		if err := s.Apply(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := func(e Entry) *Entry { e.Seq, e.Epoch = s.Seq+1, 1; return &e }
+	for _, b := range []struct {
+		e    Entry
+		want string
+	}{
+		{Entry{Kind: EntryJobResize, Name: "a", Task: 1, Size: 5, Time: 9}, "task 1 is done"},
+		{Entry{Kind: EntryJobResize, Name: "a", Task: 2, Size: 6, Time: 9}, "bad resize"},
+		{Entry{Kind: EntryJobResize, Name: "a", Task: 5, Size: 5, Time: 9}, "bad resize"},
+		{Entry{Kind: EntryJobResize, Name: "a", Task: 2, Size: 5, Time: 7}, "bad resize"}, // same ID
+		{Entry{Kind: EntryJobResize, Name: "b", Task: 2, Size: 5, Time: 9}, "no job"},
+	} {
+		if err := s.Apply(next(b.e)); err == nil || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("%+v: error %v, want %q", b.e, err, b.want)
+		}
+	}
+	if err := s.Apply(next(Entry{Kind: EntryJobResize, Name: "a", Task: 2, Size: 5, Time: 9})); err != nil {
+		t.Fatal(err)
+	}
+	j := s.Jobs["a"]
+	sp := j.Spec
+	if sp.NumTasks() != 14 || sp.CurrentTaskSize() != 5 || !j.IsDone(1) || j.IsDone(2) || doneQueries(j) != 40 {
+		t.Fatalf("after the resize: %d tasks of %d, done %v, %d queries done", sp.NumTasks(), sp.CurrentTaskSize(), j.Done, doneQueries(j))
+	}
+	end := 0
+	for i := range sp.NumTasks() {
+		f, to := sp.TaskRange(i)
+		if f != end || to <= f {
+			t.Fatalf("task %d covers %d-%d after %d", i, f, to, end)
+		}
+		end = to
+		if want := map[bool]int64{true: 7, false: 9}[i < 2]; sp.ResultID(i) != want {
+			t.Fatalf("task %d named by ID %d, want %d", i, sp.ResultID(i), want)
+		}
+	}
+	if end != 100 {
+		t.Fatalf("tasks end at %d", end)
+	}
+	if err := s.Apply(next(Entry{Kind: EntryJobResize, Name: "a", Task: 4, Size: 5, Time: 10})); err == nil {
+		t.Fatal("a second resize was accepted")
+	}
+	if err := s.Apply(next(Entry{Kind: EntryTaskDone, Name: "a", Task: 13})); err != nil {
+		t.Fatal(err)
+	}
+	// A snapshot of the resized job reads back; a corrupt resize is refused.
+	b, _ := appendLine(nil, 'S', s)
+	st, _, _, err := DecodeJournal(b)
+	if err != nil || st.Jobs["a"].Spec.NumTasks() != 14 || doneQueries(st.Jobs["a"]) != 45 {
+		t.Fatalf("snapshot: %v", err)
+	}
+	s.Jobs["a"].Spec.ResizeFrom = 9
+	if err := s.validate(); err == nil {
+		t.Fatal("a resize beyond the queries validated")
+	}
+}
+
+// TestCheapJobResizedWhenExpensiveJoins: a cheap job alone gets large tasks; when an
+// expensive job joins, the rest of its tasks are split to FairTaskSeconds at its new fair
+// rate, a stale report of an old-size task is ignored, and the two rates are level.
+func TestCheapJobResizedWhenExpensiveJoins(t *testing.T) {
+	m := newManySim(t, 9, 11)
+	cheap := manyJob{name: "cheap", cost: 20 * time.Microsecond, flops: 1e6, batch: 32, weight: 1}
+	costly := manyJob{name: "costly", cost: 20 * time.Millisecond, flops: 1e9, batch: 4, weight: 1}
+	m.addJob(cheap)
+	m.at(2 * time.Second)
+	s := m.s
+	s.mu.Lock()
+	old := s.st.Jobs["cheap"].Spec
+	s.mu.Unlock()
+	m.addJob(costly)
+	m.at(5 * time.Second)
+	s.mu.Lock()
+	sp := s.st.Jobs["cheap"].Spec
+	s.mu.Unlock()
+	if !sp.resized() || sp.ResizeSize >= old.TaskSize/2 {
+		t.Fatalf("cheap job's tasks: %d, then %d from task %d", old.TaskSize, sp.ResizeSize, sp.ResizeFrom)
+	}
+	t.Logf("cheap job's tasks: %d queries, from task %d on %d", old.TaskSize, sp.ResizeFrom, sp.ResizeSize)
+	// A worker that still ran task ResizeFrom with the old size reports it: ignored.
+	f, to := old.TaskRange(sp.ResizeFrom)
+	stale := TaskReport{Job: "cheap", JobID: old.ID, Task: sp.ResizeFrom, Worker: "w0", Queries: to - f, BusyNanos: 1e6}
+	s.mu.Lock()
+	done := s.st.Jobs["cheap"].IsDone(sp.ResizeFrom)
+	err := s.recordDone(stale, m.now)
+	after := s.st.Jobs["cheap"].IsDone(sp.ResizeFrom)
+	s.mu.Unlock()
+	if err != nil || (!done && after) {
+		t.Fatalf("stale report of an old-size task: %v, committed %v", err, after)
+	}
+	m.at(40 * time.Second)
+	m.logRates(5 * time.Second)
+	// From 11 s after the add: the tasks the cheap job's workers held when the costly job
+	// arrived (18 of 512 queries) complete in its first fraction of a second, so the window
+	// ending exactly 10 s after the add still holds them.
+	checkSpread(t, m.spreads(13*time.Second, 40*time.Second, 11*time.Second), 0.05, 0.15)
 }

@@ -227,7 +227,7 @@ func (f *fairSim) run(end time.Time) {
 			if sl.o != nil && !sl.until.After(f.now) {
 				o := sl.o
 				from, to := o.Spec.TaskRange(o.Task)
-				w.done = append(w.done, TaskReport{Job: o.Spec.Name, JobID: o.Spec.ID, Task: o.Task, Worker: w.name, Queries: to - from,
+				w.done = append(w.done, TaskReport{Job: o.Spec.Name, JobID: o.Spec.ResultID(o.Task), Task: o.Task, Worker: w.name, Queries: to - from,
 					BusyNanos: sl.until.Sub(sl.start).Nanoseconds(), Epoch: o.Epoch, StartNanos: sl.start.UnixNano()})
 				w.slots[i] = simSlot{}
 			}

@@ -203,6 +203,16 @@ type JobStatsReport struct {
 
 // doneQueries counts the queries of committed tasks.
 func doneQueries(j *JobState) int {
+	if j.Spec.resized() {
+		n := 0
+		for i := range j.Spec.NumTasks() {
+			if j.IsDone(i) {
+				f, t := j.Spec.TaskRange(i)
+				n += t - f
+			}
+		}
+		return n
+	}
 	n := j.NDone * j.Spec.TaskSize
 	last := j.Spec.NumTasks() - 1
 	if last >= 0 && j.IsDone(last) {
