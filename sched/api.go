@@ -29,6 +29,7 @@ type JobSummary struct {
 	FirstQueryMS float64 `json:"first_query_ms"` // from added to the first task starting (-1: not yet known)
 	LastDoneMS   float64 `json:"last_done_ms"`   // from added to the latest task's commit (-1: none yet)
 	SplitAtAdd   string  `json:"split_at_add,omitempty"`
+	Weight       float64 `json:"weight"`
 	Result       string  `json:"result"` // SDFS name of the result CSV
 }
 
@@ -334,6 +335,7 @@ func (s *Scheduler) summary(n string, now time.Time) JobSummary {
 		sum.FirstQueryMS = float64(j.FirstStart-j.Added) / 1e6
 	}
 	sum.SplitAtAdd = j.Split
+	sum.Weight = j.Spec.RateWeight()
 	return sum
 }
 
@@ -372,6 +374,24 @@ func (s *Scheduler) apiJobHistogram(_ context.Context, a NameArgs) (LatencyHisto
 	return h, nil
 }
 
+// rateRatio is a job's rate over the mean rate per unit of weight of the other running
+// jobs (0 when none runs or none has a rate yet). Called with s.mu held.
+func (s *Scheduler) rateRatio(job string, rate float64, now time.Time) float64 {
+	sum, n := 0.0, 0
+	for _, o := range s.running() {
+		if st := s.stats[o]; o != job && st != nil {
+			if r := st.Rate(now, rateWindow); r > 0 {
+				sum += r / s.st.Jobs[o].Spec.RateWeight()
+				n++
+			}
+		}
+	}
+	if n == 0 || sum <= 0 {
+		return 0
+	}
+	return rate / (sum / float64(n))
+}
+
 func (s *Scheduler) apiJobStats(_ context.Context, a NameArgs) (JobStatsReport, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -383,11 +403,12 @@ func (s *Scheduler) apiJobStats(_ context.Context, a NameArgs) (JobStatsReport, 
 		return JobStatsReport{}, fmt.Errorf("sched: %s stopped coordinating; retry", s.name)
 	}
 	now := s.now()
-	r := JobStatsReport{Job: a.Name, Done: doneQueries(j), Total: j.Spec.Queries, Workers: []WorkerShare{}}
+	r := JobStatsReport{Job: a.Name, Done: doneQueries(j), Total: j.Spec.Queries, Workers: []WorkerShare{}, Weight: j.Spec.RateWeight()}
 	if st := s.stats[a.Name]; st != nil {
 		r.Rate10s = st.Rate(now, rateWindow)
 		r.LatencyMS = st.Latency()
 	}
+	r.RateRatio = s.rateRatio(a.Name, r.Rate10s, now)
 	if !j.Complete {
 		for _, w := range sortedKeys(s.co.assign) {
 			for _, sh := range s.co.assign[w] {

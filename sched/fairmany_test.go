@@ -323,6 +323,22 @@ func TestFairTimeWeights(t *testing.T) {
 	m.at(60 * time.Second)
 	m.logRates(5 * time.Second)
 	checkSpread(t, m.spreads(10*time.Second, 60*time.Second, 10*time.Second), 0.05, 0.15)
+	// job stats shows the weight and the ratio achieved; the weight is journaled with
+	// the spec, so a standby's snapshot (and a restart) has it.
+	r, err := m.s.apiJobStats(context.Background(), NameArgs{jobs[2].name})
+	if err != nil || r.Weight != 4 || math.Abs(r.RateRatio/4-1) > 0.1 {
+		t.Fatalf("stats of the weight-4 job: weight %v, rate ratio %.3f (%v)", r.Weight, r.RateRatio, err)
+	}
+	t.Logf("weight-4 job: %.1f q/s, %.2fx the others' rate per unit of weight", r.Rate10s, r.RateRatio)
+	m.s.mu.Lock()
+	b, _ := appendLine(nil, 'S', m.s.st)
+	m.s.mu.Unlock()
+	if st, _, _, err := DecodeJournal(b); err != nil || st.Jobs[jobs[1].name].Spec.RateWeight() != 2 {
+		t.Fatalf("weight after a snapshot round trip: %v", err)
+	}
+	if err := (JobSpec{Name: "w", Model: "m", Data: "d", Batch: 1, Weight: -1}).ValidateRequest(); err == nil {
+		t.Fatal("a negative weight was accepted")
+	}
 }
 
 // TestJobResize: the journal splits a job's untouched tasks smaller: the ranges still cover

@@ -199,6 +199,10 @@ type JobStatsReport struct {
 	Rate10s   float64       `json:"rate_10s"`
 	LatencyMS Latency       `json:"latency_ms"`
 	Workers   []WorkerShare `json:"workers"`
+	Weight    float64       `json:"weight"` // the job's fair-time weight (job add --weight)
+	// RateRatio is the job's 10 s rate over the mean 10 s rate per unit of weight of the
+	// other running jobs: fair time makes it Weight (0 with no other job running).
+	RateRatio float64 `json:"rate_ratio"`
 }
 
 // doneQueries counts the queries of committed tasks.
