@@ -454,3 +454,53 @@ func TestCheapJobResizedWhenExpensiveJoins(t *testing.T) {
 	// ending exactly 10 s after the add still holds them.
 	checkSpread(t, m.spreads(13*time.Second, 40*time.Second, 11*time.Second), 0.05, 0.15)
 }
+
+// TestFairQueuePick: the rules of the dispatch, one at a time.
+func TestFairQueuePick(t *testing.T) {
+	all := func(string) bool { return true }
+	none := func(string) bool { return false }
+	only := func(names ...string) func(string) bool {
+		return func(j string) bool { return slices.Contains(names, j) }
+	}
+	q := NewFairQueue()
+	if q.Pick(all, all, 10) != "" {
+		t.Fatal("picked from an empty queue")
+	}
+	q.Add("a", 1)
+	q.Add("b", 2)
+	q.Leased("a", 100) // a: 100
+	q.Leased("b", 100) // b: 50 (weight 2)
+	if got := q.Pick(all, none, 0); got != "b" {
+		t.Fatalf("furthest behind: got %q, want b", got)
+	}
+	// A worker assigned a prefers it while it is at most slack ahead.
+	if got := q.Pick(all, only("a"), 60); got != "a" {
+		t.Fatalf("affinity within slack: got %q, want a", got)
+	}
+	if got := q.Pick(all, only("a"), 40); got != "b" {
+		t.Fatalf("affinity beyond slack: got %q, want b", got)
+	}
+	// A job added starts level with the furthest behind, not at zero.
+	q.Add("c", 1)
+	if q.Progress("c") != 50 {
+		t.Fatalf("new job starts at %v, want 50", q.Progress("c"))
+	}
+	// A job whose tasks are all leased (b, in its tail) holds the others back to its level.
+	q.Leased("c", 10) // c: 60
+	if got := q.Pick(only("a", "c"), all, 1000); got != "" {
+		t.Fatalf("ahead of a job in its tail: got %q, want none", got)
+	}
+	q.Returned("c", 20) // c: 40, a worker failed with its task
+	if got := q.Pick(only("a", "c"), all, 1000); got != "c" {
+		t.Fatalf("after a give-back: got %q, want c", got)
+	}
+	q.Remove("b")
+	if got := q.Jobs(); !slices.Equal(got, []string{"a", "c"}) {
+		t.Fatalf("jobs %v", got)
+	}
+	// Changing a weight keeps the queries leased: a's 100 queries over weight 4.
+	q.Add("a", 4)
+	if q.Progress("a") != 25 {
+		t.Fatalf("progress after a weight change %v, want 25", q.Progress("a"))
+	}
+}

@@ -231,10 +231,12 @@ func prefixLen(s string) int {
 // Not safe for concurrent use (the Coordinator's mutex guards it).
 type FairQueue struct {
 	jobs  map[string]*fairJob
-	order []string // jobs in the order they were added: ties go to the oldest
+	order []*fairJob // in the order they were added: ties go to the oldest
+	has   []bool     // Pick's scratch space
 }
 
 type fairJob struct {
+	name     string
 	weight   float64
 	progress float64 // queries leased (less those given back) / weight, from the start level
 }
@@ -254,8 +256,9 @@ func (q *FairQueue) Add(job string, weight float64) {
 		return
 	}
 	floor, _ := q.floor()
-	q.jobs[job] = &fairJob{weight: weight, progress: floor}
-	q.order = append(q.order, job)
+	j := &fairJob{name: job, weight: weight, progress: floor}
+	q.jobs[job] = j
+	q.order = append(q.order, j)
 }
 
 // Remove forgets a job (finished or removed).
@@ -264,8 +267,8 @@ func (q *FairQueue) Remove(job string) {
 		return
 	}
 	delete(q.jobs, job)
-	for i, n := range q.order {
-		if n == job {
+	for i, j := range q.order {
+		if j.name == job {
 			q.order = append(q.order[:i], q.order[i+1:]...)
 			break
 		}
@@ -273,7 +276,13 @@ func (q *FairQueue) Remove(job string) {
 }
 
 // Jobs lists the tracked jobs in the order they were added.
-func (q *FairQueue) Jobs() []string { return append([]string(nil), q.order...) }
+func (q *FairQueue) Jobs() []string {
+	out := make([]string, len(q.order))
+	for i, j := range q.order {
+		out[i] = j.name
+	}
+	return out
+}
 
 // Leased records queries of job handed to a worker.
 func (q *FairQueue) Leased(job string, queries int) {
@@ -299,12 +308,12 @@ func (q *FairQueue) Progress(job string) float64 {
 }
 
 func (q *FairQueue) floor() (float64, bool) {
-	floor, any := math.Inf(1), false
-	for _, j := range q.jobs {
-		floor, any = math.Min(floor, j.progress), true
-	}
-	if !any {
+	if len(q.order) == 0 {
 		return 0, false
+	}
+	floor := math.Inf(1)
+	for _, j := range q.order {
+		floor = math.Min(floor, j.progress)
 	}
 	return floor, true
 }
@@ -315,31 +324,32 @@ func (q *FairQueue) floor() (float64, bool) {
 // exceed. A job whose remaining tasks are all leased (its tail) gets no slack: the others
 // lease no further ahead of it than its own progress, and wait for it.
 func (q *FairQueue) Pick(pending, assigned func(job string) bool, slack float64) string {
-	floor, ok := q.floor()
-	if !ok {
+	if len(q.order) == 0 {
 		return ""
 	}
 	slack = math.Max(slack, 0)
-	limit := floor + slack
-	has := make([]bool, len(q.order))
-	for i, n := range q.order {
-		has[i] = pending(n)
-		if !has[i] {
-			limit = math.Min(limit, q.jobs[n].progress)
+	floor, tail := math.Inf(1), math.Inf(1)
+	q.has = q.has[:0]
+	for _, j := range q.order {
+		p := pending(j.name)
+		q.has = append(q.has, p)
+		floor = math.Min(floor, j.progress)
+		if !p {
+			tail = math.Min(tail, j.progress)
 		}
 	}
+	limit := math.Min(floor+slack, tail)
 	best, bestScore := "", math.Inf(1)
-	for i, n := range q.order {
-		j := q.jobs[n]
-		if !has[i] || j.progress > limit {
+	for i, j := range q.order {
+		if !q.has[i] || j.progress > limit {
 			continue
 		}
 		score := j.progress
-		if assigned(n) {
+		if score-slack < bestScore && assigned(j.name) {
 			score -= slack
 		}
 		if score < bestScore {
-			best, bestScore = n, score
+			best, bestScore = j.name, score
 		}
 	}
 	return best
