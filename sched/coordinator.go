@@ -367,7 +367,7 @@ func (s *Scheduler) control(now time.Time) {
 	co.fairRate = FairRate(len(co.workers), loads)
 	co.assign = AssignWorkers(co.workers, jobs, shares)
 	for _, l := range loads {
-		if usable(l.Cost) {
+		if usable(l.Cost) && s.co == co { // a failed commit may have made us step down
 			s.resizeTasks(l.Name, l.Weight)
 		}
 	}

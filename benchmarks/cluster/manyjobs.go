@@ -68,14 +68,15 @@ func (s *listSampler) sample() {
 	}
 }
 
-// rate is job i's queries/s over the w seconds before sample k (0 if the samples don't
-// reach back that far).
+// rate is job i's queries/s from the last sample at least w seconds before sample k (0 if
+// the samples don't reach back that far): a missed sample lengthens the window a little
+// instead of leaving a hole.
 func (s *listSampler) rate(i, k int, w float64) float64 {
 	j := k
-	for j > 0 && s.t[k]-s.t[j-1] <= w+1e-9 {
+	for j > 0 && s.t[k]-s.t[j] < w-1e-9 {
 		j--
 	}
-	if dt := s.t[k] - s.t[j]; dt > w*0.9 {
+	if dt := s.t[k] - s.t[j]; dt >= w-1e-9 {
 		return (s.done[i][k] - s.done[i][j]) / dt
 	}
 	return 0
@@ -244,7 +245,9 @@ func manyRun(o options, d *scenario.Driver, n int) (manyResult, error) {
 			r := s.rate(i, k, 10)
 			rows[k] = append(rows[k], r, s.share[i][k])
 			rs.X, rs.Y = append(rs.X, s.t[k]), append(rs.Y, r)
-			ss.X, ss.Y = append(ss.X, s.t[k]), append(ss.Y, s.share[i][k])
+			if s.share[i][k] > 0 { // a log scale: leave out the samples before the add and after the end
+				ss.X, ss.Y = append(ss.X, s.t[k]), append(ss.Y, s.share[i][k])
+			}
 		}
 		rateSeries, shareSeries = append(rateSeries, rs), append(shareSeries, ss)
 	}
@@ -267,7 +270,7 @@ func manyRun(o options, d *scenario.Driver, n int) (manyResult, error) {
 		return res, err
 	}
 	if err := (plot.Chart{Title: fmt.Sprintf("%d jobs: share of worker time the controller gives each", n), XLabel: "time (s)", YLabel: "share",
-		LogY: true, Series: shareSeries, Marks: marks}).Save(base + "_share.png"); err != nil {
+		LogY: true, Series: shareSeries}).Save(base + "_share.png"); err != nil {
 		return res, err
 	}
 	sorted := slices.Clone(spreads)
