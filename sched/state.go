@@ -252,7 +252,8 @@ func (s *State) validate() error {
 			return fmt.Errorf("sched: snapshot: job %q inconsistent", n)
 		}
 		if sp := j.Spec; sp.ResizeFrom < 0 || sp.ResizeSize < 0 || sp.ResizeFrom > MaxTasks ||
-			(sp.resized() && (sp.Batch <= 0 || sp.ResizeSize%sp.Batch != 0 || sp.TaskSize <= 0 || sp.ResizeFrom*sp.TaskSize >= sp.Queries)) {
+			(sp.resized() && (sp.Batch <= 0 || sp.ResizeSize%sp.Batch != 0 || sp.TaskSize <= 0 || sp.TaskSize > 1<<31 ||
+				sp.ResizeSize > 1<<31 || sp.ResizeFrom*sp.TaskSize >= sp.Queries)) {
 			return fmt.Errorf("sched: snapshot: job %q has a bad resize", n)
 		}
 		nt := j.Spec.NumTasks()
