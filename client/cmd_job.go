@@ -228,13 +228,13 @@ func runJob(args []string) error {
 		return runJobList(rest)
 	}
 	fmt.Fprint(os.Stderr, `usage:
-  idunno job add --name J --model SDFSNAME|MODEL --data SDFSNAME --batch B [--format idx|npy|images] [--task-size Q]
+  idunno job add --name J --model SDFSNAME|MODEL --data SDFSNAME --batch B [--format idx|npy|images] [--task-size Q] [--weight W]
                  [--resize HxW] [--grey-to-rgb] [--scale S] [--mean a,b,c] [--std a,b,c]
   idunno job result J LOCAL     fetch the result CSV (query,top1,score) of a finished job
   idunno job wait J [--timeout D]
   idunno job remove J
   idunno job list [--json]
-  idunno job stats J [--json]   queries done, rate over 10 s, latency percentiles, workers and shares
+  idunno job stats J [--json]   queries done, rate over 10 s, weight and achieved rate ratio, latency percentiles, workers and shares
 `)
 	if sub == "help" {
 		return nil
@@ -252,6 +252,7 @@ func runJobAdd(args []string) error {
 	fs.StringVar(&spec.Format, "format", "", "idx, npy (default: detected) or images (a folder of PNG/JPEG put with putdir)")
 	fs.IntVar(&spec.Batch, "batch", 0, "batch size (fixed for the job's life)")
 	fs.IntVar(&spec.TaskSize, "task-size", 0, "queries per task, a multiple of the batch (default: chosen)")
+	fs.Float64Var(&spec.Weight, "weight", 1, "fair-time weight: the job's query rate is W times that of a job of weight 1")
 	spec.Pre.Flags(fs)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -369,6 +370,11 @@ func runJobNamed(sub string, args []string) error {
 func printStats(w io.Writer, r sched.JobStatsReport) {
 	l := r.LatencyMS
 	fmt.Fprintf(w, "job %s: %d/%d queries, %.1f queries/s over the last 10 s\n", r.Job, r.Done, r.Total, r.Rate10s)
+	ratio := "no other job running"
+	if r.RateRatio > 0 {
+		ratio = fmt.Sprintf("rate %.2fx the other jobs' per unit of weight", r.RateRatio)
+	}
+	fmt.Fprintf(w, "weight %g: %s\n", r.Weight, ratio)
 	fmt.Fprintf(w, "latency per query (ms): mean %.2f stddev %.2f p50 %.2f p90 %.2f p95 %.2f p99 %.2f\n",
 		l.Mean, l.Stddev, l.P50, l.P90, l.P95, l.P99)
 	var ws []string
