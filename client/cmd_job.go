@@ -113,7 +113,17 @@ func runTrain(args []string) error {
 		return runTrainLocal(args[1:])
 	}
 	if len(args) > 0 && args[0] == "add" {
+		for _, a := range args[1:] {
+			if a == "--data" || strings.HasPrefix(a, "--data=") || a == "-data" {
+				return runTrainJobAdd(args[1:])
+			}
+		}
 		return runTrainAdd(args[1:])
+	}
+	if len(args) > 0 && (args[0] == "list" || args[0] == "stats" || args[0] == "wait" || args[0] == "remove") {
+		if handled, err := runTrainJobCmd(args[0], args[1:]); handled {
+			return err
+		}
 	}
 	if len(args) > 0 && (args[0] == "remove" || args[0] == "list") {
 		fs := flag.NewFlagSet("train "+args[0], flag.ContinueOnError)

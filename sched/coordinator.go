@@ -66,6 +66,7 @@ func (s *Scheduler) stepDown(why string) {
 	s.logf("sched: stepping down as coordinator of epoch %d: %s", s.st.Epoch, why)
 	s.role, s.co = roleFollower, nil
 	s.coordName, s.coordAddr, s.lostSince = "", "", s.now()
+	go s.dropRuns()
 }
 
 // commit makes one state change: checked, replicated to the standby, written to the local

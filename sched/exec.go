@@ -23,6 +23,7 @@ type KernelExecutor struct {
 	mu     sync.Mutex
 	models map[string]*cachedModel
 	data   map[string]*cachedData
+	trains map[string]*trainCache
 }
 
 type cachedModel struct {

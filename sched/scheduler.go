@@ -104,6 +104,8 @@ type Scheduler struct {
 	stats map[string]*JobStats
 
 	w workerState
+	// tt are the training jobs this node runs as coordinator (train_coord.go).
+	tt trainTables
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -151,7 +153,8 @@ func NewScheduler(d Deps, cfg SchedConfig, srv *rpc.Server) (*Scheduler, error) 
 // Start runs the control loop and the worker.
 func (s *Scheduler) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
-	s.wg.Add(5 + max(s.cfg.Writers, 1))
+	s.wg.Add(6 + max(s.cfg.Writers, 1))
+	go s.trainWorkerLoop(ctx)
 	go func() { defer s.wg.Done(); <-s.stop; cancel() }()
 	go s.controlLoop()
 	go s.workerPullLoop()
@@ -198,6 +201,7 @@ func (s *Scheduler) tick() {
 	s.mu.Lock()
 	if s.role == roleCoordinator {
 		s.coordTick(alive, live)
+		s.trainTick()
 		s.mu.Unlock()
 		return
 	}
@@ -390,5 +394,8 @@ func (s *Scheduler) register(srv *rpc.Server) {
 	})
 	handleEpoch(srv, "sched.replicate", s.handleReplicate)
 	handleEpoch(srv, "sched.pull", s.handlePull)
+	handleEpoch(srv, "sched.train.pull", s.handleTrainPull)
+	handleEpoch(srv, "sched.train.params", s.handleTrainParams)
+	handleEpoch(srv, "sched.train.push", s.handleTrainPush)
 	s.registerClientAPI(srv)
 }

@@ -18,6 +18,11 @@ const (
 	EntryJobSplit    = "job-split"    // Name, Text: the split of workers chosen when the job was added
 	EntryJobComplete = "job-complete" // Name: the result CSV is in SDFS
 	EntryJobResize   = "job-resize"   // Name, Task: from this task on, tasks of Size queries
+	EntryTrainAdd    = "train-add"    // Train: a training job
+	EntryTrainStep   = "train-step"   // Name, Task: the step committed, TrainStep: its figures
+	EntryTrainCkpt   = "train-ckpt"   // Name, Task: the step checkpointed, Model: the SDFS file
+	EntryTrainDone   = "train-done"   // Name, Model: the trained model's SDFS file (registered)
+	EntryTrainRemove = "train-remove" // Name
 )
 
 // Entry is one state change of the coordinator. Entries are applied in Seq order; the
@@ -38,6 +43,9 @@ type Entry struct {
 	// Report is the worker's measurements of a done task: journaled so that the standby
 	// (and any coordinator after it) has the job's latencies, rates and costs.
 	Report *TaskReport `json:"report,omitempty"`
+	// Training entries.
+	Train     *TrainSpec `json:"train,omitempty"`
+	TrainStep *StepFacts `json:"train_step,omitempty"`
 }
 
 // JobState is a job as the journal knows it: its spec and which tasks are committed.
@@ -61,18 +69,19 @@ func (j *JobState) IsDone(i int) bool { return j.Done[i/8]&(1<<(i%8)) != 0 }
 // State is the coordinator's durable state: everything the journal rebuilds.
 // It is owned by whoever holds it (the Coordinator guards it with its mutex).
 type State struct {
-	Seq         uint64               `json:"seq"`
-	Epoch       uint64               `json:"epoch"`
-	Coordinator string               `json:"coordinator"`
-	Phase       Phase                `json:"phase"`
-	Models      map[string]string    `json:"models"` // trained model name -> SDFS name
-	Jobs        map[string]*JobState `json:"jobs"`
-	Order       []string             `json:"order"` // job names in the order they were added
+	Seq         uint64                 `json:"seq"`
+	Epoch       uint64                 `json:"epoch"`
+	Coordinator string                 `json:"coordinator"`
+	Phase       Phase                  `json:"phase"`
+	Models      map[string]string      `json:"models"` // trained model name -> SDFS name
+	Jobs        map[string]*JobState   `json:"jobs"`
+	Order       []string               `json:"order"` // job names in the order they were added
+	Trains      map[string]*TrainState `json:"trains,omitempty"`
 }
 
 // NewState is the state of a cluster that never had a coordinator.
 func NewState() *State {
-	return &State{Phase: PhaseIdle, Models: map[string]string{}, Jobs: map[string]*JobState{}}
+	return &State{Phase: PhaseIdle, Models: map[string]string{}, Jobs: map[string]*JobState{}, Trains: map[string]*TrainState{}}
 }
 
 // Clone returns a deep copy (for snapshots sent to a standby).
@@ -89,6 +98,10 @@ func (s *State) Clone() *State {
 		c.Jobs[k] = &jj
 	}
 	c.Order = slices.Clone(s.Order)
+	c.Trains = make(map[string]*TrainState, len(s.Trains))
+	for k, t := range s.Trains {
+		c.Trains[k] = t.clone()
+	}
 	return &c
 }
 
@@ -147,6 +160,8 @@ func (s *State) Check(e *Entry) error {
 		}
 	case EntryJobResize:
 		return s.checkResize(e)
+	case EntryTrainAdd, EntryTrainStep, EntryTrainCkpt, EntryTrainDone, EntryTrainRemove:
+		return s.checkTrain(e)
 	case EntryTaskDone:
 		j, ok := s.Jobs[e.Name]
 		if !ok {
@@ -205,6 +220,8 @@ func (s *State) Apply(e *Entry) error {
 	case EntryJobComplete:
 		j := s.Jobs[e.Name]
 		j.Complete, j.Finished = true, e.Time
+	case EntryTrainAdd, EntryTrainStep, EntryTrainCkpt, EntryTrainDone, EntryTrainRemove:
+		s.applyTrain(e)
 	}
 	return nil
 }
@@ -242,6 +259,14 @@ func (s *State) validate() error {
 	}
 	if s.Jobs == nil {
 		s.Jobs = map[string]*JobState{}
+	}
+	if s.Trains == nil {
+		s.Trains = map[string]*TrainState{}
+	}
+	for n, t := range s.Trains {
+		if t == nil || t.Spec.Name != n || t.Spec.check() != nil || t.Step < 0 || t.Ckpt < 0 || t.Ckpt > t.Step {
+			return fmt.Errorf("sched: snapshot: training job %q inconsistent", n)
+		}
 	}
 	if len(s.Order) != len(s.Jobs) {
 		return fmt.Errorf("sched: snapshot: %d jobs but %d in order", len(s.Jobs), len(s.Order))

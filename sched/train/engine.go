@@ -284,3 +284,86 @@ func (e *Engine) Restore(s *State) error {
 
 // Model exports the trained model (BatchNormalization folded into Conv where it can be).
 func (e *Engine) Model(foldBN bool) (*onnx.Model, error) { return e.master.Model(foldBN) }
+
+// ShardGrad is one shard's computed contribution to a step (what a worker sends).
+type ShardGrad struct {
+	Grads   []float32 // gradient of scale x the shard's summed loss, scale = 1/step samples
+	Stats   []float32 // the shard's batch statistics (BatchStats layout)
+	N       int       // samples in the shard
+	Loss    float64   // summed loss
+	Correct int64
+}
+
+// ComputeShard runs one shard on plan t (whose parameters the caller has set) with the
+// step's gradient scale 1/total.
+func ComputeShard(t *kernel.Trainer, s Shard, total int) (ShardGrad, error) {
+	g := ShardGrad{N: len(s.Y), Grads: make([]float32, t.Len(kernel.Grads)), Stats: make([]float32, t.Len(kernel.BatchStats))}
+	loss, c, err := t.Run(s.X, s.Y, float32(1.0/float64(total)), s.Seed)
+	if err != nil {
+		return g, err
+	}
+	g.Loss, g.Correct = loss, c
+	if err := t.Get(kernel.Grads, g.Grads); err != nil {
+		return g, err
+	}
+	if len(g.Stats) > 0 {
+		if err := t.Get(kernel.BatchStats, g.Stats); err != nil {
+			return g, err
+		}
+	}
+	return g, nil
+}
+
+// Reduce finishes a step from its shards' contributions, in shard order, with exactly the
+// arithmetic of Gradients and Apply: gradients summed left to right, batch statistics
+// weighted by shard size, then the running statistics and one optimizer step.
+func (e *Engine) Reduce(shards []ShardGrad, opt kernel.Optimizer, lr float64, step int64) (StepResult, error) {
+	var r StepResult
+	var loss float64
+	for _, s := range shards {
+		r.Samples += s.N
+	}
+	if r.Samples == 0 {
+		return r, fmt.Errorf("train: a step without samples")
+	}
+	np, ns := e.master.Len(kernel.Grads), e.master.Len(kernel.BatchStats)
+	if len(e.acc) != np {
+		e.acc = make([]float32, np)
+	}
+	if len(e.stats) != ns {
+		e.stats = make([]float32, ns)
+	}
+	first := true
+	for k, s := range shards {
+		if s.N == 0 {
+			continue
+		}
+		if len(s.Grads) != np || len(s.Stats) != ns {
+			return r, fmt.Errorf("train: shard %d has %d gradients and %d statistics, the model %d and %d", k, len(s.Grads), len(s.Stats), np, ns)
+		}
+		if first {
+			copy(e.acc, s.Grads)
+		} else {
+			AddInto(e.acc, s.Grads)
+		}
+		w := float32(float64(s.N) / float64(r.Samples))
+		for i, v := range s.Stats {
+			if first {
+				e.stats[i] = w * v
+			} else {
+				e.stats[i] += w * v
+			}
+		}
+		first = false
+		loss += s.Loss
+		r.Correct += s.Correct
+	}
+	r.Loss = loss / float64(r.Samples)
+	if math.IsNaN(r.Loss) || math.IsInf(r.Loss, 0) {
+		return r, &DivergedError{Step: step, Loss: r.Loss}
+	}
+	if err := e.master.Set(kernel.Grads, e.acc); err != nil {
+		return r, err
+	}
+	return r, e.Apply(opt, lr, step, true)
+}

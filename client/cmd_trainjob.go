@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"idunno/kernel"
+	"idunno/kernel/onnx"
+	"idunno/sched"
+	"idunno/sched/dataset"
+	"idunno/sched/train"
+)
+
+// runTrainJobAdd is `idunno train add ... --data`: a training job on the cluster.
+func runTrainJobAdd(args []string) error {
+	fs := flag.NewFlagSet("train add", flag.ContinueOnError)
+	t := addTargetFlags(fs)
+	name := fs.String("name", "", "training job name (also the trained model's name)")
+	model := fs.String("model", "", "initial model: a local FILE.onnx, an SDFS name, or zoo:NAME")
+	shape := fs.String("input-shape", "", "zoo models: input C,H,W")
+	classes := fs.Int64("classes", 10, "zoo models: classes")
+	zinit := fs.String("init", "torch", "zoo models: weight initialisation")
+	data := fs.String("data", "", "SDFS name of the training images (IDX or .npy)")
+	labels := fs.String("labels", "", "SDFS name of the training labels (IDX or .npy)")
+	evalData := fs.String("eval-data", "", "SDFS name of evaluation images")
+	evalLabels := fs.String("eval-labels", "", "SDFS name of evaluation labels")
+	epochs := fs.Int("epochs", 1, "epochs")
+	batch := fs.Int("batch", 64, "global batch")
+	shards := fs.Int("shards", 1, "shards per step (units of parallel work; the result does not depend on workers)")
+	lr := fs.Float64("lr", 0.01, "learning rate")
+	momentum := fs.Float64("momentum", 0.9, "SGD momentum")
+	nesterov := fs.Bool("nesterov", false, "Nesterov momentum")
+	wd := fs.Float64("weight-decay", 0, "weight decay")
+	optim := fs.String("optimizer", "sgd", "sgd, adam or adamw")
+	schedSpec := fs.String("schedule", "constant", "constant, step:EPOCHS:GAMMA or cosine[:MIN_LR]")
+	warmup := fs.Int("warmup", 0, "steps of linear warm-up")
+	seed := fs.Uint64("seed", 1, "seed")
+	threads := fs.Int("threads", 2, "kernel threads of every shard computation")
+	ckEvery := fs.Int("checkpoint-every", 0, "checkpoint every N steps (besides every epoch's end)")
+	var prep dataset.Preprocess
+	prep.Flags(fs)
+	if pos, err := parseInterleaved(fs, args); err != nil {
+		return err
+	} else if len(pos) > 0 || *name == "" || *model == "" || *data == "" || *labels == "" {
+		return errors.New("usage: idunno train add --name NAME --model INIT.onnx|SDFSNAME|zoo:NAME --data SDFS_IMAGES --labels SDFS_LABELS --epochs E --batch B [--shards S] [--lr --momentum --weight-decay --optimizer --schedule --seed --threads] [preprocessing flags] [--eval-data SDFS_IMAGES --eval-labels SDFS_LABELS]")
+	}
+	sc, err := train.ParseSchedule(*schedSpec, *warmup)
+	if err != nil {
+		return err
+	}
+	opt := kernel.Optimizer{Kind: *optim, Momentum: *momentum, Nesterov: *nesterov, WeightDecay: *wd}
+	if *optim != "sgd" {
+		opt.Momentum = 0
+	}
+	spec := sched.TrainSpec{Name: *name, Model: *model, Data: *data, Labels: *labels, EvalData: *evalData,
+		EvalLabels: *evalLabels, Pre: prep, Epochs: *epochs, Batch: *batch, Shards: *shards, LR: *lr, Optimizer: opt,
+		Schedule: sc, Seed: *seed, Threads: *threads, CheckpointEvery: *ckEvery}
+	if err := spec.ValidateRequest(); err != nil {
+		return err
+	}
+	// a local file or a zoo model goes to SDFS first
+	var mb []byte
+	if strings.HasPrefix(*model, "zoo:") {
+		m, err := loadTrainModel(*model, *shape, *classes, *seed, *zinit)
+		if err != nil {
+			return err
+		}
+		mb = onnx.Encode(m)
+	} else if b, err := os.ReadFile(*model); err == nil {
+		if _, err := onnx.Decode(b); err != nil {
+			return fmt.Errorf("%s: %w", *model, err)
+		}
+		mb = b
+	}
+	if mb != nil {
+		c, err := jobSDFS(t)
+		if err != nil {
+			return err
+		}
+		spec.Model = "idunno/train/" + *name + "/init.onnx"
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		_, err = c.Put(ctx, spec.Model, bytes.NewReader(mb))
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	var sum sched.TrainSummary
+	if err := schedCall(t, "sched.train.add", spec, &sum); err != nil {
+		return err
+	}
+	fmt.Printf("training job %s added: %d steps (%d epochs), %d shards a step\n", sum.Name, sum.StepsTotal, sum.Epochs, sum.Shards)
+	return nil
+}
+
+// runTrainJobCmd handles train list|stats|wait|remove for training jobs; handled reports
+// whether args named a training job command.
+func runTrainJobCmd(sub string, args []string) (handled bool, err error) {
+	fs := flag.NewFlagSet("train "+sub, flag.ContinueOnError)
+	t := addTargetFlags(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	timeout := fs.Duration("timeout", 0, "train wait: give up after this long (0: never)")
+	name := fs.String("name", "", "job name")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return true, err
+	}
+	if *name == "" && len(pos) > 0 {
+		*name = pos[0]
+	}
+	switch sub {
+	case "list":
+		var l []sched.TrainSummary
+		if err := schedCall(t, "sched.train.list", struct{}{}, &l); err != nil {
+			return true, err
+		}
+		if *asJSON {
+			return true, json.NewEncoder(os.Stdout).Encode(l)
+		}
+		var info sched.ClusterInfo
+		if err := schedCall(t, "sched.info", struct{}{}, &info); err != nil {
+			return true, err
+		}
+		for _, s := range l {
+			printTrainLine(s)
+		}
+		for _, n := range sortedNames(info.Models) {
+			fmt.Printf("model %s\t%s\n", n, info.Models[n])
+		}
+		return true, nil
+	case "stats", "wait":
+		if *name == "" {
+			return true, fmt.Errorf("usage: idunno train %s NAME", sub)
+		}
+		var deadline time.Time
+		if *timeout > 0 {
+			deadline = time.Now().Add(*timeout)
+		}
+		tty := isTerminal(os.Stdout) && sub == "wait" && !*asJSON
+		for {
+			var s sched.TrainSummary
+			err := schedCall(t, "sched.train.get", sched.NameArgs{Name: *name}, &s)
+			if err != nil && sub == "stats" {
+				return true, err
+			}
+			if err == nil && (sub == "stats" || s.Complete) {
+				if tty {
+					fmt.Print("\r\033[K")
+				}
+				if *asJSON {
+					s.Losses = nil
+					return true, json.NewEncoder(os.Stdout).Encode(s)
+				}
+				printTrainLine(s)
+				for _, e := range s.EpochRecords {
+					fmt.Printf("  epoch %d: %d steps, %d samples, complete %v, every sample exactly once %v\n", e.Epoch, e.Steps, e.Samples, e.Complete, e.ExactlyOnce)
+				}
+				return true, nil
+			}
+			if err == nil && tty {
+				l := 0.0
+				if s.Loss != nil {
+					l = *s.Loss
+				}
+				fmt.Printf("\rstep %d/%d  epoch %d/%d  loss %.4f  %.0f samples/s ", s.Step, s.StepsTotal, s.Epoch+1, s.Epochs, l, s.SamplesPerSec)
+			}
+			if !deadline.IsZero() && time.Now().After(deadline) {
+				return true, fmt.Errorf("training job %s not complete after %v", *name, *timeout)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	case "remove":
+		if *name == "" {
+			return false, nil
+		}
+		err := schedCall(t, "sched.train.remove", sched.NameArgs{Name: *name}, nil)
+		if err != nil && strings.Contains(err.Error(), "no training job") {
+			return false, nil // a registered model: the older meaning
+		}
+		if err == nil {
+			fmt.Printf("training job %s removed\n", *name)
+		}
+		return true, err
+	}
+	return false, nil
+}
+
+func printTrainLine(s sched.TrainSummary) {
+	l := "-"
+	if s.Loss != nil {
+		l = fmt.Sprintf("%.4f", *s.Loss)
+	}
+	state := "running"
+	if s.Complete {
+		state = "complete: " + s.Output
+	}
+	fmt.Printf("%s\tstep %d/%d\tepoch %d/%d\tloss %s\tcheckpoint %d\t%s\n", s.Name, s.Step, s.StepsTotal, s.Epoch+1, s.Epochs, l, s.CheckpointStep, state)
+}

@@ -1,0 +1,525 @@
+package sched
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+	"time"
+
+	"idunno/kernel/onnx"
+	"idunno/sched/train"
+)
+
+// The coordinator is the parameter server of every training job: it holds the master
+// weights and optimizer state of the job's current step, hands the step's shards to
+// workers, sums their gradients in shard order when all are back, applies the optimizer
+// step, journals the step, and checkpoints to SDFS. A new coordinator resumes each job from
+// its last checkpoint and recomputes the steps after it (the same bytes).
+
+// shardLease is a shard handed to a worker.
+type shardLease struct {
+	worker string
+	start  time.Time
+}
+
+// trainRun is the coordinator's soft state of one training job.
+type trainRun struct {
+	mu       sync.Mutex
+	spec     TrainSpec
+	eng      *train.Engine
+	ready    bool
+	err      error
+	step     int
+	params   []byte // float32 LE master parameters of step
+	results  map[int]*ShardPush
+	leases   map[int][]shardLease
+	durs     []float64 // recent shard seconds (straggler detection)
+	busy     float64   // worker-seconds spent (fair share between training jobs)
+	start    time.Time
+	reducing bool
+}
+
+// trainTables are the coordinator's training runs.
+type trainTables struct {
+	mu   sync.Mutex
+	runs map[string]*trainRun
+}
+
+// ShardOrder is a shard given to a worker.
+type ShardOrder struct {
+	Job   string     `json:"job,omitempty"`
+	Spec  *TrainSpec `json:"spec,omitempty"`
+	Step  int        `json:"step"`
+	Shard int        `json:"shard"`
+}
+
+// TrainPullArgs asks for a shard.
+type TrainPullArgs struct {
+	Worker string `json:"worker"`
+}
+
+// ParamsArgs asks for a job's parameters at a step.
+type ParamsArgs struct {
+	Job  string `json:"job"`
+	Step int    `json:"step"`
+}
+
+// ParamsReply carries them (float32 little-endian).
+type ParamsReply struct {
+	Params []byte `json:"params"`
+}
+
+// ShardPush is a worker's result for one shard.
+type ShardPush struct {
+	Job     string  `json:"job"`
+	Step    int     `json:"step"`
+	Shard   int     `json:"shard"`
+	Worker  string  `json:"worker"`
+	Grads   []byte  `json:"grads"`
+	Stats   []byte  `json:"stats"`
+	N       int     `json:"n"`
+	Loss    float64 `json:"loss"`
+	Correct int64   `json:"correct"`
+	Count   int64   `json:"count"`
+	Digest  uint64  `json:"digest"`
+	Millis  int64   `json:"millis"`
+}
+
+func floatsToBytes(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, f := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f))
+	}
+	return b
+}
+
+func bytesToFloats(b []byte) ([]float32, error) {
+	if len(b)%4 != 0 {
+		return nil, fmt.Errorf("sched: %d bytes is not a float32 array", len(b))
+	}
+	v := make([]float32, len(b)/4)
+	for i := range v {
+		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return v, nil
+}
+
+// CheckpointName is the SDFS file of a training job's checkpoints (versioned by SDFS).
+func CheckpointName(job string) string { return "idunno/train/" + job + "/checkpoint" }
+
+// TrainedModelName is where a finished training job's model goes.
+func TrainedModelName(job string) string { return "idunno/models/" + job + ".onnx" }
+
+// trainTick (coordinator, s.mu held) starts a run for every unfinished training job.
+func (s *Scheduler) trainTick() {
+	if s.st.Phase != PhaseTraining {
+		return
+	}
+	s.tt.mu.Lock()
+	defer s.tt.mu.Unlock()
+	if s.tt.runs == nil {
+		s.tt.runs = map[string]*trainRun{}
+	}
+	for name, ts := range s.st.Trains {
+		if ts.Complete || s.tt.runs[name] != nil {
+			continue
+		}
+		r := &trainRun{spec: ts.Spec, results: map[int]*ShardPush{}, leases: map[int][]shardLease{}}
+		s.tt.runs[name] = r
+		go s.loadRun(name, r, ts.CkptName, ts.Ckpt)
+	}
+}
+
+// dropRuns forgets every run (this node stopped coordinating).
+func (s *Scheduler) dropRuns() {
+	s.tt.mu.Lock()
+	runs := s.tt.runs
+	s.tt.runs = nil
+	s.tt.mu.Unlock()
+	for _, r := range runs {
+		r.mu.Lock()
+		if r.eng != nil {
+			r.eng.Close()
+			r.eng = nil
+		}
+		r.ready = false
+		r.mu.Unlock()
+	}
+}
+
+// loadRun builds a run's engine from the initial model, or from its last checkpoint.
+func (s *Scheduler) loadRun(name string, r *trainRun, ckptName string, ckptStep int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fail := func(err error) {
+		s.logf("sched: training job %s: cannot start: %v", name, err)
+		r.mu.Lock()
+		r.err = err
+		r.mu.Unlock()
+		time.AfterFunc(2*time.Second, func() { // try again later
+			s.tt.mu.Lock()
+			if s.tt.runs[name] == r {
+				delete(s.tt.runs, name)
+			}
+			s.tt.mu.Unlock()
+		})
+	}
+	mb, err := s.blobs.Get(ctx, r.spec.Model)
+	if err != nil {
+		fail(err)
+		return
+	}
+	m, err := onnx.Decode(mb)
+	if err != nil {
+		fail(err)
+		return
+	}
+	p := r.spec.Plan()
+	eng, err := train.NewEngine(m, (p.Batch+p.Shards-1)/p.Shards, r.spec.Threads)
+	if err != nil {
+		fail(err)
+		return
+	}
+	step := 0
+	if ckptName != "" {
+		cb, err := s.blobs.Get(ctx, ckptName)
+		if err == nil {
+			var ck *train.Checkpoint
+			if ck, err = train.DecodeCheckpoint(cb); err == nil {
+				if int(ck.Step) != ckptStep {
+					err = fmt.Errorf("checkpoint holds step %d, the journal says %d", ck.Step, ckptStep)
+				} else if err = eng.Restore(ck.State); err == nil {
+					step = ckptStep
+				}
+			}
+		}
+		if err != nil {
+			eng.Close()
+			fail(fmt.Errorf("checkpoint %s: %w", ckptName, err))
+			return
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.eng, r.step = eng, step
+	if err := r.snapshotParams(); err != nil {
+		r.err = err
+		return
+	}
+	r.ready, r.start = true, time.Now()
+	s.logf("sched: training job %s: running from step %d of %d", name, step, p.TotalSteps())
+}
+
+func (r *trainRun) snapshotParams() error {
+	m := r.eng.Master()
+	v := make([]float32, m.Len(0))
+	if err := m.Get(0, v); err != nil {
+		return err
+	}
+	r.params = floatsToBytes(v)
+	return nil
+}
+
+// handleTrainPull gives a worker a shard of the training job furthest behind its fair share.
+func (s *Scheduler) handleTrainPull(epoch uint64, a TrainPullArgs) (ShardOrder, uint64, error) {
+	s.mu.Lock()
+	if err := s.fenced(epoch); err != nil {
+		s.mu.Unlock()
+		return ShardOrder{}, s.st.Epoch, err
+	}
+	if s.role != roleCoordinator || s.st.Phase != PhaseTraining {
+		e := s.st.Epoch
+		s.mu.Unlock()
+		return ShardOrder{}, e, nil
+	}
+	e := s.st.Epoch
+	alive := map[string]bool{}
+	for _, p := range s.mem.Alive() {
+		alive[p.Name] = true
+	}
+	s.mu.Unlock()
+	s.tt.mu.Lock()
+	names := make([]string, 0, len(s.tt.runs))
+	for n := range s.tt.runs {
+		names = append(names, n)
+	}
+	runs := s.tt.runs
+	s.tt.mu.Unlock()
+	sort.Slice(names, func(i, j int) bool {
+		ri, rj := runs[names[i]], runs[names[j]]
+		ri.mu.Lock()
+		bi := ri.busy
+		ri.mu.Unlock()
+		rj.mu.Lock()
+		bj := rj.busy
+		rj.mu.Unlock()
+		return bi < bj || (bi == bj && names[i] < names[j])
+	})
+	now := time.Now()
+	for _, n := range names {
+		r := runs[n]
+		if o, ok := r.lease(a.Worker, alive, now); ok {
+			o.Job = n
+			return o, e, nil
+		}
+	}
+	return ShardOrder{}, e, nil
+}
+
+// lease picks a shard of the current step for worker: one nobody holds (or whose holder
+// is gone or silent for a minute), else a straggler's (held by one other worker for more
+// than three times the median shard time, and over a second), computed twice, first
+// answer wins.
+func (r *trainRun) lease(worker string, alive map[string]bool, now time.Time) (ShardOrder, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.spec.Plan()
+	if !r.ready || r.reducing || r.step >= p.TotalSteps() {
+		return ShardOrder{}, false
+	}
+	_, from, to := p.Step(r.step)
+	n := 0
+	for k := 0; k < p.Shards; k++ {
+		if a, b := p.ShardRange(from, to, k); a < b {
+			n++
+		}
+	}
+	give := func(k int) (ShardOrder, bool) {
+		r.leases[k] = append(r.leases[k], shardLease{worker, now})
+		spec := r.spec
+		return ShardOrder{Spec: &spec, Step: r.step, Shard: k}, true
+	}
+	for k := 0; k < n; k++ {
+		if r.results[k] != nil {
+			continue
+		}
+		live := 0
+		for _, l := range r.leases[k] {
+			if alive[l.worker] && now.Sub(l.start) < time.Minute {
+				live++
+			}
+		}
+		if live == 0 {
+			return give(k)
+		}
+	}
+	med := median(r.durs)
+	for k := 0; k < n; k++ {
+		ls := r.leases[k]
+		if r.results[k] != nil || len(ls) != 1 || ls[0].worker == worker || med <= 0 {
+			continue
+		}
+		if age := now.Sub(ls[0].start).Seconds(); age > 3*med && age > 1 {
+			return give(k)
+		}
+	}
+	return ShardOrder{}, false
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	c := append([]float64(nil), v...)
+	sort.Float64s(c)
+	return c[len(c)/2]
+}
+
+// handleTrainParams serves the master parameters of the current step.
+func (s *Scheduler) handleTrainParams(epoch uint64, a ParamsArgs) (ParamsReply, uint64, error) {
+	s.mu.Lock()
+	e := s.st.Epoch
+	err := s.fenced(epoch)
+	s.mu.Unlock()
+	if err != nil {
+		return ParamsReply{}, e, err
+	}
+	s.tt.mu.Lock()
+	r := s.tt.runs[a.Job]
+	s.tt.mu.Unlock()
+	if r == nil {
+		return ParamsReply{}, e, fmt.Errorf("sched: no running training job %q", a.Job)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.ready || r.step != a.Step {
+		return ParamsReply{}, e, fmt.Errorf("sched: training job %s is not at step %d", a.Job, a.Step)
+	}
+	return ParamsReply{Params: r.params}, e, nil
+}
+
+// handleTrainPush takes a shard result; the last shard of a step completes the step.
+func (s *Scheduler) handleTrainPush(epoch uint64, a ShardPush) (struct{}, uint64, error) {
+	s.mu.Lock()
+	e := s.st.Epoch
+	err := s.fenced(epoch)
+	s.mu.Unlock()
+	if err != nil {
+		return struct{}{}, e, err
+	}
+	s.tt.mu.Lock()
+	r := s.tt.runs[a.Job]
+	s.tt.mu.Unlock()
+	if r == nil {
+		return struct{}{}, e, nil // a job removed, or a result for another coordinator: dropped
+	}
+	r.mu.Lock()
+	p := r.spec.Plan()
+	if !r.ready || a.Step != r.step || a.Shard < 0 || a.Shard >= p.Shards || r.results[a.Shard] != nil {
+		r.mu.Unlock()
+		return struct{}{}, e, nil // late or duplicate (a straggler's twin): the first answer won
+	}
+	r.results[a.Shard] = &a
+	r.busy += float64(a.Millis) / 1e3
+	r.durs = append(r.durs, float64(a.Millis)/1e3)
+	if len(r.durs) > 64 {
+		r.durs = r.durs[len(r.durs)-64:]
+	}
+	_, from, to := p.Step(r.step)
+	n := 0
+	for k := 0; k < p.Shards; k++ {
+		if x, y := p.ShardRange(from, to, k); x < y {
+			n++
+		}
+	}
+	if len(r.results) < n {
+		r.mu.Unlock()
+		return struct{}{}, e, nil
+	}
+	r.reducing = true
+	r.mu.Unlock()
+	err = s.finishStep(a.Job, r, n)
+	r.mu.Lock()
+	r.reducing = false
+	r.mu.Unlock()
+	if err != nil {
+		s.logf("sched: training job %s: step %d: %v", a.Job, a.Step, err)
+	}
+	return struct{}{}, e, nil
+}
+
+// finishStep reduces the step's shards, journals the step, checkpoints when due and, after
+// the last step, stores and registers the model.
+func (s *Scheduler) finishStep(name string, r *trainRun, n int) error {
+	r.mu.Lock()
+	step, spec := r.step, r.spec
+	shards := make([]train.ShardGrad, n)
+	facts := StepFacts{}
+	for k := 0; k < n; k++ {
+		res := r.results[k]
+		g, err1 := bytesToFloats(res.Grads)
+		st, err2 := bytesToFloats(res.Stats)
+		if err1 != nil || err2 != nil {
+			delete(r.results, k)
+			r.mu.Unlock()
+			return fmt.Errorf("shard %d from %s: malformed result", k, res.Worker)
+		}
+		shards[k] = train.ShardGrad{Grads: g, Stats: st, N: res.N, Loss: res.Loss, Correct: res.Correct}
+		facts.Count += res.Count
+		facts.Digest += res.Digest
+		facts.Correct += res.Correct
+		facts.Workers = append(facts.Workers, res.Worker)
+	}
+	p := spec.Plan()
+	lr := spec.Schedule.LR(spec.LR, step, p.StepsPerEpoch(), p.TotalSteps())
+	t0 := time.Now()
+	res, err := r.eng.Reduce(shards, spec.Optimizer, lr, int64(step+1))
+	if err != nil {
+		r.mu.Unlock()
+		return err
+	}
+	facts.Loss = res.Loss
+	facts.Millis = time.Since(t0).Milliseconds()
+	r.step++
+	r.results = map[int]*ShardPush{}
+	r.leases = map[int][]shardLease{}
+	perr := r.snapshotParams()
+	r.mu.Unlock()
+	if perr != nil {
+		return perr
+	}
+	s.mu.Lock()
+	if s.role != roleCoordinator {
+		s.mu.Unlock()
+		return fmt.Errorf("no longer the coordinator")
+	}
+	err = s.commit(&Entry{Kind: EntryTrainStep, Name: name, Task: step, TrainStep: &facts})
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	s.logf("sched: training job %s: step %d of %d committed, loss %.4f (shards by %v)", name, step+1, p.TotalSteps(), facts.Loss, facts.Workers)
+	done := step+1 == p.TotalSteps()
+	if (step+1)%p.StepsPerEpoch() == 0 || (spec.CheckpointEvery > 0 && (step+1)%spec.CheckpointEvery == 0) || done {
+		if err := s.checkpoint(name, r, step+1); err != nil {
+			s.logf("sched: training job %s: checkpoint at step %d: %v", name, step+1, err)
+		}
+	}
+	if done {
+		return s.finishTraining(name, r)
+	}
+	return nil
+}
+
+func (s *Scheduler) checkpoint(name string, r *trainRun, step int) error {
+	r.mu.Lock()
+	st, err := r.eng.Snapshot()
+	r.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := (&train.Checkpoint{Step: int64(step), State: st}).Encode(&buf); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.blobs.Put(ctx, CheckpointName(name), buf.Bytes()); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.role != roleCoordinator {
+		return fmt.Errorf("no longer the coordinator")
+	}
+	if err := s.commit(&Entry{Kind: EntryTrainCkpt, Name: name, Task: step, Model: CheckpointName(name)}); err != nil {
+		return err
+	}
+	s.logf("sched: training job %s: checkpoint at step %d", name, step)
+	return nil
+}
+
+func (s *Scheduler) finishTraining(name string, r *trainRun) error {
+	r.mu.Lock()
+	m, err := r.eng.Model(true)
+	r.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out := TrainedModelName(name)
+	if err := s.blobs.Put(ctx, out, onnx.Encode(m)); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.role != roleCoordinator {
+		return fmt.Errorf("no longer the coordinator")
+	}
+	if err := s.commit(&Entry{Kind: EntryTrainDone, Name: name, Model: out}); err != nil {
+		return err
+	}
+	s.logf("sched: training job %s: complete; model %s registered", name, out)
+	s.tt.mu.Lock()
+	delete(s.tt.runs, name)
+	s.tt.mu.Unlock()
+	r.mu.Lock()
+	r.eng.Close()
+	r.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,60 @@
+package sched
+
+import (
+	"context"
+	"time"
+)
+
+// trainWorkerLoop asks the coordinator for training shards while the cluster is in the
+// training phase, computes them and sends the results back.
+func (s *Scheduler) trainWorkerLoop(ctx context.Context) {
+	defer s.wg.Done()
+	sc, ok := s.exec.(ShardComputer)
+	if !ok {
+		return
+	}
+	idle := 200 * time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(idle):
+		}
+		_, addr, epoch, _ := s.coordinator()
+		if addr == "" {
+			continue
+		}
+		var o ShardOrder
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := s.callEpoch(cctx, addr, "sched.train.pull", epoch, TrainPullArgs{Worker: s.name}, &o)
+		cancel()
+		if err != nil || o.Job == "" || o.Spec == nil {
+			idle = 200 * time.Millisecond
+			continue
+		}
+		idle = 0
+		var pr ParamsReply
+		cctx, cancel = context.WithTimeout(ctx, time.Minute)
+		_, err = s.callEpoch(cctx, addr, "sched.train.params", epoch, ParamsArgs{Job: o.Job, Step: o.Step}, &pr)
+		cancel()
+		if err != nil {
+			continue
+		}
+		cctx, cancel = context.WithTimeout(ctx, 10*time.Minute)
+		push, err := sc.ComputeShard(cctx, *o.Spec, pr.Params, o.Step, o.Shard)
+		cancel()
+		if err != nil {
+			s.logf("sched: training job %s: step %d shard %d: %v", o.Job, o.Step, o.Shard, err)
+			idle = time.Second
+			continue
+		}
+		push.Worker = s.name
+		s.logf("sched: training job %s: step %d shard %d computed (%d ms)", o.Job, o.Step, o.Shard, push.Millis)
+		cctx, cancel = context.WithTimeout(ctx, time.Minute)
+		_, err = s.callEpoch(cctx, addr, "sched.train.push", epoch, *push, nil)
+		cancel()
+		if err != nil {
+			s.logf("sched: training job %s: step %d shard %d: sending: %v", o.Job, o.Step, o.Shard, err)
+		}
+	}
+}
