@@ -1,0 +1,472 @@
+package kernel
+
+// gradcheck_test.go: per-op gradient checks of training plans against central finite
+// differences of a float64 reference (gradref_test.go), optimizer and batch-statistics
+// checks against PyTorch's formulas, determinism, and bad input.
+//
+// Tolerances. The kernel computes in float32, the reference in float64, and the finite
+// differences of the float64 loss (h = 1e-5) are exact to about 1e-10 away from kinks.
+// What remains is float32 rounding in the kernel: about 1e-7 relative per operation,
+// summed over reductions of a few hundred terms, so a few 1e-6 of a tensor's largest
+// gradient. gradTol (relative to each tensor's largest finite-difference gradient) is set
+// to 1e-4: a factor of ~20 above the worst error measured (the tests log it), and far
+// below what a wrong formula, a missed gradient contribution or a misplaced window gives
+// (0.1 to 1).
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+
+	"idunno/kernel/onnx"
+)
+
+const (
+	gradTol   = 1e-4 // gradient error / the tensor's largest gradient
+	lossTol   = 1e-5 // loss error / max(1, |loss|)
+	fdStep    = 1e-6 // finite-difference step in float64
+	gradFloor = 1e-2 // the least gradient scale of a tensor, relative to the model's largest
+	fdMax     = 64   // elements checked by finite differences per tensor (all, if fewer)
+)
+
+type gradCase struct {
+	name    string
+	in      []int64 // input dims without the batch
+	batch   int
+	classes int64
+	body    func(b *netBuilder) string // returns the logits
+}
+
+// expectedParams lists the initializers a training plan must train: the weights and
+// biases of Conv, Gemm and MatMul and the scale and bias of BatchNormalization.
+func expectedParams(m *onnx.Model) []string {
+	var out []string
+	seen := map[string]bool{}
+	add := func(n *onnx.Node, slots ...int) {
+		for _, i := range slots {
+			if i < len(n.Inputs) && n.Inputs[i] != "" && !seen[n.Inputs[i]] {
+				seen[n.Inputs[i]] = true
+				out = append(out, n.Inputs[i])
+			}
+		}
+	}
+	for _, n := range m.Graph.Nodes {
+		switch n.OpType {
+		case "Conv", "Gemm":
+			add(n, 1, 2)
+		case "MatMul":
+			add(n, 1)
+		case "BatchNormalization":
+			add(n, 1, 2)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// fdIndices picks the elements of a tensor to difference: all of a small one, else fdMax
+// spread over it, always with the kernel's largest gradient.
+func fdIndices(g []float32) []int {
+	if len(g) <= fdMax {
+		idx := make([]int, len(g))
+		for i := range idx {
+			idx[i] = i
+		}
+		return idx
+	}
+	best := 0
+	for i, v := range g {
+		if math.Abs(float64(v)) > math.Abs(float64(g[best])) {
+			best = i
+		}
+	}
+	idx := []int{best}
+	for k := 0; k < fdMax-1; k++ {
+		i := (k*len(g) + len(g)/3) / (fdMax - 1) // a stride that is not a multiple of small dims
+		if i != best {
+			idx = append(idx, i%len(g))
+		}
+	}
+	return idx
+}
+
+// gradReport is the worst relative errors of one check.
+type gradReport struct {
+	loss, grad float64
+	where      string
+	kinks      int // elements within fdStep of a kink, judged by one-sided differences
+}
+
+// checkGradients runs one training step of m in the kernel and compares its loss, batch
+// statistics and every parameter's gradient with the float64 reference.
+func checkGradients(t *testing.T, m *onnx.Model, batch, threads int, seed uint64) gradReport {
+	t.Helper()
+	tr, err := NewTrainer(m, batch, Options{Threads: threads})
+	if err != nil {
+		t.Fatalf("NewTrainer: %v", err)
+	}
+	defer tr.Close()
+	var names []string
+	for _, p := range tr.Params() {
+		names = append(names, p.Name)
+	}
+	slices.Sort(names)
+	if want := expectedParams(m); !slices.Equal(names, want) {
+		t.Fatalf("trainer parameters %v, want %v", names, want)
+	}
+	dims := tr.Input().Dims
+	x, labels := randBatch(seed, batch, dims, tr.Classes())
+	scale := float32(1) / float32(batch)
+	loss, _, err := tr.Run(x, labels, scale, seed+100)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	grads := make([]float32, tr.Len(Grads))
+	if err := tr.Get(Grads, grads); err != nil {
+		t.Fatal(err)
+	}
+
+	ref := newRefNet(m)
+	if err := ref.setDropoutOps(dims); err != nil {
+		t.Fatal(err)
+	}
+	x64 := make([]float64, len(x))
+	for i, v := range x {
+		x64[i] = float64(v)
+	}
+	refLoss := func() float64 {
+		l, err := ref.loss(x64, dims, labels, seed+100)
+		if err != nil {
+			t.Fatalf("reference: %v", err)
+		}
+		return l
+	}
+	want := refLoss()
+	rep := gradReport{loss: math.Abs(loss-want) / math.Max(1, math.Abs(want))}
+	if rep.loss > lossTol {
+		t.Errorf("loss %.9g, reference %.9g (relative error %.2g > %.0g)", loss, want, rep.loss, lossTol)
+	}
+	checkBatchStats(t, tr, ref)
+
+	// finite differences first: every tensor's error is judged against its own largest
+	// gradient, but no less than gradFloor of the model's largest (a tensor whose true
+	// gradient is zero, like a Conv bias before BatchNormalization, then shows float32
+	// noise, not an error)
+	type fdElem struct {
+		i                   int
+		central, fore, back float64
+	}
+	fds := make([][]fdElem, len(tr.Params()))
+	maxRef := make([]float64, len(tr.Params()))
+	var modelMax float64
+	for k, p := range tr.Params() {
+		g := grads[p.Offset : p.Offset+p.Len()]
+		w := ref.params[p.Name]
+		for _, i := range fdIndices(g) {
+			orig := w[i]
+			w[i] = orig + fdStep
+			lp := refLoss()
+			w[i] = orig - fdStep
+			lm := refLoss()
+			w[i] = orig
+			s := float64(scale)
+			e := fdElem{i, s * (lp - lm) / (2 * fdStep), s * (lp - want) / fdStep, s * (want - lm) / fdStep}
+			fds[k] = append(fds[k], e)
+			maxRef[k] = math.Max(maxRef[k], math.Abs(e.central))
+		}
+		modelMax = math.Max(modelMax, maxRef[k])
+	}
+	for k, p := range tr.Params() {
+		g := grads[p.Offset : p.Offset+p.Len()]
+		norm := math.Max(maxRef[k], gradFloor*modelMax)
+		var maxErr float64
+		var worst fdElem
+		for _, e := range fds[k] {
+			// Central differences, unless a kink (Relu, Clip, a max) lies within fdStep of
+			// the point: then the one-sided difference on the point's side is the
+			// derivative the kernel must give, so the closest estimate is judged.
+			err := math.Abs(float64(g[e.i]) - e.central)
+			if kink := math.Abs(e.fore-e.back) > gradTol*norm; kink {
+				rep.kinks++
+				err = math.Min(math.Abs(float64(g[e.i])-e.fore), math.Abs(float64(g[e.i])-e.back))
+			}
+			if err >= maxErr {
+				maxErr, worst = err, e
+			}
+		}
+		rel := maxErr / norm
+		if rel > rep.grad {
+			rep.grad, rep.where = rel, fmt.Sprintf("%s[%d]", p.Name, worst.i)
+		}
+		if rel > gradTol {
+			t.Errorf("%s %v: gradient [%d] is %.7g, finite differences %.7g (one-sided %.7g, %.7g): error %.2g of %.3g; tolerance %.0g",
+				p.Name, p.Dims, worst.i, g[worst.i], worst.central, worst.back, worst.fore, rel, norm, gradTol)
+		}
+	}
+	return rep
+}
+
+// checkBatchStats compares the plan's BatchStats (per BatchNormalization in node order:
+// the batch mean, then the unbiased variance) with the reference's last forward.
+func checkBatchStats(t *testing.T, tr *Trainer, ref *refNet) {
+	t.Helper()
+	got := make([]float32, tr.Len(BatchStats))
+	if err := tr.Get(BatchStats, got); err != nil {
+		t.Fatal(err)
+	}
+	var want []float64
+	for _, n := range ref.m.Graph.Nodes {
+		if n.OpType != "BatchNormalization" {
+			continue
+		}
+		st := ref.bnStats[n.Name]
+		mean, biased := st[0], st[1]
+		cnt := float64(ref.bnCounts[n.Name])
+		want = append(want, mean...)
+		for _, v := range biased { // the unbiased variance
+			want = append(want, v*cnt/(cnt-1))
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("BatchStats has %d values, reference %d", len(got), len(want))
+	}
+	for i := range got {
+		if e := math.Abs(float64(got[i])-want[i]) / math.Max(1, math.Abs(want[i])); e > 1e-5 {
+			t.Errorf("BatchStats[%d] = %.7g, reference %.7g", i, got[i], want[i])
+		}
+	}
+}
+
+// gradCases are the trainable ops and attribute combinations the kernel supports, each in
+// a small model that ends in (batch, classes) logits. Ops after the first layer are checked
+// through the first layer's gradients (which need their input gradients right).
+var gradCases = []gradCase{
+	// Conv
+	{"conv/pads1_bias", []int64{3, 6, 6}, 2, 3, func(b *netBuilder) string {
+		return b.head(b.conv("input", 4, 3, 3, true, aInts("pads", 1, 1, 1, 1)), 3)
+	}},
+	{"conv/stride2_nobias", []int64{3, 7, 7}, 3, 3, func(b *netBuilder) string {
+		return b.head(b.conv("input", 4, 3, 3, false, aInts("strides", 2, 2)), 3)
+	}},
+	{"conv/asymmetric_pads_strides_kernel", []int64{2, 7, 6}, 2, 3, func(b *netBuilder) string {
+		return b.head(b.conv("input", 3, 2, 3, true, aInts("pads", 0, 1, 2, 0), aInts("strides", 1, 2)), 3)
+	}},
+	{"conv/dilations", []int64{2, 8, 8}, 2, 3, func(b *netBuilder) string {
+		x := b.conv("input", 3, 3, 3, true, aInts("dilations", 2, 1), aInts("pads", 2, 1, 1, 0))
+		return b.head(x, 3)
+	}},
+	{"conv/second_layer", []int64{2, 6, 6}, 2, 3, func(b *netBuilder) string {
+		x := b.conv("input", 4, 3, 3, true, aInts("pads", 1, 1, 1, 1))
+		x = b.conv(x, 3, 3, 3, false, aInts("strides", 2, 2), aInts("pads", 1, 0, 0, 1))
+		return b.head(x, 3)
+	}},
+	{"conv/groups", []int64{4, 6, 6}, 2, 3, func(b *netBuilder) string {
+		x := b.conv("input", 6, 3, 3, true, aInts("pads", 1, 1, 1, 1), aInt("group", 2))
+		return b.head(b.conv(x, 4, 1, 1, true, aInt("group", 2)), 3)
+	}},
+	{"conv/depthwise", []int64{3, 6, 6}, 2, 3, func(b *netBuilder) string {
+		x := b.conv("input", 6, 1, 1, false)
+		x = b.conv(x, 6, 3, 3, true, aInts("pads", 1, 1, 1, 1), aInt("group", 6), aInts("strides", 2, 2))
+		return b.head(x, 3)
+	}},
+	{"conv/blocked_17_channels", []int64{3, 5, 5}, 2, 3, func(b *netBuilder) string {
+		x := b.conv("input", 17, 3, 3, true, aInts("pads", 1, 1, 1, 1))
+		x = b.conv(x, 16, 3, 3, true, aInts("strides", 2, 2))
+		return b.head(x, 3)
+	}},
+	{"conv/blocked_groups", []int64{3, 5, 5}, 2, 3, func(b *netBuilder) string {
+		x := b.conv("input", 16, 1, 1, true)
+		x = b.conv(x, 32, 3, 3, true, aInts("pads", 1, 1, 1, 1), aInt("group", 2))
+		x = b.conv(x, 32, 3, 3, false, aInt("group", 32))
+		return b.head(x, 3)
+	}},
+
+	// activations after a Conv (so the activation's input gradient reaches the Conv's weights)
+	{"act/relu", []int64{2, 5, 5}, 2, 3, actCase("Relu")},
+	{"act/leakyrelu", []int64{2, 5, 5}, 2, 3, actCase("LeakyRelu", aFloat("alpha", 0.15))},
+	{"act/sigmoid", []int64{2, 5, 5}, 2, 3, actCase("Sigmoid")},
+	{"act/tanh", []int64{2, 5, 5}, 2, 3, actCase("Tanh")},
+	{"act/elu", []int64{2, 5, 5}, 2, 3, actCase("Elu", aFloat("alpha", 0.7))},
+	{"act/hardswish", []int64{2, 5, 5}, 2, 3, func(b *netBuilder) string {
+		// inputs spread over [-6, 6] to cross both of HardSwish's bends
+		x := b.conv("input", 4, 3, 3, true, aInts("pads", 1, 1, 1, 1))
+		x = b.node("HardSwish", []string{b.node("Add", []string{x, x})})
+		return b.head(x, 3)
+	}},
+	{"act/clip_min_max", []int64{2, 5, 5}, 2, 3, func(b *netBuilder) string {
+		x := b.conv("input", 4, 3, 3, true, aInts("pads", 1, 1, 1, 1))
+		return b.head(b.node("Clip", []string{x, b.scalar(-0.5), b.scalar(0.7)}), 3)
+	}},
+	{"act/clip_min_only", []int64{2, 5, 5}, 2, 3, func(b *netBuilder) string {
+		x := b.conv("input", 4, 3, 3, true, aInts("pads", 1, 1, 1, 1))
+		return b.head(b.node("Clip", []string{x, b.scalar(-0.3)}), 3)
+	}},
+	{"act/relu_blocked", []int64{3, 4, 4}, 2, 3, func(b *netBuilder) string {
+		x := b.conv("input", 17, 3, 3, true, aInts("pads", 1, 1, 1, 1))
+		return b.head(b.node("Relu", []string{x}), 3)
+	}},
+
+	// pooling
+	{"maxpool/k2s2", []int64{2, 6, 6}, 2, 3, poolCase("MaxPool", aInts("kernel_shape", 2, 2), aInts("strides", 2, 2))},
+	{"maxpool/k3s2_pads", []int64{2, 7, 7}, 2, 3, poolCase("MaxPool", aInts("kernel_shape", 3, 3), aInts("strides", 2, 2), aInts("pads", 1, 1, 1, 1))},
+	{"maxpool/asymmetric_pads", []int64{2, 6, 6}, 2, 3, poolCase("MaxPool", aInts("kernel_shape", 3, 2), aInts("strides", 1, 2), aInts("pads", 1, 0, 0, 1))},
+	{"maxpool/dilations", []int64{2, 7, 7}, 2, 3, poolCase("MaxPool", aInts("kernel_shape", 2, 3), aInts("dilations", 2, 2), aInts("strides", 1, 2))},
+	{"maxpool/ceil_mode", []int64{2, 8, 8}, 2, 3, poolCase("MaxPool", aInts("kernel_shape", 3, 3), aInts("strides", 2, 2), aInt("ceil_mode", 1))},
+	{"maxpool/ceil_mode_pads", []int64{2, 7, 6}, 2, 3, poolCase("MaxPool", aInts("kernel_shape", 2, 2), aInts("strides", 2, 2), aInts("pads", 1, 1, 0, 0), aInt("ceil_mode", 1))},
+	{"avgpool/exclude_pad", []int64{2, 7, 7}, 2, 3, poolCase("AveragePool", aInts("kernel_shape", 3, 3), aInts("strides", 2, 2), aInts("pads", 1, 1, 1, 1))},
+	{"avgpool/include_pad", []int64{2, 7, 7}, 2, 3, poolCase("AveragePool", aInts("kernel_shape", 3, 3), aInts("strides", 2, 2), aInts("pads", 1, 1, 1, 1), aInt("count_include_pad", 1))},
+	{"avgpool/include_pad_asymmetric", []int64{2, 6, 6}, 2, 3, poolCase("AveragePool", aInts("kernel_shape", 2, 3), aInts("strides", 2, 1), aInts("pads", 0, 2, 1, 0), aInt("count_include_pad", 1))},
+	{"avgpool/exclude_pad_ceil_mode", []int64{2, 8, 8}, 2, 3, poolCase("AveragePool", aInts("kernel_shape", 3, 3), aInts("strides", 2, 2), aInts("pads", 1, 1, 1, 1), aInt("ceil_mode", 1))},
+	{"avgpool/no_pads", []int64{2, 6, 6}, 2, 3, poolCase("AveragePool", aInts("kernel_shape", 2, 2), aInts("strides", 2, 2))},
+	{"maxpool/blocked", []int64{3, 6, 6}, 2, 3, func(b *netBuilder) string {
+		x := b.conv("input", 17, 3, 3, true, aInts("pads", 1, 1, 1, 1))
+		return b.head(b.node("MaxPool", []string{x}, aInts("kernel_shape", 3, 3), aInts("strides", 2, 2), aInts("pads", 1, 1, 1, 1)), 3)
+	}},
+	{"globalaveragepool", []int64{3, 5, 5}, 3, 3, func(b *netBuilder) string {
+		x := b.conv("input", 6, 3, 3, true)
+		return b.head(b.node("GlobalAveragePool", []string{x}), 3)
+	}},
+	{"globalaveragepool/blocked", []int64{3, 5, 5}, 2, 3, func(b *netBuilder) string {
+		x := b.conv("input", 20, 3, 3, true)
+		return b.head(b.node("GlobalAveragePool", []string{x}), 3)
+	}},
+
+	// batch normalization (training statistics)
+	{"batchnorm", []int64{2, 5, 5}, 3, 3, func(b *netBuilder) string {
+		x := b.bn(b.conv("input", 4, 3, 3, true, aInts("pads", 1, 1, 1, 1)), 1e-5, 0.9)
+		return b.head(b.node("Relu", []string{x}), 3)
+	}},
+	{"batchnorm/eps_blocked", []int64{3, 4, 4}, 2, 3, func(b *netBuilder) string {
+		x := b.bn(b.conv("input", 17, 3, 3, false, aInts("pads", 1, 1, 1, 1)), 1e-3, 0.8)
+		return b.head(b.node("Relu", []string{x}), 3)
+	}},
+	{"batchnorm/two_in_a_row_of_convs", []int64{2, 5, 5}, 4, 3, func(b *netBuilder) string {
+		x := b.node("Relu", []string{b.bn(b.conv("input", 4, 3, 3, false), 1e-5, 0.9)})
+		x = b.node("Relu", []string{b.bn(b.conv(x, 5, 2, 2, false), 1e-5, 0.9)})
+		return b.head(x, 3)
+	}},
+	{"batchnorm/2d", []int64{6}, 4, 3, func(b *netBuilder) string {
+		x := b.bn(b.gemm("input", 5, true, true), 1e-5, 0.9)
+		return b.gemm(b.node("Tanh", []string{x}), 3, true, true)
+	}},
+
+	// Add (residual fan-out: c1 is read by Relu and by Add)
+	{"add/residual", []int64{3, 5, 5}, 2, 3, func(b *netBuilder) string {
+		c1 := b.conv("input", 4, 3, 3, true, aInts("pads", 1, 1, 1, 1))
+		c2 := b.conv(b.node("Relu", []string{c1}), 4, 3, 3, true, aInts("pads", 1, 1, 1, 1))
+		return b.head(b.node("Add", []string{c2, c1}), 3)
+	}},
+	{"add/residual_blocked_bn", []int64{3, 4, 4}, 2, 3, func(b *netBuilder) string {
+		c1 := b.node("Relu", []string{b.conv("input", 16, 3, 3, true, aInts("pads", 1, 1, 1, 1))})
+		c2 := b.bn(b.conv(c1, 16, 3, 3, false, aInts("pads", 1, 1, 1, 1)), 1e-5, 0.9)
+		return b.head(b.node("Relu", []string{b.node("Add", []string{c1, c2})}), 3)
+	}},
+	{"add/same_value_twice", []int64{2, 4, 4}, 2, 3, func(b *netBuilder) string {
+		c1 := b.conv("input", 3, 3, 3, true)
+		return b.head(b.node("Add", []string{c1, c1}), 3)
+	}},
+
+	// shapes
+	{"flatten_gemm_transB0", []int64{2, 4, 4}, 2, 3, func(b *netBuilder) string {
+		x := b.node("Flatten", []string{b.conv("input", 3, 3, 3, true)}, aInt("axis", 1))
+		return b.gemm(x, 3, false, true)
+	}},
+	{"reshape", []int64{2, 5, 5}, 2, 3, func(b *netBuilder) string {
+		x := b.conv("input", 4, 3, 3, true)
+		x = b.node("Reshape", []string{x, b.int64s(0, 4, -1)})
+		x = b.node("Reshape", []string{x, b.int64s(0, -1)})
+		return b.gemm(x, 3, true, true)
+	}},
+	{"concat/axis1", []int64{3, 5, 5}, 2, 3, func(b *netBuilder) string {
+		a := b.conv("input", 4, 3, 3, true, aInts("pads", 1, 1, 1, 1))
+		c := b.conv("input", 5, 1, 1, false)
+		x := b.node("Concat", []string{a, c, a}, aInt("axis", 1))
+		return b.head(b.conv(x, 3, 3, 3, true), 3)
+	}},
+	{"concat/blocked", []int64{3, 4, 4}, 2, 3, func(b *netBuilder) string {
+		a := b.conv("input", 8, 3, 3, true, aInts("pads", 1, 1, 1, 1))
+		c := b.node("Relu", []string{b.conv("input", 9, 3, 3, true, aInts("pads", 1, 1, 1, 1))})
+		x := b.node("Concat", []string{c, a}, aInt("axis", 1))
+		return b.head(b.conv(x, 16, 3, 3, true), 3)
+	}},
+
+	// Dropout (the mask is the kernel's documented counter-based one)
+	{"dropout/after_conv", []int64{2, 5, 5}, 2, 3, func(b *netBuilder) string {
+		x := b.conv("input", 4, 3, 3, true, aInts("pads", 1, 1, 1, 1))
+		return b.head(b.node("Dropout", []string{x}, aFloat("ratio", 0.3)), 3)
+	}},
+	{"dropout/ratio_input_two_masks", []int64{2, 5, 5}, 3, 3, func(b *netBuilder) string {
+		x := b.conv("input", 4, 3, 3, true, aInts("pads", 1, 1, 1, 1))
+		x = b.node("Dropout", []string{b.node("Relu", []string{x}), b.scalar(0.25)})
+		x = b.node("Flatten", []string{x}, aInt("axis", 1))
+		x = b.node("Dropout", []string{b.gemm(x, 6, true, true)}) // default ratio 0.5
+		return b.gemm(x, 3, false, false)
+	}},
+	{"dropout/blocked", []int64{3, 4, 4}, 2, 3, func(b *netBuilder) string {
+		x := b.conv("input", 17, 3, 3, true, aInts("pads", 1, 1, 1, 1))
+		x = b.node("Dropout", []string{x}, aFloat("ratio", 0.4))
+		return b.head(b.conv(x, 4, 3, 3, true), 3)
+	}},
+
+	// Gemm and MatMul
+	{"gemm/transB_bias_variants", []int64{7}, 3, 4, func(b *netBuilder) string {
+		x := b.node("Relu", []string{b.gemm("input", 6, false, false)})
+		x = b.node("Sigmoid", []string{b.gemm(x, 5, true, false)})
+		return b.gemm(x, 4, false, true)
+	}},
+	{"gemm/bias_1xN", []int64{5}, 2, 3, func(b *netBuilder) string {
+		x := b.gemm("input", 4, true, false)
+		n := b.g.Nodes[len(b.g.Nodes)-1]
+		n.Inputs = append(n.Inputs, b.param("b", 0, 0.3, 1, 4))
+		return b.gemm(b.node("Tanh", []string{x}), 3, true, true)
+	}},
+	{"matmul", []int64{2, 3, 3}, 2, 3, func(b *netBuilder) string {
+		x := b.node("Flatten", []string{b.conv("input", 2, 2, 2, true)}, aInt("axis", 1))
+		x = b.node("MatMul", []string{x, b.param("w", 0, 0.5, 8, 5)})
+		return b.node("MatMul", []string{b.node("Elu", []string{x}), b.param("w", 0, 0.5, 5, 3)})
+	}},
+	{"softmax_output_left_out", []int64{2, 4, 4}, 2, 3, func(b *netBuilder) string {
+		return b.node("Softmax", []string{b.head(b.conv("input", 3, 3, 3, true), 3)}, aInt("axis", 1))
+	}},
+}
+
+func actCase(op string, attrs ...*onnx.Attribute) func(b *netBuilder) string {
+	return func(b *netBuilder) string {
+		x := b.conv("input", 4, 3, 3, true, aInts("pads", 1, 1, 1, 1))
+		x = b.node(op, []string{x}, attrs...)
+		return b.head(b.conv(x, 3, 3, 3, false), 3)
+	}
+}
+
+func poolCase(op string, attrs ...*onnx.Attribute) func(b *netBuilder) string {
+	return func(b *netBuilder) string {
+		x := b.conv("input", 3, 3, 3, true, aInts("pads", 1, 1, 1, 1))
+		return b.head(b.node(op, []string{x}, attrs...), 3)
+	}
+}
+
+func buildCase(t *testing.T, c gradCase, seed uint64) *onnx.Model {
+	t.Helper()
+	b := newNet(t, seed, append([]int64{int64(c.batch)}, c.in...)...)
+	return b.finish(c.body(b))
+}
+
+// TestGradCheckOps compares loss and gradients of every trainable op and attribute
+// combination with finite differences of the float64 reference.
+func TestGradCheckOps(t *testing.T) {
+	var worst gradReport
+	worstCase := ""
+	for i, c := range gradCases {
+		t.Run(c.name, func(t *testing.T) {
+			m := buildCase(t, c, uint64(i+1))
+			threads := 1 + i%2
+			r := checkGradients(t, m, c.batch, threads, uint64(i+11))
+			t.Logf("loss error %.2g, worst gradient error %.2g of the largest (%s), %d elements at kinks", r.loss, r.grad, r.where, r.kinks)
+			if r.grad > worst.grad {
+				worst, worstCase = r, c.name
+			}
+		})
+	}
+	t.Logf("worst gradient error over %d cases: %.2g (%s, %s); tolerance %.0g", len(gradCases), worst.grad, worstCase, worst.where, gradTol)
+}
