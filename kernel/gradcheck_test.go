@@ -470,3 +470,200 @@ func TestGradCheckOps(t *testing.T) {
 	}
 	t.Logf("worst gradient error over %d cases: %.2g (%s, %s); tolerance %.0g", len(gradCases), worst.grad, worstCase, worst.where, gradTol)
 }
+
+// ---- optimizers and running statistics ----
+
+// TestGradOptimizers runs three optimizer steps in the kernel, each on the gradients of a
+// fresh Run, and compares the weights and the optimizer state after each step with
+// PyTorch's update rules in float64 (fed the kernel's gradients, so only the update is
+// judged).
+func TestGradOptimizers(t *testing.T) {
+	c := gradCases[slices.IndexFunc(gradCases, func(c gradCase) bool { return c.name == "batchnorm" })]
+	m := buildCase(t, c, 5)
+	for _, tc := range []struct {
+		o  Optimizer
+		lr float64
+	}{
+		{Optimizer{Kind: "sgd"}, 0.1},
+		{Optimizer{Kind: "sgd", WeightDecay: 0.01}, 0.1},
+		{Optimizer{Kind: "sgd", Momentum: 0.9}, 0.05},
+		{Optimizer{Kind: "sgd", Momentum: 0.8, WeightDecay: 5e-3}, 0.05},
+		{Optimizer{Kind: "sgd", Momentum: 0.9, Nesterov: true}, 0.05},
+		{Optimizer{Kind: "sgd", Momentum: 0.9, Nesterov: true, WeightDecay: 1e-2}, 0.05},
+		{Optimizer{Kind: "adam"}, 1e-3},
+		{Optimizer{Kind: "adam", WeightDecay: 0.01}, 1e-2},
+		{Optimizer{Kind: "adam", Beta1: 0.8, Beta2: 0.99, Eps: 1e-6}, 1e-2},
+		{Optimizer{Kind: "adamw", WeightDecay: 0.05}, 1e-2},
+		{Optimizer{Kind: "adamw", WeightDecay: 0.1, Beta1: 0.5, Beta2: 0.9}, 3e-3},
+	} {
+		name := fmt.Sprintf("%s_m%g_n%v_wd%g_b%g,%g", tc.o.Kind, tc.o.Momentum, tc.o.Nesterov, tc.o.WeightDecay, tc.o.Beta1, tc.o.Beta2)
+		t.Run(name, func(t *testing.T) {
+			tr, err := NewTrainer(m, c.batch, Options{Threads: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
+			n := tr.Len(Params)
+			w32 := make([]float32, n)
+			if err := tr.Get(Params, w32); err != nil {
+				t.Fatal(err)
+			}
+			w := f64s(w32)
+			ref := &refOptimizer{o: tc.o}
+			g32 := make([]float32, n)
+			for step := int64(1); step <= 3; step++ {
+				x, y := randBatch(uint64(step), c.batch, tr.Input().Dims, tr.Classes())
+				if _, _, err := tr.Run(x, y, 1/float32(c.batch), 1); err != nil {
+					t.Fatal(err)
+				}
+				if err := tr.Get(Grads, g32); err != nil {
+					t.Fatal(err)
+				}
+				if err := tr.Optimize(tc.o, tc.lr, step); err != nil {
+					t.Fatal(err)
+				}
+				ref.step(w, f64s(g32), tc.lr, step)
+				if err := tr.Get(Params, w32); err != nil {
+					t.Fatal(err)
+				}
+				// float32 rounding of a weight and of its update: a few 1e-8 relative
+				compareF(t, fmt.Sprintf("step %d weights", step), w32, w, 1e-6)
+				if tc.o.Kind != "sgd" || tc.o.Momentum != 0 {
+					compareF(t, fmt.Sprintf("step %d first moment / momentum", step), getArray(t, tr, Opt1), ref.m1, 1e-6)
+				}
+				if tc.o.Kind != "sgd" {
+					compareF(t, fmt.Sprintf("step %d second moment", step), getArray(t, tr, Opt2), ref.m2, 1e-6)
+				}
+			}
+		})
+	}
+}
+
+func f64s(v []float32) []float64 {
+	out := make([]float64, len(v))
+	for i, f := range v {
+		out[i] = float64(f)
+	}
+	return out
+}
+
+func getArray(t *testing.T, tr *Trainer, a Array) []float32 {
+	t.Helper()
+	v := make([]float32, tr.Len(a))
+	if err := tr.Get(a, v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// compareF checks got against want within tol of want's largest magnitude.
+func compareF(t *testing.T, what string, got []float32, want []float64, tol float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	var max float64
+	for _, v := range want {
+		max = math.Max(max, math.Abs(v))
+	}
+	for i := range got {
+		if e := math.Abs(float64(got[i]) - want[i]); e > tol*max {
+			t.Errorf("%s [%d]: %.9g, reference %.9g (error %.2g of the largest, %.3g; tolerance %.0g)", what, i, got[i], want[i], e/max, max, tol)
+			return
+		}
+	}
+}
+
+// TestGradBatchNormRunningStats checks BatchStats after Run (batch mean and unbiased
+// variance) and the running statistics after ApplyBatchStats (ONNX momentum: running =
+// running*momentum + batch*(1-momentum)), with the last Run's statistics and with
+// statistics the caller gives (as data parallelism does).
+func TestGradBatchNormRunningStats(t *testing.T) {
+	b := newNet(t, 3, 3, 2, 5, 5)
+	x := b.bn(b.conv("input", 4, 3, 3, true, aInts("pads", 1, 1, 1, 1)), 1e-5, 0.9)
+	x = b.bn(b.node("Relu", []string{x}), 1e-3, 0.7)
+	m := b.finish(b.head(b.node("GlobalAveragePool", []string{x}), 3))
+	tr, err := NewTrainer(m, 3, Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if len(tr.State()) != 4 {
+		t.Fatalf("state tensors %v, want two running means and variances", tr.State())
+	}
+	ref := newRefNet(m)
+	run := map[string][]float64{}
+	for _, s := range tr.State() {
+		run[s.Name] = append([]float64(nil), ref.params[s.Name]...)
+	}
+	var bns []*onnx.Node
+	for _, n := range m.Graph.Nodes {
+		if n.OpType == "BatchNormalization" {
+			bns = append(bns, n)
+		}
+	}
+	dims := tr.Input().Dims
+	apply := func(stats []float64) {
+		off := 0
+		for _, n := range bns {
+			mom := float64(n.Attrs["momentum"].F)
+			mean, variance := run[n.Inputs[3]], run[n.Inputs[4]]
+			C := len(mean)
+			for c := 0; c < C; c++ {
+				mean[c] = mean[c]*mom + stats[off+c]*(1-mom)
+				variance[c] = variance[c]*mom + stats[off+C+c]*(1-mom)
+			}
+			off += 2 * C
+		}
+	}
+	checkState := func(what string) {
+		t.Helper()
+		got := getArray(t, tr, State)
+		for _, s := range tr.State() {
+			compareF(t, what+" "+s.Name, got[s.Offset:s.Offset+s.Len()], run[s.Name], 1e-6)
+		}
+	}
+	for step := uint64(1); step <= 3; step++ {
+		xs, labels := randBatch(step, 3, dims, 3)
+		if _, _, err := tr.Run(xs, labels, 1.0/3, 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ref.forward(f64s(xs), dims, 0); err != nil {
+			t.Fatal(err)
+		}
+		checkBatchStats(t, tr, ref)
+		if step < 3 {
+			if err := tr.ApplyBatchStats(nil); err != nil {
+				t.Fatal(err)
+			}
+			apply(f64s(getArray(t, tr, BatchStats)))
+			checkState(fmt.Sprintf("step %d running", step))
+			continue
+		}
+		// caller's statistics: the mean of this batch's and made-up ones
+		given := getArray(t, tr, BatchStats)
+		for i := range given {
+			given[i] = given[i]*0.5 + float32(i%5)*0.25
+		}
+		if err := tr.ApplyBatchStats(given); err != nil {
+			t.Fatal(err)
+		}
+		apply(f64s(given))
+		checkState("given statistics")
+	}
+	// Run and Optimize leave the running statistics alone
+	before := getArray(t, tr, State)
+	xs, labels := randBatch(9, 3, dims, 3)
+	if _, _, err := tr.Run(xs, labels, 1.0/3, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Optimize(Optimizer{Kind: "sgd"}, 0.1, 1); err != nil {
+		t.Fatal(err)
+	}
+	if after := getArray(t, tr, State); !slices.Equal(before, after) {
+		t.Errorf("Run or Optimize changed the running statistics")
+	}
+	if err := tr.ApplyBatchStats(make([]float32, tr.Len(BatchStats)+1)); err == nil {
+		t.Errorf("ApplyBatchStats took statistics of the wrong length")
+	}
+}
