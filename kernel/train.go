@@ -145,16 +145,21 @@ func NewTrainer(m *onnx.Model, batch int, opt Options) (*Trainer, error) {
 	return t, nil
 }
 
-// paramSlots says which inputs of a trainable node are parameters (role 1) or running
-// statistics (role 2).
-func paramSlots(n *onnx.Node) map[int]int {
+// paramSlot is an input of a trainable node that is a parameter (roleParam) or a running
+// statistic (roleState).
+type paramSlot struct{ input, role int }
+
+// paramSlots lists a node's parameter and statistic inputs in input order. (A slice, not a
+// map: the flat arrays' layout follows this order, so it must be the same in every trainer
+// of a model, or checkpoints and gradients exchanged between trainers would be scrambled.)
+func paramSlots(n *onnx.Node) []paramSlot {
 	switch n.OpType {
 	case "Conv", "Gemm":
-		return map[int]int{1: roleParam, 2: roleParam}
+		return []paramSlot{{1, roleParam}, {2, roleParam}}
 	case "MatMul":
-		return map[int]int{1: roleParam}
+		return []paramSlot{{1, roleParam}}
 	case "BatchNormalization":
-		return map[int]int{1: roleParam, 2: roleParam, 3: roleState, 4: roleState}
+		return []paramSlot{{1, roleParam}, {2, roleParam}, {3, roleState}, {4, roleState}}
 	}
 	return nil
 }
@@ -184,7 +189,8 @@ func (t *Trainer) build(g *onnx.Graph, src *onnx.Model) error {
 		if !Trainable[n.OpType] || (n.Domain != "" && n.Domain != "ai.onnx") {
 			return fmt.Errorf("kernel: node %s (%s): operator has no backward pass: %w", n.Name, n.OpType, ErrNotTrainable)
 		}
-		for i, role := range paramSlots(n) {
+		for _, slot := range paramSlots(n) {
+			i, role := slot.input, slot.role
 			if i >= len(n.Inputs) || n.Inputs[i] == "" {
 				continue
 			}
