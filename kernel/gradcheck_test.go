@@ -14,9 +14,11 @@ package kernel
 // (0.1 to 1).
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"idunno/kernel/onnx"
@@ -38,8 +40,9 @@ type gradCase struct {
 	body    func(b *netBuilder) string // returns the logits
 }
 
-// expectedParams lists the initializers a training plan must train: the weights and
-// biases of Conv, Gemm and MatMul and the scale and bias of BatchNormalization.
+// expectedParams lists the initializers a training plan must train, in the order its flat
+// arrays hold them (node order, then input order): the weights and biases of Conv, Gemm
+// and MatMul and the scale and bias of BatchNormalization.
 func expectedParams(m *onnx.Model) []string {
 	var out []string
 	seen := map[string]bool{}
@@ -61,7 +64,6 @@ func expectedParams(m *onnx.Model) []string {
 			add(n, 1, 2)
 		}
 	}
-	slices.Sort(out)
 	return out
 }
 
@@ -111,9 +113,8 @@ func checkGradients(t *testing.T, m *onnx.Model, batch, threads int, seed uint64
 	for _, p := range tr.Params() {
 		names = append(names, p.Name)
 	}
-	slices.Sort(names)
 	if want := expectedParams(m); !slices.Equal(names, want) {
-		t.Fatalf("trainer parameters %v, want %v", names, want)
+		t.Fatalf("trainer parameters %v, want %v in this order", names, want)
 	}
 	dims := tr.Input().Dims
 	x, labels := randBatch(seed, batch, dims, tr.Classes())
@@ -426,6 +427,29 @@ var gradCases = []gradCase{
 		x = b.node("MatMul", []string{x, b.param("w", 0, 0.5, 8, 5)})
 		return b.node("MatMul", []string{b.node("Elu", []string{x}), b.param("w", 0, 0.5, 5, 3)})
 	}},
+	{"shared_weight", []int64{2, 5, 5}, 2, 3, func(b *netBuilder) string {
+		// one weight read by two Convs: its gradient is the sum of both contributions
+		a := b.conv("input", 2, 3, 3, false, aInts("pads", 1, 1, 1, 1))
+		w := b.g.Nodes[len(b.g.Nodes)-1].Inputs[1]
+		c := b.node("Conv", []string{b.node("Relu", []string{a}), w}, aInts("kernel_shape", 3, 3), aInts("strides", 2, 2))
+		return b.head(c, 3)
+	}},
+	{"identity_squeeze_unsqueeze", []int64{3, 4, 4}, 2, 3, func(b *netBuilder) string {
+		x := b.node("Identity", []string{b.conv("input", 5, 3, 3, true)})
+		x = b.node("Squeeze", []string{b.node("GlobalAveragePool", []string{x}), b.int64s(2, 3)})
+		x = b.node("Unsqueeze", []string{b.gemm(x, 4, true, true), b.int64s(-1)})
+		x = b.node("Flatten", []string{b.node("Tanh", []string{x})}, aInt("axis", 1))
+		return b.gemm(x, 3, false, true)
+	}},
+	{"constant_shape", []int64{2, 4, 4}, 2, 3, func(b *netBuilder) string {
+		x := b.conv("input", 3, 3, 3, true)
+		shape := &onnx.Tensor{DType: onnx.Int64, Dims: []int64{2}, I64: []int64{0, -1}}
+		c := b.node("Constant", nil, &onnx.Attribute{Name: "value", Type: onnx.AttrTensor, T: shape})
+		return b.gemm(b.node("Reshape", []string{x, c}), 3, true, true)
+	}},
+	{"logsoftmax_output_left_out", []int64{2, 4, 4}, 2, 3, func(b *netBuilder) string {
+		return b.node("LogSoftmax", []string{b.head(b.conv("input", 3, 3, 3, true), 3)}, aInt("axis", 1))
+	}},
 	{"softmax_output_left_out", []int64{2, 4, 4}, 2, 3, func(b *netBuilder) string {
 		return b.node("Softmax", []string{b.head(b.conv("input", 3, 3, 3, true), 3)}, aInt("axis", 1))
 	}},
@@ -666,4 +690,308 @@ func TestGradBatchNormRunningStats(t *testing.T) {
 	if err := tr.ApplyBatchStats(make([]float32, tr.Len(BatchStats)+1)); err == nil {
 		t.Errorf("ApplyBatchStats took statistics of the wrong length")
 	}
+}
+
+// ---- determinism ----
+
+// TestGradDeterminism: two trainers of one model (Conv, BatchNormalization, Dropout,
+// MaxPool, residual Add, Concat) with the same data, seeds and thread count give
+// byte-identical losses, gradients, weights, optimizer state and running statistics after
+// every step.
+func TestGradDeterminism(t *testing.T) {
+	b := newNet(t, 21, 4, 3, 12, 12)
+	c1 := b.node("Relu", []string{b.bn(b.conv("input", 16, 3, 3, false, aInts("pads", 1, 1, 1, 1)), 1e-5, 0.9)})
+	c2 := b.bn(b.conv(c1, 16, 3, 3, false, aInts("pads", 1, 1, 1, 1)), 1e-5, 0.9)
+	x := b.node("MaxPool", []string{b.node("Add", []string{c1, c2})}, aInts("kernel_shape", 2, 2), aInts("strides", 2, 2))
+	x = b.node("Concat", []string{x, b.conv(x, 8, 1, 1, true)}, aInt("axis", 1))
+	x = b.node("Dropout", []string{x}, aFloat("ratio", 0.2))
+	m := b.finish(b.head(b.node("GlobalAveragePool", []string{x}), 5))
+	for _, threads := range []int{1, 2} {
+		var trs [2]*Trainer
+		for i := range trs {
+			tr, err := NewTrainer(m, 4, Options{Threads: threads})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
+			trs[i] = tr
+		}
+		if !slices.EqualFunc(trs[0].Params(), trs[1].Params(), sameTensor) || !slices.EqualFunc(trs[0].State(), trs[1].State(), sameTensor) {
+			t.Fatalf("two trainers of one model lay out their arrays differently:\n%v\n%v", trs[0].Params(), trs[1].Params())
+		}
+		opt := Optimizer{Kind: "sgd", Momentum: 0.9, WeightDecay: 1e-4}
+		for step := int64(1); step <= 4; step++ {
+			xs, labels := randBatch(uint64(step), 4, trs[0].Input().Dims, 5)
+			var losses [2]float64
+			for i, tr := range trs {
+				l, _, err := tr.Run(xs, labels, 0.25, uint64(step))
+				if err != nil {
+					t.Fatal(err)
+				}
+				losses[i] = l
+				if err := tr.ApplyBatchStats(nil); err != nil {
+					t.Fatal(err)
+				}
+				if err := tr.Optimize(opt, 0.05, step); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if math.Float64bits(losses[0]) != math.Float64bits(losses[1]) {
+				t.Errorf("threads %d step %d: losses %v differ", threads, step, losses)
+			}
+			for _, a := range []Array{Grads, Params, Opt1, State, BatchStats} {
+				if g0, g1 := getArray(t, trs[0], a), getArray(t, trs[1], a); !sameBits(g0, g1) {
+					t.Errorf("threads %d step %d: array %d differs between two trainers", threads, step, a)
+				}
+			}
+		}
+	}
+}
+
+func sameTensor(a, b Tensor) bool {
+	return a.Name == b.Name && a.Offset == b.Offset && slices.Equal(a.Dims, b.Dims)
+}
+
+func sameBits(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestGradDropoutMasks: a Dropout on the input followed by Gemm, at batch 1, has weight
+// gradient dW[k][f] = dz[k] * x[f] * mask[f], so its zeros are exactly the mask's. The mask
+// must be the kernel's documented one (the reference's), the same with 1 and 2 threads
+// (70,000 elements: the mask loop runs in parallel), and different for different seeds.
+func TestGradDropoutMasks(t *testing.T) {
+	const F = 70000
+	b := newNet(t, 31, 1, F)
+	m := b.finish(b.gemm(b.node("Dropout", []string{"input"}, aFloat("ratio", 0.3)), 3, true, false))
+	x, labels := randBatch(4, 1, []int64{1, F}, 3)
+	for i := range x {
+		if x[i] == 0 {
+			x[i] = 1 // a zero input would hide a kept element
+		}
+	}
+	masks := map[uint64][]bool{}
+	var grads [3][]float32
+	for _, threads := range []int{1, 2} {
+		tr, err := NewTrainer(m, 1, Options{Threads: threads})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, seed := range []uint64{1, 2} {
+			if _, _, err := tr.Run(x, labels, 1, seed); err != nil {
+				t.Fatal(err)
+			}
+			g := getArray(t, tr, Grads)
+			kept := make([]bool, F)
+			n := 0
+			for f := range kept {
+				kept[f] = g[f] != 0 // row 0 of W (3, F)
+				if kept[f] {
+					n++
+				}
+			}
+			if frac := float64(F-n) / F; math.Abs(frac-0.3) > 0.01 {
+				t.Errorf("threads %d seed %d: %.4f of the elements dropped, ratio 0.3", threads, seed, frac)
+			}
+			ref := refDropoutMask(seed, 0, 0.3, F)
+			for f := range kept {
+				if kept[f] != (ref[f] != 0) {
+					t.Fatalf("threads %d seed %d: element %d kept %v, the documented mask says %v", threads, seed, f, kept[f], ref[f] != 0)
+				}
+			}
+			if prev, ok := masks[seed]; ok && !slices.Equal(prev, kept) {
+				t.Errorf("seed %d: masks differ between 1 and 2 threads", seed)
+			}
+			masks[seed] = kept
+			if seed == 1 {
+				grads[threads] = g
+			}
+		}
+		tr.Close()
+	}
+	if slices.Equal(masks[1], masks[2]) {
+		t.Errorf("seeds 1 and 2 give the same mask")
+	}
+	if !sameBits(grads[1], grads[2]) {
+		t.Errorf("gradients differ between 1 and 2 threads")
+	}
+}
+
+// ---- bad input ----
+
+// TestGradBadModels: a model NewTrainer cannot train fails with an error that wraps
+// ErrNotTrainable and names the node (or the output) at fault.
+func TestGradBadModels(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		in    []int64
+		build func(b *netBuilder) *onnx.Model
+		says  string // in the error
+	}{
+		// conv gives (2, 3, 3, 3); the op under test keeps that shape; a Gemm of 27 features follows
+		{"softmax_in_the_middle", []int64{2, 5, 5}, badMiddle("Softmax", aInt("axis", 1)), "Softmax_"},
+		{"lrn", []int64{2, 5, 5}, badMiddle("LRN", aInt("size", 3)), "LRN_"},
+		{"transpose", []int64{2, 5, 5}, badMiddle("Transpose", aInts("perm", 0, 1, 3, 2)), "Transpose_"},
+		{"broadcast_add", []int64{2, 5, 5}, func(b *netBuilder) *onnx.Model {
+			x := b.conv("input", 3, 3, 3, true)
+			x = b.node("Add", []string{x, b.param("shift", 0, 1, 3, 1, 1)})
+			x = b.node("Flatten", []string{x}, aInt("axis", 1))
+			return b.model(b.gemmN(x, 27, 3, true, true), []int64{2, 3})
+		}, "Add_"},
+		{"gemm_transA", []int64{2}, func(b *netBuilder) *onnx.Model {
+			x := b.node("Gemm", []string{"input", b.param("w", 0, 1, 2, 2)}, aInt("transA", 1))
+			return b.model(x, []int64{2, 2})
+		}, "Gemm_"},
+		{"gemm_alpha", []int64{6}, func(b *netBuilder) *onnx.Model {
+			x := b.node("Gemm", []string{"input", b.param("w", 0, 1, 6, 3)}, aFloat("alpha", 2))
+			return b.model(x, []int64{2, 3})
+		}, "Gemm_"},
+		{"weight_not_an_initializer", []int64{6}, func(b *netBuilder) *onnx.Model {
+			h := b.gemm("input", 6, true, true)
+			w := b.node("Relu", []string{b.param("w", 0, 1, 6, 3)}) // a weight computed from one
+			return b.model(b.node("MatMul", []string{h, w}), []int64{2, 3})
+		}, "MatMul_"},
+		{"output_not_logits", []int64{2, 5, 5}, func(b *netBuilder) *onnx.Model {
+			return b.finish(b.conv("input", 3, 3, 3, true))
+		}, "want (batch 2, classes) logits"},
+		{"output_rank_3", []int64{2, 5, 5}, func(b *netBuilder) *onnx.Model {
+			x := b.node("Reshape", []string{b.conv("input", 3, 3, 3, true), b.int64s(0, 3, -1)})
+			return b.finish(x)
+		}, "want (batch 2, classes) logits"},
+		{"two_outputs", []int64{6}, func(b *netBuilder) *onnx.Model {
+			x := b.gemm("input", 3, true, true)
+			m := b.finish(x)
+			m.Graph.Outputs = append(m.Graph.Outputs, m.Graph.Outputs[0])
+			m.Graph.Outputs[1].Name = "input"
+			return m
+		}, "one output"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newNet(t, 1, append([]int64{2}, tc.in...)...)
+			var m *onnx.Model
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						t.Fatalf("building: %v", r)
+					}
+				}()
+				m = tc.build(b)
+			}()
+			tr, err := NewTrainer(m, 2, Options{Threads: 1})
+			if err == nil {
+				tr.Close()
+				t.Fatalf("NewTrainer accepted the model")
+			}
+			t.Logf("%v", err)
+			if !errors.Is(err, ErrNotTrainable) {
+				t.Errorf("error %q does not wrap ErrNotTrainable", err)
+			}
+			if !strings.Contains(err.Error(), tc.says) || !strings.HasPrefix(err.Error(), "kernel: ") {
+				t.Errorf("error %q does not say %q (with the kernel: prefix)", err, tc.says)
+			}
+		})
+	}
+}
+
+func badMiddle(op string, attrs ...*onnx.Attribute) func(b *netBuilder) *onnx.Model {
+	return func(b *netBuilder) *onnx.Model {
+		x := b.node(op, []string{b.conv("input", 3, 3, 3, true)}, attrs...)
+		x = b.node("Flatten", []string{x}, aInt("axis", 1))
+		return b.model(b.gemmN(x, 27, 3, true, true), []int64{2, 3})
+	}
+}
+
+// TestGradBadRuns: wrong inputs, labels, scales and optimizer settings are clear errors
+// that change nothing.
+func TestGradBadRuns(t *testing.T) {
+	b := newNet(t, 2, 2, 2, 5, 5)
+	logits := b.head(b.bn(b.conv("input", 3, 3, 3, true), 1e-5, 0.9), 4)
+	m := b.finish(logits)
+	tr, err := NewTrainer(m, 2, Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	x, labels := randBatch(1, 2, tr.Input().Dims, 4)
+	if _, _, err := tr.Run(x, labels, 0.5, 1); err != nil {
+		t.Fatal(err)
+	}
+	snapshot := func() [][]float32 {
+		var out [][]float32
+		for _, a := range []Array{Params, Grads, State, Opt1, Opt2, BatchStats} {
+			out = append(out, getArray(t, tr, a))
+		}
+		return out
+	}
+	before := snapshot()
+	expect := func(what string, err error, says string) {
+		t.Helper()
+		if err == nil {
+			t.Errorf("%s: accepted", what)
+			return
+		}
+		if !strings.Contains(err.Error(), says) || !strings.HasPrefix(err.Error(), "kernel: ") {
+			t.Errorf("%s: error %q does not say %q", what, err, says)
+		}
+	}
+	_, _, err = tr.Run(x, []int64{0, 4}, 0.5, 1)
+	expect("label = classes", err, "label 4 at batch index 1 out of range for 4 classes")
+	_, _, err = tr.Run(x, []int64{-1, 0}, 0.5, 1)
+	expect("negative label", err, "out of range")
+	_, _, err = tr.Run(x, []int64{0}, 0.5, 1)
+	expect("one label for two images", err, "1 labels for a batch of 2")
+	_, _, err = tr.Run(x, []int64{0, 1, 2}, 0.5, 1)
+	expect("three labels for two images", err, "3 labels for a batch of 2")
+	_, _, err = tr.Run(x[:len(x)-1], labels, 0.5, 1)
+	expect("short input", err, "plan wants")
+	_, _, err = tr.Run(append(x, 0), labels, 0.5, 1)
+	expect("long input", err, "plan wants")
+	_, _, err = tr.Run(nil, labels, 0.5, 1)
+	expect("no input", err, "plan wants")
+	for _, s := range []float32{0, -1, float32(math.NaN()), float32(math.Inf(1))} {
+		_, _, err = tr.Run(x, labels, s, 1)
+		expect(fmt.Sprintf("scale %g", s), err, "scale")
+	}
+	sgd := Optimizer{Kind: "sgd", Momentum: 0.9}
+	for _, lr := range []float64{0, -0.1, math.NaN(), math.Inf(1)} {
+		expect(fmt.Sprintf("lr %g", lr), tr.Optimize(sgd, lr, 1), "learning rate")
+	}
+	expect("unknown optimizer", tr.Optimize(Optimizer{Kind: "rmsprop"}, 0.1, 1), `optimizer "rmsprop" unknown`)
+	expect("step 0", tr.Optimize(sgd, 0.1, 0), "step 0 must be >= 1")
+	expect("Nesterov without momentum", tr.Optimize(Optimizer{Kind: "sgd", Nesterov: true}, 0.1, 1), "Nesterov")
+	expect("negative momentum", tr.Optimize(Optimizer{Kind: "sgd", Momentum: -0.5}, 0.1, 1), "out of range")
+	expect("negative weight decay", tr.Optimize(Optimizer{Kind: "adamw", WeightDecay: -1}, 0.1, 1), "out of range")
+	expect("beta1 1", tr.Optimize(Optimizer{Kind: "adam", Beta1: 1}, 0.1, 1), "out of range")
+	expect("beta2 > 1", tr.Optimize(Optimizer{Kind: "adam", Beta2: 1.5}, 0.1, 1), "out of range")
+	expect("negative eps", tr.Optimize(Optimizer{Kind: "adam", Eps: -1}, 0.1, 1), "out of range")
+	expect("get with a short buffer", tr.Get(Params, make([]float32, tr.Len(Params)-1)), "asked")
+	expect("set with a long buffer", tr.Set(Params, make([]float32, tr.Len(Params)+1)), "given")
+	expect("set batch statistics", tr.Set(BatchStats, make([]float32, tr.Len(BatchStats))), "cannot be set")
+	expect("unknown array", tr.Get(Array(9), nil), "unknown")
+	expect("short batch statistics", tr.ApplyBatchStats(make([]float32, 1)), "batch statistics")
+	after := snapshot()
+	for i := range before {
+		if !sameBits(before[i], after[i]) {
+			t.Errorf("array %d changed after refused calls", i)
+		}
+	}
+	if _, err := NewTrainer(m, 0, Options{}); err == nil {
+		t.Errorf("batch 0 accepted")
+	}
+	fixed := b.finish(logits)
+	fixed.Graph.Inputs[0].Dims[0] = 3
+	_, err = NewTrainer(fixed, 2, Options{})
+	expect("batch 2 for an input fixed at 3", err, "fixed batch of 3")
+	tr.Close()
+	_, _, err = tr.Run(x, labels, 0.5, 1)
+	expect("run after close", err, "closed")
+	expect("optimize after close", tr.Optimize(sgd, 0.1, 1), "closed")
 }

@@ -117,19 +117,24 @@ func (b *netBuilder) gemm(x string, out int64, transB, bias bool) string {
 	if len(d) != 2 {
 		b.t.Fatalf("gemm on %v", d)
 	}
-	wd := []int64{d[1], out}
+	return b.gemmN(x, d[1], out, transB, bias)
+}
+
+// gemmN is gemm on a (batch, in) value whose shape the reference need not know.
+func (b *netBuilder) gemmN(x string, in, out int64, transB, bias bool) string {
+	wd := []int64{in, out}
 	if transB {
-		wd = []int64{out, d[1]}
+		wd = []int64{out, in}
 	}
-	in := []string{x, b.param("w", 0, 1.5/math.Sqrt(float64(d[1])), wd...)}
+	inputs := []string{x, b.param("w", 0, 1.5/math.Sqrt(float64(in)), wd...)}
 	if bias {
-		in = append(in, b.param("b", 0, 0.2, out))
+		inputs = append(inputs, b.param("b", 0, 0.2, out))
 	}
 	tb := int64(0)
 	if transB {
 		tb = 1
 	}
-	return b.node("Gemm", in, aInt("transB", tb))
+	return b.node("Gemm", inputs, aInt("transB", tb))
 }
 
 func (b *netBuilder) bn(x string, eps, momentum float32) string {

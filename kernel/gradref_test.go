@@ -34,7 +34,8 @@ type refNet struct {
 	// bnStats holds, after a forward, each BatchNormalization's batch mean and biased
 	// variance, keyed by node name.
 	bnStats  map[string][2][]float64
-	bnCounts map[string]int64 // values each BatchNormalization's statistics average over
+	bnCounts map[string]int64   // values each BatchNormalization's statistics average over
+	ints     map[string][]int64 // int64 values (shapes, axes) from initializers and Constant nodes
 }
 
 func newRefNet(m *onnx.Model) *refNet {
@@ -82,6 +83,12 @@ func (r *refNet) forward(x []float64, dims []int64, seed uint64) (map[string]*re
 	vals := map[string]*refTensor{r.m.Graph.Inputs[0].Name: {dims: dims, v: x}}
 	r.bnStats = map[string][2][]float64{}
 	r.bnCounts = map[string]int64{}
+	r.ints = map[string][]int64{}
+	for name, t := range r.m.Graph.Initializers {
+		if t.DType == onnx.Int64 {
+			r.ints[name] = t.I64
+		}
+	}
 	get := func(name string) (*refTensor, error) {
 		if v, ok := vals[name]; ok {
 			return v, nil
@@ -92,14 +99,22 @@ func (r *refNet) forward(x []float64, dims []int64, seed uint64) (map[string]*re
 		return nil, fmt.Errorf("value %s undefined", name)
 	}
 	for _, n := range r.m.Graph.Nodes {
-		var in []*refTensor
-		for i, name := range n.Inputs {
-			if name == "" {
-				in = append(in, nil)
-				continue
+		if n.OpType == "Constant" {
+			v := n.Attrs["value"]
+			switch {
+			case v == nil || v.T == nil:
+				return nil, fmt.Errorf("node %s: Constant without a tensor value", n.Name)
+			case v.T.DType == onnx.Int64:
+				r.ints[n.Outputs[0]] = v.T.I64
+			default:
+				vals[n.Outputs[0]] = &refTensor{dims: v.T.Dims, v: f64s(v.T.F32)}
 			}
-			if n.OpType == "Reshape" && i == 1 {
-				in = append(in, nil) // an int64 shape, read below
+			continue
+		}
+		var in []*refTensor
+		for _, name := range n.Inputs {
+			if _, isInt := r.ints[name]; name == "" || isInt {
+				in = append(in, nil) // absent, or int64 (shapes, axes): read from r.ints
 				continue
 			}
 			t, err := get(name)
@@ -257,11 +272,11 @@ func (r *refNet) eval(n *onnx.Node, in []*refTensor, seed uint64) (*refTensor, e
 		}
 		return &refTensor{dims: []int64{volume(x.dims[:ax]), volume(x.dims[ax:])}, v: x.v}, nil
 	case "Reshape":
-		shape := r.m.Graph.Initializers[n.Inputs[1]]
-		if shape == nil || shape.DType != onnx.Int64 {
-			return nil, fmt.Errorf("reference Reshape: shape must be an int64 initializer")
+		shape, ok := r.ints[n.Inputs[1]]
+		if !ok {
+			return nil, fmt.Errorf("reference Reshape: shape must be a constant")
 		}
-		dims := append([]int64(nil), shape.I64...)
+		dims := append([]int64(nil), shape...)
 		infer := -1
 		for i, d := range dims {
 			switch {
@@ -276,11 +291,51 @@ func (r *refNet) eval(n *onnx.Node, in []*refTensor, seed uint64) (*refTensor, e
 			dims[infer] = volume(x.dims) / volume(dims)
 		}
 		if volume(dims) != volume(x.dims) {
-			return nil, fmt.Errorf("reshape %v to %v", x.dims, shape.I64)
+			return nil, fmt.Errorf("reshape %v to %v", x.dims, shape)
 		}
 		return &refTensor{dims: dims, v: x.v}, nil
 	case "Identity":
 		return x, nil
+	case "Squeeze", "Unsqueeze":
+		if len(n.Inputs) < 2 {
+			return nil, fmt.Errorf("reference %s: axes must be an input (opset 13)", n.OpType)
+		}
+		axes, ok := r.ints[n.Inputs[1]]
+		if !ok {
+			return nil, fmt.Errorf("reference %s: axes must be a constant input", n.OpType)
+		}
+		rank := len(x.dims)
+		if n.OpType == "Unsqueeze" {
+			rank += len(axes)
+		}
+		at := map[int]bool{}
+		for _, a := range axes {
+			if a < 0 {
+				a += int64(rank)
+			}
+			at[int(a)] = true
+		}
+		var dims []int64
+		if n.OpType == "Squeeze" {
+			for i, d := range x.dims {
+				if !at[i] {
+					dims = append(dims, d)
+				} else if d != 1 {
+					return nil, fmt.Errorf("squeeze of dim %d (%d)", i, d)
+				}
+			}
+		} else {
+			k := 0
+			for i := 0; i < rank; i++ {
+				if at[i] {
+					dims = append(dims, 1)
+				} else {
+					dims = append(dims, x.dims[k])
+					k++
+				}
+			}
+		}
+		return &refTensor{dims: dims, v: x.v}, nil
 	case "Concat":
 		return refConcat(in, rAttrInt(n, "axis", 0))
 	case "Dropout":
