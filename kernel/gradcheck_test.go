@@ -995,3 +995,87 @@ func TestGradBadRuns(t *testing.T) {
 	expect("run after close", err, "closed")
 	expect("optimize after close", tr.Optimize(sgd, 0.1, 1), "closed")
 }
+
+// ---- export ----
+
+// TestGradExportMatchesReference trains a few steps, exports the model with
+// BatchNormalization kept and folded, and runs both (after an ONNX encode/decode round
+// trip) in the inference kernel: their logits must match the float64 reference evaluating
+// the trained weights and running statistics in inference mode.
+func TestGradExportMatchesReference(t *testing.T) {
+	b := newNet(t, 41, 3, 2, 6, 6)
+	c1 := b.node("Relu", []string{b.bn(b.conv("input", 4, 3, 3, true, aInts("pads", 1, 1, 1, 1)), 1e-5, 0.9)})
+	c2 := b.bn(b.conv(c1, 4, 3, 3, false, aInts("pads", 1, 1, 1, 1)), 1e-3, 0.8)
+	x := b.node("Dropout", []string{b.node("Add", []string{c1, c2})}, aFloat("ratio", 0.2))
+	x = b.bn(b.node("MaxPool", []string{x}, aInts("kernel_shape", 2, 2), aInts("strides", 2, 2)), 1e-5, 0.9) // not after a Conv: kept
+	m := b.finish(b.head(x, 3))
+	tr, err := NewTrainer(m, 3, Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	for step := int64(1); step <= 3; step++ {
+		xs, labels := randBatch(uint64(step), 3, tr.Input().Dims, 3)
+		if _, _, err := tr.Run(xs, labels, 1.0/3, uint64(step)); err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.ApplyBatchStats(nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Optimize(Optimizer{Kind: "adam"}, 0.01, step); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept, err := tr.Model(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params, state := getArray(t, tr, Params), getArray(t, tr, State)
+	for _, list := range []struct {
+		ts   []Tensor
+		vals []float32
+	}{{tr.Params(), params}, {tr.State(), state}} {
+		for _, p := range list.ts {
+			if got := kept.Graph.Initializers[p.Name]; got == nil || !sameBits(got.F32, list.vals[p.Offset:p.Offset+p.Len()]) {
+				t.Errorf("exported %s is not the trainer's value", p.Name)
+			}
+		}
+	}
+	ref := newRefNet(kept)
+	ref.inference = true
+	xs, _ := randBatch(77, 3, tr.Input().Dims, 3)
+	vals, err := ref.forward(f64s(xs), tr.Input().Dims, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := vals[kept.Graph.Outputs[0].Name].v
+	for _, fold := range []bool{false, true} {
+		em, err := tr.Model(fold)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bns := 0
+		for _, n := range em.Graph.Nodes {
+			if n.OpType == "BatchNormalization" {
+				bns++
+			}
+		}
+		if wantBN := map[bool]int{false: 3, true: 1}[fold]; bns != wantBN {
+			t.Errorf("fold %v: %d BatchNormalization nodes, want %d", fold, bns, wantBN)
+		}
+		dm, err := onnx.Decode(onnx.Encode(em))
+		if err != nil {
+			t.Fatalf("fold %v: round trip: %v", fold, err)
+		}
+		im, err := LoadModel(dm, Options{Threads: 1})
+		if err != nil {
+			t.Fatalf("fold %v: %v", fold, err)
+		}
+		out, err := im.Run([]*onnx.Tensor{{Name: "input", DType: onnx.Float, Dims: tr.Input().Dims, F32: xs}})
+		im.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		compareF(t, fmt.Sprintf("fold %v logits", fold), out[0].F32, want, 1e-5)
+	}
+}

@@ -36,6 +36,9 @@ type refNet struct {
 	bnStats  map[string][2][]float64
 	bnCounts map[string]int64   // values each BatchNormalization's statistics average over
 	ints     map[string][]int64 // int64 values (shapes, axes) from initializers and Constant nodes
+	// inference evaluates as a trained model runs: BatchNormalization with its running
+	// statistics, Dropout as the identity.
+	inference bool
 }
 
 func newRefNet(m *onnx.Model) *refNet {
@@ -252,6 +255,9 @@ func (r *refNet) eval(n *onnx.Node, in []*refTensor, seed uint64) (*refTensor, e
 		if rAttrInt(n, "training_mode", 0) != 0 {
 			return nil, fmt.Errorf("training_mode attribute not expected")
 		}
+		if r.inference {
+			return refBatchNormInfer(x, in[1].v, in[2].v, in[3].v, in[4].v, rAttrFloat(n, "epsilon", 1e-5)), nil
+		}
 		y, mean, variance := refBatchNormTrain(x, in[1].v, in[2].v, rAttrFloat(n, "epsilon", 1e-5))
 		r.bnStats[n.Name] = [2][]float64{mean, variance}
 		r.bnCounts[n.Name] = x.dims[0] * volume(x.dims[2:])
@@ -342,6 +348,9 @@ func (r *refNet) eval(n *onnx.Node, in []*refTensor, seed uint64) (*refTensor, e
 		ratio := float32(rAttrFloat(n, "ratio", 0.5))
 		if len(n.Inputs) > 1 && n.Inputs[1] != "" {
 			ratio = float32(in[1].v[0])
+		}
+		if r.inference {
+			return x, nil
 		}
 		op, ok := r.dropOp[n.Name]
 		if !ok {
@@ -576,6 +585,17 @@ func refBatchNormTrain(x *refTensor, scale, bias []float64, eps float64) (*refTe
 		}
 	}
 	return y, mean, variance
+}
+
+// refBatchNormInfer normalises with running statistics.
+func refBatchNormInfer(x *refTensor, scale, bias, mean, variance []float64, eps float64) *refTensor {
+	C, S := x.dims[1], volume(x.dims[2:])
+	y := newRef(x.dims...)
+	for i := range y.v {
+		c := int64(i) / S % C
+		y.v[i] = (x.v[i]-mean[c])*scale[c]/math.Sqrt(variance[c]+eps) + bias[c]
+	}
+	return y
 }
 
 // refMatMul is a (M, K) times w (K, N), or w (N, K) transposed, plus bias (N).
