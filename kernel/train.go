@@ -15,7 +15,8 @@ import (
 type Array int32
 
 // The arrays of a training plan. Params, Grads, Opt1 and Opt2 hold every parameter in
-// Params() order, State every running statistic in State() order, and BatchStats each
+// Params() order (the nodes' order, then each node's input order; the same for every
+// trainer of a model), State every running statistic in State() order, and BatchStats each
 // BatchNormalization's last batch mean then unbiased variance, in node order.
 const (
 	Params     Array = 0
