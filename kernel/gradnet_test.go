@@ -93,10 +93,30 @@ func (b *netBuilder) dims(x string) []int64 {
 	return vals[x].dims
 }
 
-// conv adds a Conv with out channels, a k[0] x k[1] kernel and the given attributes
-// (strides, pads, dilations, group); weights have deviation gain/sqrt(fan-in).
+// conv adds a Conv with out channels, a kh x kw kernel (kh 0: a 1-D kernel of kw) and the
+// given attributes (strides, pads, dilations, group); weights have deviation
+// 1.2/sqrt(fan-in).
 func (b *netBuilder) conv(x string, out int64, kh, kw int64, bias bool, attrs ...*onnx.Attribute) string {
 	c := b.dims(x)[1]
+	if kh == 0 {
+		fan := float64(c * kw)
+		for _, a := range attrs {
+			if a.Name == "group" {
+				fan /= float64(a.I)
+			}
+		}
+		g := int64(1)
+		for _, a := range attrs {
+			if a.Name == "group" {
+				g = a.I
+			}
+		}
+		in := []string{x, b.param("w", 0, 1.2/math.Sqrt(fan), out, c/g, kw)}
+		if bias {
+			in = append(in, b.param("b", 0, 0.2, out))
+		}
+		return b.node("Conv", in, append(attrs, aInts("kernel_shape", kw))...)
+	}
 	group := int64(1)
 	for _, a := range attrs {
 		if a.Name == "group" {

@@ -207,6 +207,11 @@ func (r *refNet) eval(n *onnx.Node, in []*refTensor, seed uint64) (*refTensor, e
 		if len(in) > 2 && in[2] != nil {
 			b = in[2].v
 		}
+		if len(x.dims) == 3 { // 1-D: a 2-D convolution of height 1
+			y, err := refConv(as2D(x), as2D(in[1]), b, append([]int64{1}, rAttrInts(n, "strides", 1, 1)...),
+				pads2D(rAttrInts(n, "pads", 0, 2)), append([]int64{1}, rAttrInts(n, "dilations", 1, 1)...), rAttrInt(n, "group", 1))
+			return from2D(y), err
+		}
 		return refConv(x, in[1], b, rAttrInts(n, "strides", 1, 2), rAttrInts(n, "pads", 0, 4),
 			rAttrInts(n, "dilations", 1, 2), rAttrInt(n, "group", 1))
 	case "Gemm":
@@ -231,14 +236,21 @@ func (r *refNet) eval(n *onnx.Node, in []*refTensor, seed uint64) (*refTensor, e
 		}
 		return y, nil
 	case "MaxPool", "AveragePool":
-		k := rAttrInts(n, "kernel_shape", 1, 2)
+		S := len(x.dims) - 2
+		k := rAttrInts(n, "kernel_shape", 1, S)
 		max := n.OpType == "MaxPool"
-		dil := []int64{1, 1}
-		if max {
-			dil = rAttrInts(n, "dilations", 1, 2)
+		dil := rAttrInts(n, "dilations", 1, S)
+		if !max {
+			dil = onesDims(S) // AveragePool has no dilations before opset 19
 		}
-		return refPool(x, max, rAttrInt(n, "count_include_pad", 0) != 0, k, rAttrInts(n, "strides", 1, 2),
-			rAttrInts(n, "pads", 0, 4), dil, rAttrInt(n, "ceil_mode", 0) != 0)
+		st, pads := rAttrInts(n, "strides", 1, S), rAttrInts(n, "pads", 0, 2*S)
+		incl, ceil := rAttrInt(n, "count_include_pad", 0) != 0, rAttrInt(n, "ceil_mode", 0) != 0
+		if S == 1 {
+			y, err := refPool(as2D(x), max, incl, append([]int64{1}, k...), append([]int64{1}, st...), pads2D(pads),
+				append([]int64{1}, dil...), ceil)
+			return from2D(y), err
+		}
+		return refPool(x, max, incl, k, st, pads, dil, ceil)
 	case "GlobalAveragePool":
 		N, C := x.dims[0], x.dims[1]
 		S := volume(x.dims[2:])
@@ -388,6 +400,21 @@ func (r *refNet) eval(n *onnx.Node, in []*refTensor, seed uint64) (*refTensor, e
 	}
 	return nil, fmt.Errorf("no reference for %s", n.OpType)
 }
+
+// as2D views a rank-3 tensor (N, C, L) as (N, C, 1, L); from2D undoes it.
+func as2D(t *refTensor) *refTensor {
+	return &refTensor{dims: []int64{t.dims[0], t.dims[1], 1, t.dims[2]}, v: t.v}
+}
+
+func from2D(t *refTensor) *refTensor {
+	if t == nil {
+		return nil
+	}
+	return &refTensor{dims: []int64{t.dims[0], t.dims[1], t.dims[3]}, v: t.v}
+}
+
+// pads2D turns 1-D pads (begin, end) into 2-D ones (top, left, bottom, right).
+func pads2D(p []int64) []int64 { return []int64{0, p[0], 0, p[1]} }
 
 func onesDims(k int) []int64 {
 	d := make([]int64, k)
