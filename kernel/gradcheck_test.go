@@ -122,13 +122,23 @@ func checkGradients(t *testing.T, m *onnx.Model, batch, threads int, seed uint64
 	dims := tr.Input().Dims
 	x, labels := randBatch(seed, batch, dims, tr.Classes())
 	scale := float32(1) / float32(batch)
+	params, state := getArray(t, tr, Params), getArray(t, tr, State)
 	loss, _, err := tr.Run(x, labels, scale, seed+100)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	grads := make([]float32, tr.Len(Grads))
-	if err := tr.Get(Grads, grads); err != nil {
-		t.Fatal(err)
+	grads := getArray(t, tr, Grads)
+	// a second Run of the same batch gives the same bits (gradients are overwritten, not
+	// accumulated across runs) and neither run touches parameters or statistics
+	loss2, _, err := tr.Run(x, labels, scale, seed+100)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if math.Float64bits(loss2) != math.Float64bits(loss) || !sameBits(getArray(t, tr, Grads), grads) {
+		t.Errorf("a second Run of the same batch gives loss %v (first %v) or different gradients", loss2, loss)
+	}
+	if !sameBits(getArray(t, tr, Params), params) || !sameBits(getArray(t, tr, State), state) {
+		t.Errorf("Run changed parameters or running statistics")
 	}
 
 	ref := newRefNet(m)
