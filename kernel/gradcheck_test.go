@@ -463,6 +463,23 @@ var gradCases = []gradCase{
 		x := b.node("Dropout", []string{b.node("Add", []string{c1, c2})}, aFloat("ratio", 0.5))
 		return b.head(b.node("GlobalAveragePool", []string{x}), 3)
 	}},
+	{"input_read_by_add_and_concat", []int64{3, 4, 4}, 2, 3, func(b *netBuilder) string {
+		// the input needs no gradient: Add and Concat must send theirs only to the Conv
+		x := b.node("Add", []string{"input", b.conv("input", 3, 3, 3, true, aInts("pads", 1, 1, 1, 1))})
+		x = b.node("Concat", []string{"input", x}, aInt("axis", 1))
+		return b.head(b.conv(x, 3, 3, 3, false), 3)
+	}},
+	{"pool_first", []int64{2, 7, 7}, 2, 3, func(b *netBuilder) string {
+		x := b.node("MaxPool", []string{"input"}, aInts("kernel_shape", 2, 2), aInts("strides", 2, 2))
+		return b.head(b.node("Sigmoid", []string{b.conv(x, 3, 2, 2, true)}), 3)
+	}},
+	{"blocked_padding/sigmoid_bn_avgpool", []int64{3, 6, 6}, 2, 3, func(b *netBuilder) string {
+		// 17 channels in 16-blocks: the padded lanes of sigmoid(0) = 0.5 must not leak
+		x := b.node("Sigmoid", []string{b.conv("input", 17, 3, 3, true, aInts("pads", 1, 1, 1, 1))})
+		x = b.bn(x, 1e-5, 0.9)
+		x = b.node("AveragePool", []string{x}, aInts("kernel_shape", 3, 3), aInts("strides", 2, 2), aInts("pads", 1, 1, 1, 1), aInt("ceil_mode", 1))
+		return b.head(b.conv(x, 3, 1, 1, true), 3)
+	}},
 	{"shared_weight", []int64{2, 5, 5}, 2, 3, func(b *netBuilder) string {
 		// one weight read by two Convs: its gradient is the sum of both contributions
 		a := b.conv("input", 2, 3, 3, false, aInts("pads", 1, 1, 1, 1))
