@@ -459,7 +459,7 @@ var gradCases = []gradCase{
 		// 69,696 activations: more than the 65,536 above which the kernel's own loops
 		// (gradient accumulation of a fan-out, dropout masks) run in parallel
 		c1 := b.conv("input", 16, 3, 3, true, aInts("pads", 1, 1, 1, 1))
-		c2 := b.conv(b.node("Relu", []string{c1}), 16, 3, 3, true, aInts("pads", 1, 1, 1, 1))
+		c2 := b.conv(b.node("Relu", []string{c1}), 16, 3, 3, true, aInts("pads", 1, 1, 1, 1), aInt("group", 16)) // depthwise: a cheap reference
 		x := b.node("Dropout", []string{b.node("Add", []string{c1, c2})}, aFloat("ratio", 0.5))
 		return b.head(b.node("GlobalAveragePool", []string{x}), 3)
 	}},
