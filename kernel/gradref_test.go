@@ -36,6 +36,7 @@ type refNet struct {
 	bnStats  map[string][2][]float64
 	bnCounts map[string]int64   // values each BatchNormalization's statistics average over
 	ints     map[string][]int64 // int64 values (shapes, axes) from initializers and Constant nodes
+	logits   *refTensor         // the last loss's logits
 	// inference evaluates as a trained model runs: BatchNormalization with its running
 	// statistics, Dropout as the identity.
 	inference bool
@@ -152,7 +153,27 @@ func (r *refNet) loss(x []float64, dims []int64, labels []int64, seed uint64) (f
 	if len(z.dims) != 2 || z.dims[0] != int64(len(labels)) {
 		return 0, fmt.Errorf("logits dims %v for %d labels", z.dims, len(labels))
 	}
+	r.logits = z
 	return refCrossEntropy(z, labels), nil
+}
+
+// correct counts the last loss's rows whose largest logit (the first, on ties) is the label.
+func (r *refNet) correct(labels []int64) int64 {
+	K := int(r.logits.dims[1])
+	var n int64
+	for i, y := range labels {
+		row := r.logits.v[i*K : (i+1)*K]
+		best := 0
+		for k := range row {
+			if row[k] > row[best] {
+				best = k
+			}
+		}
+		if int64(best) == y {
+			n++
+		}
+	}
+	return n
 }
 
 func refCrossEntropy(z *refTensor, labels []int64) float64 {
