@@ -1141,3 +1141,105 @@ func TestGradExportMatchesReference(t *testing.T) {
 		compareF(t, fmt.Sprintf("fold %v logits", fold), out[0].F32, want, 1e-5)
 	}
 }
+
+// TestGradSetRestoresState: values written with Set (a checkpoint restored, weights
+// received from elsewhere) are the ones the next Run, ApplyBatchStats and Optimize use.
+func TestGradSetRestoresState(t *testing.T) {
+	c := gradCases[slices.IndexFunc(gradCases, func(c gradCase) bool { return c.name == "batchnorm/eps_blocked" })]
+	m := buildCase(t, c, 8)
+	tr, err := NewTrainer(m, c.batch, Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	dims := tr.Input().Dims
+	x, labels := randBatch(3, c.batch, dims, tr.Classes())
+	if _, _, err := tr.Run(x, labels, 1, 0); err != nil { // run once with the initial values
+		t.Fatal(err)
+	}
+	// new parameters and running statistics
+	params, state := getArray(t, tr, Params), getArray(t, tr, State)
+	for i := range params {
+		params[i] = params[i]*0.7 + float32(i%7)*0.01
+	}
+	for i := range state {
+		state[i] = state[i]*0.5 + 0.25
+	}
+	if err := tr.Set(Params, params); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Set(State, state); err != nil {
+		t.Fatal(err)
+	}
+	loss, _, err := tr.Run(x, labels, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := newRefNet(m)
+	for _, p := range tr.Params() {
+		ref.params[p.Name] = f64s(params[p.Offset : p.Offset+p.Len()])
+	}
+	if err := ref.setDropoutOps(dims); err != nil {
+		t.Fatal(err)
+	}
+	want, err := ref.loss(f64s(x), dims, labels, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(loss-want) > lossTol*math.Max(1, want) {
+		t.Errorf("after Set(Params): loss %.9g, reference with the set weights %.9g", loss, want)
+	}
+	// running statistics move from the set values
+	bstats := getArray(t, tr, BatchStats)
+	if err := tr.ApplyBatchStats(nil); err != nil {
+		t.Fatal(err)
+	}
+	wantState := f64s(state)
+	off := int64(0) // of this BatchNormalization's statistics in bstats
+	for _, n := range m.Graph.Nodes {
+		if n.OpType != "BatchNormalization" {
+			continue
+		}
+		mom := float64(n.Attrs["momentum"].F)
+		var mean, variance Tensor
+		for _, s := range tr.State() {
+			switch s.Name {
+			case n.Inputs[3]:
+				mean = s
+			case n.Inputs[4]:
+				variance = s
+			}
+		}
+		C := mean.Len()
+		for i := int64(0); i < C; i++ {
+			wantState[mean.Offset+i] = wantState[mean.Offset+i]*mom + float64(bstats[off+i])*(1-mom)
+			wantState[variance.Offset+i] = wantState[variance.Offset+i]*mom + float64(bstats[off+C+i])*(1-mom)
+		}
+		off += 2 * C
+	}
+	compareF(t, "running statistics after Set(State)", getArray(t, tr, State), wantState, 1e-6)
+	// Adam resumed at step 5 from set moments
+	n := tr.Len(Params)
+	m1, m2 := make([]float32, n), make([]float32, n)
+	for i := range m1 {
+		m1[i] = float32(i%5-2) * 1e-3
+		m2[i] = float32(i%3+1) * 1e-5
+	}
+	if err := tr.Set(Opt1, m1); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Set(Opt2, m2); err != nil {
+		t.Fatal(err)
+	}
+	grads := getArray(t, tr, Grads)
+	o := Optimizer{Kind: "adam"}
+	if err := tr.Optimize(o, 1e-3, 5); err != nil {
+		t.Fatal(err)
+	}
+	ro := &refOptimizer{o: o, m1: f64s(m1), m2: f64s(m2)}
+	w := f64s(params)
+	ro.step(w, f64s(grads), 1e-3, 5)
+	compareF(t, "weights after Adam resumed at step 5", getArray(t, tr, Params), w, 1e-6)
+	compareF(t, "first moment after resuming", getArray(t, tr, Opt1), ro.m1, 1e-6)
+	compareF(t, "second moment after resuming", getArray(t, tr, Opt2), ro.m2, 1e-6)
+}
