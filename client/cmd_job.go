@@ -24,7 +24,7 @@ import (
 
 func init() {
 	nodeSetup = append(nodeSetup, func(n *sched.Node) error { return n.AddScheduler() })
-	register("train", "train start|stop | train add --name N --model FILE.onnx|zoo:NAME [--input-shape C,H,W] [--classes K] | train remove --name N | train list",
+	register("train", "train local --model INIT.onnx --data IMAGES --labels LABELS --epochs E --batch B --out OUT.onnx ... | train start|stop | train add --name N --model FILE.onnx|zoo:NAME [--input-shape C,H,W] [--classes K] | train remove --name N | train list",
 		"training phase: start or stop it; add a training job (validates the model, stores it in SDFS)", runTrain)
 	register("inference", "inference start|stop",
 		"inference phase: start it (jobs run) or stop it (jobs pause, nothing is lost)", runInference)
@@ -109,6 +109,9 @@ func runPhase(args []string, cmd string, phase sched.Phase) error {
 func runInference(args []string) error { return runPhase(args, "inference", sched.PhaseInference) }
 
 func runTrain(args []string) error {
+	if len(args) > 0 && args[0] == "local" {
+		return runTrainLocal(args[1:])
+	}
 	if len(args) > 0 && args[0] == "add" {
 		return runTrainAdd(args[1:])
 	}
@@ -225,13 +228,13 @@ func runJob(args []string) error {
 		return runJobList(rest)
 	}
 	fmt.Fprint(os.Stderr, `usage:
-  idunno job add --name J --model SDFSNAME|MODEL --data SDFSNAME --batch B [--format idx|npy|images] [--task-size Q]
+  idunno job add --name J --model SDFSNAME|MODEL --data SDFSNAME --batch B [--format idx|npy|images] [--task-size Q] [--weight W]
                  [--resize HxW] [--grey-to-rgb] [--scale S] [--mean a,b,c] [--std a,b,c]
   idunno job result J LOCAL     fetch the result CSV (query,top1,score) of a finished job
   idunno job wait J [--timeout D]
   idunno job remove J
   idunno job list [--json]
-  idunno job stats J [--json]   queries done, rate over 10 s, latency percentiles, workers and shares
+  idunno job stats J [--json]   queries done, rate over 10 s, weight and achieved rate ratio, latency percentiles, workers and shares
 `)
 	if sub == "help" {
 		return nil
@@ -249,6 +252,7 @@ func runJobAdd(args []string) error {
 	fs.StringVar(&spec.Format, "format", "", "idx, npy (default: detected) or images (a folder of PNG/JPEG put with putdir)")
 	fs.IntVar(&spec.Batch, "batch", 0, "batch size (fixed for the job's life)")
 	fs.IntVar(&spec.TaskSize, "task-size", 0, "queries per task, a multiple of the batch (default: chosen)")
+	fs.Float64Var(&spec.Weight, "weight", 1, "fair-time weight: the job's query rate is W times that of a job of weight 1")
 	spec.Pre.Flags(fs)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -366,6 +370,11 @@ func runJobNamed(sub string, args []string) error {
 func printStats(w io.Writer, r sched.JobStatsReport) {
 	l := r.LatencyMS
 	fmt.Fprintf(w, "job %s: %d/%d queries, %.1f queries/s over the last 10 s\n", r.Job, r.Done, r.Total, r.Rate10s)
+	ratio := "no other job running"
+	if r.RateRatio > 0 {
+		ratio = fmt.Sprintf("rate %.2fx the other jobs' per unit of weight", r.RateRatio)
+	}
+	fmt.Fprintf(w, "weight %g: %s\n", r.Weight, ratio)
 	fmt.Fprintf(w, "latency per query (ms): mean %.2f stddev %.2f p50 %.2f p90 %.2f p95 %.2f p99 %.2f\n",
 		l.Mean, l.Stddev, l.P50, l.P90, l.P95, l.P99)
 	var ws []string

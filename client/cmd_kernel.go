@@ -18,8 +18,8 @@ import (
 func init() {
 	register("infer", "infer --model M.onnx --input input_0.pb [--input ...] --output-dir DIR [--threads N]",
 		"run a model through the kernel on TensorProto inputs; writes DIR/output_<i>.pb", runInfer)
-	register("bench", "bench kernel --model M.onnx --batch B --threads T --seconds S [--json]",
-		"measure kernel throughput, latency and fraction of the FP32 FMA peak", runBench)
+	register("bench", "bench kernel|train --model M.onnx --batch B --threads T --seconds S [--json]",
+		"measure kernel inference or training throughput and fraction of the FP32 FMA peak", runBench)
 }
 
 // multiFlag collects a repeated string flag.
@@ -93,6 +93,9 @@ type benchResult struct {
 }
 
 func runBench(args []string) error {
+	if len(args) > 0 && args[0] == "train" {
+		return runBenchTrain(args[1:])
+	}
 	if len(args) == 0 || args[0] != "kernel" {
 		return fmt.Errorf("usage: idunno bench kernel --model M.onnx --batch B --threads T --seconds S [--json]")
 	}

@@ -52,6 +52,17 @@ func addHTTP(n *sched.Node) error {
 			_, err := n.SDFS.Client().Get(ctx, name, w)
 			return err
 		},
+		List: func(ctx context.Context, prefix string) ([]string, error) {
+			if n.SDFS == nil {
+				return nil, errors.New("this node runs no SDFS store")
+			}
+			fs, err := n.SDFS.Client().List(ctx, prefix)
+			names := make([]string, len(fs))
+			for i, f := range fs {
+				names[i] = f.Name
+			}
+			return names, err
+		},
 	})
 	n.Add(svc)
 	return nil

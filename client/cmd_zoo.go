@@ -11,7 +11,7 @@ import (
 )
 
 func init() {
-	register("zoo", "zoo NAME --out FILE.onnx [--input-shape C,H,W] [--classes K] [--seed S]",
+	register("zoo", "zoo NAME --out FILE.onnx [--input-shape C,H,W] [--classes K] [--seed S] [--init torch]",
 		"write a standard network ("+strings.Join(zoo.Names(), ", ")+") as ONNX with seeded weights", runZoo)
 }
 
@@ -21,6 +21,9 @@ func runZoo(args []string) error {
 	shape := fs.String("input-shape", "", "input C,H,W (default: the architecture's)")
 	classes := fs.Int64("classes", 0, "number of output classes (default: the architecture's)")
 	seed := fs.Uint64("seed", 1, "seed of the weights")
+	initName := fs.String("init", "", "weights: empty (the default) for inference demos (He-scaled, BatchNormalization with\n"+
+		"seeded statistics, no Dropout), or \""+zoo.InitTorch+"\" for training: what PyTorch gives a fresh\n"+
+		"torchvision module (its conv/linear init, BatchNormalization 1/0/0/1, Dropout nodes), drawn from --seed")
 	// Accept the model name before or after the flags.
 	var name string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -37,7 +40,7 @@ func runZoo(args []string) error {
 	if name == "" || *out == "" {
 		return fmt.Errorf("usage: idunno zoo NAME --out FILE.onnx (models: %s)", strings.Join(zoo.Names(), ", "))
 	}
-	opt := zoo.Options{Classes: *classes, Seed: *seed}
+	opt := zoo.Options{Classes: *classes, Seed: *seed, Init: *initName}
 	if *shape != "" {
 		for _, f := range strings.Split(*shape, ",") {
 			d, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
@@ -55,7 +58,11 @@ func runZoo(args []string) error {
 		return err
 	}
 	in := m.Graph.Inputs[0].Dims
-	fmt.Printf("wrote %s: %s, input (N,%d,%d,%d), %d classes, %d parameters\n",
-		*out, name, in[1], in[2], in[3], m.Graph.Outputs[0].Dims[1], zoo.ParamCount(m))
+	weights := ""
+	if *initName != "" {
+		weights = ", " + *initName + " init"
+	}
+	fmt.Printf("wrote %s: %s, input (N,%d,%d,%d), %d classes, %d parameters%s\n",
+		*out, name, in[1], in[2], in[3], m.Graph.Outputs[0].Dims[1], zoo.ParamCount(m), weights)
 	return nil
 }

@@ -47,7 +47,44 @@ func TestZooCommand(t *testing.T) {
 		out.Name != "output" || out.Dims[1] != 5 || m.Opset != 13 {
 		t.Errorf("resnet18 input %+v output %+v opset %d", in, out, m.Opset)
 	}
+	// --init torch: PyTorch's initialisation, deterministic, with torchvision's Dropout.
+	ta, tb := filepath.Join(dir, "ta.onnx"), filepath.Join(dir, "tb.onnx")
+	if out, err := run("lenet5", "--out", ta, "--seed", "3", "--init", "torch"); err != nil || !strings.Contains(out, "61706 parameters, torch init") {
+		t.Fatalf("zoo lenet5 --init torch: %v\n%s", err, out)
+	}
+	if out, err := run("--init", "torch", "--seed", "3", "--out", tb, "lenet5"); err != nil {
+		t.Fatalf("zoo --init torch with the name last: %v\n%s", err, out)
+	}
+	tab, _ := os.ReadFile(ta)
+	tbb, _ := os.ReadFile(tb)
+	if len(tab) == 0 || !bytes.Equal(tab, tbb) {
+		t.Error("--init torch with the same seed wrote different files")
+	}
+	if bytes.Equal(tab, ab) {
+		t.Error("--init torch wrote the default weights")
+	}
+	mb := filepath.Join(dir, "mb.onnx")
+	if out, err := run("mobilenet_v2", "--out", mb, "--input-shape", "3,32,32", "--classes", "4", "--init", "torch"); err != nil {
+		t.Fatalf("zoo mobilenet_v2 --init torch: %v\n%s", err, out)
+	}
+	mm, err := onnx.ReadFile(mb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mm.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	drop := 0
+	for _, n := range mm.Graph.Nodes {
+		if n.OpType == "Dropout" {
+			drop++
+		}
+	}
+	if drop != 1 {
+		t.Errorf("mobilenet_v2 --init torch has %d Dropout nodes, want 1", drop)
+	}
 	for _, bad := range [][]string{
+		{"lenet5", "--out", r, "--init", "xavier"},
 		{"nosuch", "--out", r},
 		{"lenet5"},
 		{"lenet5", "--out", r, "--input-shape", "1,x,28"},

@@ -434,6 +434,32 @@ static void spatial(const int64_t *ia, int S, int base, dnnl_dims_t out, int min
     for (int i = 0; i < S; i++) out[i] = ia[base + i] - minus1;
 }
 
+static int is_ref(const_dnnl_primitive_desc_t pd) {
+    const char *impl = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl) return 1;
+    return strncmp(impl, "ref", 3) == 0;
+}
+
+/* conv_bwd_fast reports whether both backward passes of forward pd fpd (descriptor cd) have
+ * an implementation other than oneDNN's slow reference loops. */
+static int conv_bwd_fast(idk_plan_t *p, const dnnl_convolution_desc_t *cd, const_dnnl_primitive_desc_t fpd,
+                         const dnnl_memory_desc_t *bmd, const dnnl_dims_t st, const dnnl_dims_t dl, const dnnl_dims_t pb,
+                         const dnnl_dims_t pe) {
+    dnnl_memory_desc_t smd = *q(fpd, dnnl_query_src_md), dmd = *q(fpd, dnnl_query_dst_md), w = cd->weights_desc;
+    dnnl_memory_desc_init_by_tag(&w, w.ndims, w.dims, dnnl_f32, dnnl_format_tag_any);
+    dnnl_convolution_desc_t bd, bw;
+    dnnl_primitive_desc_t pd1 = NULL, pd2 = NULL;
+    int ok = dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &smd, &w, &dmd, st, dl, pb, pe) ==
+                 dnnl_success &&
+             dnnl_dilated_convolution_backward_weights_desc_init(&bw, dnnl_convolution_direct, &smd, &w, bmd, &dmd, st, dl,
+                                                                 pb, pe) == dnnl_success &&
+             tr_pd(p, &pd1, &bd, fpd) == dnnl_success && tr_pd(p, &pd2, &bw, fpd) == dnnl_success && !is_ref(pd1) &&
+             !is_ref(pd2);
+    if (pd1) dnnl_primitive_desc_destroy(pd1);
+    if (pd2) dnnl_primitive_desc_destroy(pd2);
+    return ok;
+}
+
 static idk_status_t conv_fw(idk_plan_t *p, const idk_op_t *op, tr_opstate_t *o) {
     const idk_tensor_t *x = &p->t[op->in[0]], *w = &p->t[op->in[1]], *y = &p->t[op->out[0]];
     int nd = x->ndims, S = nd - 2;
@@ -463,24 +489,34 @@ static idk_status_t conv_fw(idk_plan_t *p, const idk_op_t *op, tr_opstate_t *o) 
     dnnl_memory_desc_init_by_tag(&bmd, 1, bd, dnnl_f32, dnnl_a);
     /* 2-D: oneDNN's blocked nChw16c layout for activations (as inference plans do); the
      * first layer's few input channels stay plain. Other ranks: oneDNN's choice. */
-    int blocked = nd == 4;
+    /* layouts, tried in order: blocked nChw16c activations (2-D; a first layer's few input
+     * channels stay plain), plain nchw, then oneDNN's choice. A layout is taken only if both
+     * backward passes have a fast (non-reference) implementation for it. */
+    int mode = nd == 4 ? 0 : 2;
     dnnl_convolution_desc_t cd;
     dnnl_status_t ds;
-retry:
-    if (blocked) {
-        dnnl_memory_desc_init_by_tag(&smd, 4, xd, dnnl_f32, x->dims[1] < 8 ? dnnl_nchw : dnnl_nChw16c);
-        dnnl_memory_desc_init_by_tag(&dmd, 4, yd, dnnl_f32, y->dims[1] < 8 ? dnnl_nchw : dnnl_nChw16c);
-    } else {
-        dnnl_memory_desc_init_by_tag(&smd, nd, xd, dnnl_f32, dnnl_format_tag_any);
-        dnnl_memory_desc_init_by_tag(&dmd, nd, yd, dnnl_f32, dnnl_format_tag_any);
-    }
-    dnnl_memory_desc_init_by_tag(&wmd, wn, wd, dnnl_f32, dnnl_format_tag_any);
-    ds = dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct, &smd, &wmd,
-                                                    has_bias ? &bmd : NULL, &dmd, st, dl, pb, pe);
-    if (ds == dnnl_success) ds = tr_pd(p, &o->fpd, &cd, NULL);
-    if (ds != dnnl_success && blocked) {
-        blocked = 0;
-        goto retry;
+    for (;; mode++) {
+        if (mode == 0) {
+            dnnl_memory_desc_init_by_tag(&smd, 4, xd, dnnl_f32, x->dims[1] < 8 ? dnnl_nchw : dnnl_nChw16c);
+            dnnl_memory_desc_init_by_tag(&dmd, 4, yd, dnnl_f32, y->dims[1] < 8 ? dnnl_nchw : dnnl_nChw16c);
+        } else if (mode == 1) {
+            dnnl_memory_desc_init_by_tag(&smd, 4, xd, dnnl_f32, dnnl_nchw);
+            dnnl_memory_desc_init_by_tag(&dmd, 4, yd, dnnl_f32, dnnl_nchw);
+        } else {
+            dnnl_memory_desc_init_by_tag(&smd, nd, xd, dnnl_f32, dnnl_format_tag_any);
+            dnnl_memory_desc_init_by_tag(&dmd, nd, yd, dnnl_f32, dnnl_format_tag_any);
+        }
+        dnnl_memory_desc_init_by_tag(&wmd, wn, wd, dnnl_f32, dnnl_format_tag_any);
+        ds = dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct, &smd, &wmd,
+                                                        has_bias ? &bmd : NULL, &dmd, st, dl, pb, pe);
+        if (ds == dnnl_success) ds = tr_pd(p, &o->fpd, &cd, NULL);
+        if (ds == dnnl_success && (mode == 2 || conv_bwd_fast(p, &cd, o->fpd, has_bias ? &bmd : NULL, st, dl, pb, pe)))
+            break;
+        if (ds == dnnl_success) {
+            dnnl_primitive_desc_destroy(o->fpd);
+            o->fpd = NULL;
+        }
+        if (mode == 2) break;
     }
     if (ds != dnnl_success) return dfail(p, "conv forward", ds);
     o->smd = *q(o->fpd, dnnl_query_src_md);

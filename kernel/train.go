@@ -15,8 +15,7 @@ import (
 type Array int32
 
 // The arrays of a training plan. Params, Grads, Opt1 and Opt2 hold every parameter in
-// Params() order (the nodes' order, then each node's input order; the same for every
-// trainer of a model), State every running statistic in State() order, and BatchStats each
+// Params() order, State every running statistic in State() order, and BatchStats each
 // BatchNormalization's last batch mean then unbiased variance, in node order.
 const (
 	Params     Array = 0
@@ -146,21 +145,16 @@ func NewTrainer(m *onnx.Model, batch int, opt Options) (*Trainer, error) {
 	return t, nil
 }
 
-// paramSlot is an input of a trainable node that is a parameter (roleParam) or a running
-// statistic (roleState).
-type paramSlot struct{ input, role int }
-
-// paramSlots lists a node's parameter and statistic inputs in input order. (A slice, not a
-// map: the flat arrays' layout follows this order, so it must be the same in every trainer
-// of a model, or checkpoints and gradients exchanged between trainers would be scrambled.)
-func paramSlots(n *onnx.Node) []paramSlot {
+// paramSlots says which inputs of a trainable node are parameters or running statistics,
+// in input order (the order fixes the flat arrays' layout, so it must not vary).
+func paramSlots(n *onnx.Node) []struct{ in, role int } {
 	switch n.OpType {
 	case "Conv", "Gemm":
-		return []paramSlot{{1, roleParam}, {2, roleParam}}
+		return []struct{ in, role int }{{1, roleParam}, {2, roleParam}}
 	case "MatMul":
-		return []paramSlot{{1, roleParam}}
+		return []struct{ in, role int }{{1, roleParam}}
 	case "BatchNormalization":
-		return []paramSlot{{1, roleParam}, {2, roleParam}, {3, roleState}, {4, roleState}}
+		return []struct{ in, role int }{{1, roleParam}, {2, roleParam}, {3, roleState}, {4, roleState}}
 	}
 	return nil
 }
@@ -191,7 +185,7 @@ func (t *Trainer) build(g *onnx.Graph, src *onnx.Model) error {
 			return fmt.Errorf("kernel: node %s (%s): operator has no backward pass: %w", n.Name, n.OpType, ErrNotTrainable)
 		}
 		for _, slot := range paramSlots(n) {
-			i, role := slot.input, slot.role
+			i, role := slot.in, slot.role
 			if i >= len(n.Inputs) || n.Inputs[i] == "" {
 				continue
 			}

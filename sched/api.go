@@ -29,6 +29,7 @@ type JobSummary struct {
 	FirstQueryMS float64 `json:"first_query_ms"` // from added to the first task starting (-1: not yet known)
 	LastDoneMS   float64 `json:"last_done_ms"`   // from added to the latest task's commit (-1: none yet)
 	SplitAtAdd   string  `json:"split_at_add,omitempty"`
+	Weight       float64 `json:"weight"`
 	Result       string  `json:"result"` // SDFS name of the result CSV
 }
 
@@ -244,6 +245,7 @@ func (s *Scheduler) apiJobAdd(ctx context.Context, spec JobSpec) (JobAddReply, e
 	}
 	spec.Queries = n
 	spec.ID = s.now().UnixNano()
+	spec.ResizeFrom, spec.ResizeSize, spec.ResizeID, spec.SizeChosen = 0, 0, 0, false // the coordinator's
 	// The model's compute per query is the controller's cost prior until the job's own
 	// cost is measured, so the split chosen now is already close to fair. Never the client's.
 	spec.FLOPsPerQuery = s.exec.FLOPsPerQuery(ctx, spec)
@@ -255,20 +257,21 @@ func (s *Scheduler) apiJobAdd(ctx context.Context, spec JobSpec) (JobAddReply, e
 		// measured when the first one completes, and the tasks of the jobs sharing a worker
 		// interleave finely enough for their rates to match over a rate window.
 		// A job that will run at the pace of expensive ones (fair time gives every job the
-		// same rate) gets tasks of about TaskSeconds at that rate: LeNet-5 beside ResNet-50
-		// runs at ResNet's few dozen queries per second, and with 1,024-query (or even
-		// 64-query) tasks its rate over a 10 s window would move in steps of a whole task.
-		// At that pace a task's fixed costs are negligible, so MinTaskQueries does not apply.
+		// same rate) gets tasks of about FairTaskSeconds at that rate: LeNet-5 beside
+		// ResNet-50 runs at ResNet's few hundred queries per second, and with 1,024-query
+		// tasks its rate over a 10 s window would move in steps of a third. At that pace a
+		// task's fixed costs are negligible, so MinTaskQueries does not apply.
 		s.mu.Lock()
 		c, rate := s.costPrior(spec)
 		s.mu.Unlock()
 		if q := s.cfg.TaskSeconds.Seconds() / c; spec.FLOPsPerQuery > 0 && c > 0 && q < float64(target) {
 			target = max(spec.Batch, int(q))
 		}
-		if q := s.cfg.TaskSeconds.Seconds() * rate; spec.FLOPsPerQuery > 0 && rate > 0 && q < float64(target) {
+		if q := s.cfg.FairTaskSeconds.Seconds() * rate; spec.FLOPsPerQuery > 0 && rate > 0 && q < float64(target) {
 			target = max(int(q), spec.Batch)
 		}
 		spec.TaskSize = ChooseTaskSize(n, spec.Batch, target)
+		spec.SizeChosen = true
 	} else if spec.TaskSize%spec.Batch != 0 {
 		return fail(fmt.Errorf("sched: task size %d is not a whole number of batches of %d", spec.TaskSize, spec.Batch))
 	}
@@ -332,6 +335,7 @@ func (s *Scheduler) summary(n string, now time.Time) JobSummary {
 		sum.FirstQueryMS = float64(j.FirstStart-j.Added) / 1e6
 	}
 	sum.SplitAtAdd = j.Split
+	sum.Weight = j.Spec.RateWeight()
 	return sum
 }
 
@@ -370,6 +374,24 @@ func (s *Scheduler) apiJobHistogram(_ context.Context, a NameArgs) (LatencyHisto
 	return h, nil
 }
 
+// rateRatio is a job's rate over the mean rate per unit of weight of the other running
+// jobs (0 when none runs or none has a rate yet). Called with s.mu held.
+func (s *Scheduler) rateRatio(job string, rate float64, now time.Time) float64 {
+	sum, n := 0.0, 0
+	for _, o := range s.running() {
+		if st := s.stats[o]; o != job && st != nil {
+			if r := st.Rate(now, rateWindow); r > 0 {
+				sum += r / s.st.Jobs[o].Spec.RateWeight()
+				n++
+			}
+		}
+	}
+	if n == 0 || sum <= 0 {
+		return 0
+	}
+	return rate / (sum / float64(n))
+}
+
 func (s *Scheduler) apiJobStats(_ context.Context, a NameArgs) (JobStatsReport, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -381,11 +403,12 @@ func (s *Scheduler) apiJobStats(_ context.Context, a NameArgs) (JobStatsReport, 
 		return JobStatsReport{}, fmt.Errorf("sched: %s stopped coordinating; retry", s.name)
 	}
 	now := s.now()
-	r := JobStatsReport{Job: a.Name, Done: doneQueries(j), Total: j.Spec.Queries, Workers: []WorkerShare{}}
+	r := JobStatsReport{Job: a.Name, Done: doneQueries(j), Total: j.Spec.Queries, Workers: []WorkerShare{}, Weight: j.Spec.RateWeight()}
 	if st := s.stats[a.Name]; st != nil {
 		r.Rate10s = st.Rate(now, rateWindow)
 		r.LatencyMS = st.Latency()
 	}
+	r.RateRatio = s.rateRatio(a.Name, r.Rate10s, now)
 	if !j.Complete {
 		for _, w := range sortedKeys(s.co.assign) {
 			for _, sh := range s.co.assign[w] {

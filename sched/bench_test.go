@@ -10,7 +10,8 @@ import (
 )
 
 // BenchmarkFairDecision is one fair-time decision for 1,000 workers and 100 jobs: shares
-// from measured costs and rates, then the per-worker split.
+// from measured costs, the fair rate and the per-worker split, then a round of picks, one
+// for each of the 1,000 workers (each leasing a task of the job it picked).
 func BenchmarkFairDecision(b *testing.B) {
 	workers := make([]string, 1000)
 	for i := range workers {
@@ -18,17 +19,26 @@ func BenchmarkFairDecision(b *testing.B) {
 	}
 	loads := make([]JobLoad, 100)
 	names := make([]string, 100)
+	q := NewFairQueue()
 	for i := range loads {
 		names[i] = fmt.Sprintf("job%d", i)
-		loads[i] = JobLoad{Name: names[i], Cost: 0.001 * float64(1+i%17), Rate: 100 + float64(i%7), Gain: 1}
+		loads[i] = JobLoad{Name: names[i], Cost: 0.001 * float64(1+i%17), Weight: float64(1 + i%3)}
+		q.Add(names[i], loads[i].Weight)
 	}
+	pending := func(string) bool { return true }
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		shares, gains := FairShares(loads)
-		for j := range loads {
-			loads[j].Gain = gains[j]
+		shares, _ := FairShares(loads)
+		slack := 0.25 * FairRate(len(workers), loads)
+		assign := AssignWorkers(workers, names, shares)
+		for _, w := range workers {
+			mine := map[string]bool{}
+			for _, sh := range assign[w] {
+				mine[sh.Job] = true
+			}
+			job := q.Pick(pending, func(j string) bool { return mine[j] }, slack)
+			q.Leased(job, 32)
 		}
-		AssignWorkers(workers, names, shares)
 	}
 }
 

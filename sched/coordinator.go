@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -12,19 +11,16 @@ import (
 )
 
 // coordTables is the coordinator's soft state, rebuilt on takeover: leases, measurements,
-// the current split of workers, and each worker's virtual time per job (for interleaving
-// the jobs a worker serves by weight).
+// the current split of workers, and each job's progress (the FairQueue that picks which
+// job a worker runs next).
 type coordTables struct {
 	tasks       *TaskTable
 	stats       map[string]*JobStats
 	assign      map[string][]Share
 	shares      map[string]float64
-	vt          map[string]map[string]float64 // worker -> job -> busy seconds / weight
-	vclock      map[string]float64            // worker -> virtual time of the job it last picked
-	vwall       map[string]float64            // worker -> the clock moved on by wall time too (see pickJob)
-	vwallAt     map[string]time.Time          // worker -> when vwall was last moved
-	estCost     map[string]float64            // job -> cost per query the controller assumed
-	leaseCost   map[taskKey]float64           // estimated busy seconds charged at lease time
+	fair        *FairQueue
+	fairRate    float64            // queries per second per unit of weight every running job would get
+	estCost     map[string]float64 // job -> cost per query the controller assumed
 	workers     []string
 	standby     string
 	standbyAddr string
@@ -34,17 +30,14 @@ type coordTables struct {
 	since       time.Time
 	lastBeat    time.Time
 	lastGain    time.Time
-	started     map[string]bool                 // jobs whose first task has been leased
-	express     map[taskKey]bool                // leases sent as express tasks
-	due         map[string]map[string]time.Time // worker -> paced job -> when its next task is due
-	heard       map[string]time.Time            // worker -> its last pull
+	started     map[string]bool      // jobs whose first task has been leased
+	heard       map[string]time.Time // worker -> its last pull
 }
 
 func newCoordTables(now time.Time) *coordTables {
 	return &coordTables{tasks: NewTaskTable(), stats: map[string]*JobStats{}, assign: map[string][]Share{},
-		shares: map[string]float64{}, vt: map[string]map[string]float64{}, vclock: map[string]float64{}, vwall: map[string]float64{}, vwallAt: map[string]time.Time{},
-		estCost: map[string]float64{}, leaseCost: map[taskKey]float64{},
-		assembling: map[string]bool{}, started: map[string]bool{}, express: map[taskKey]bool{}, due: map[string]map[string]time.Time{}, heard: map[string]time.Time{}, since: now}
+		shares: map[string]float64{}, fair: NewFairQueue(), estCost: map[string]float64{},
+		assembling: map[string]bool{}, started: map[string]bool{}, heard: map[string]time.Time{}, since: now}
 }
 
 // takeOver makes this node the coordinator with a new epoch. Called with s.mu held.
@@ -288,7 +281,7 @@ func (s *Scheduler) expireLeases(live map[string]string, now time.Time) {
 			continue
 		}
 		for _, l := range co.tasks.ExpireWorker(w) {
-			delete(co.leaseCost, taskKey{l.Job, l.Task})
+			s.gaveBack(l)
 			s.logf("sched: worker %s %s: task %s/%d goes back to the queue", w, why, l.Job, l.Task)
 		}
 	}
@@ -340,7 +333,10 @@ func (s *Scheduler) running() []string {
 	return out
 }
 
-// control runs the fair-time controller and re-splits the workers. Called with s.mu held.
+// control runs the fair-time controller: it re-splits the workers by the jobs' costs
+// (which workers each job's model lives on) and sets the fair rate the dispatch's slack is
+// measured in. Which job a worker runs next is the FairQueue's (pickJob). Called with
+// s.mu held.
 func (s *Scheduler) control(now time.Time) {
 	co := s.co
 	co.lastControl = now
@@ -348,45 +344,64 @@ func (s *Scheduler) control(now time.Time) {
 	loads := make([]JobLoad, len(jobs))
 	for i, n := range jobs {
 		st := s.jobStats(n)
-		loads[i] = JobLoad{Name: n, Cost: st.cost, FLOPs: s.st.Jobs[n].Spec.FLOPsPerQuery, Gain: st.gain}
-		// Compare rates only once the job has run a whole window under the controller.
-		if !st.firstDone.IsZero() && now.Sub(st.firstDone) >= s.cfg.RateWindow {
-			loads[i].Rate = st.Rate(now, s.cfg.RateWindow)
-		}
+		spec := s.st.Jobs[n].Spec
+		// No rates: the dispatch levels the rates itself, so a gain would only chase noise.
+		loads[i] = JobLoad{Name: n, Cost: st.cost, FLOPs: spec.FLOPsPerQuery, Weight: spec.RateWeight()}
 	}
-	// Gains move once per rate window, on rates measured since the last move: correcting
-	// again before the window reflects the previous correction would overshoot.
-	if now.Sub(co.lastGain) < s.cfg.RateWindow {
-		for i := range loads {
-			loads[i].Rate = 0
-		}
-	} else {
-		co.lastGain = now
-	}
-	for _, l := range loads {
-		if l.Rate == 0 {
-			for i := range loads {
-				loads[i].Rate = 0 // all or nothing: a partial comparison would mislead
-			}
-			break
-		}
-	}
-	shares, gains := FairShares(loads)
+	shares, _ := FairShares(loads)
 	costs := CostEstimates(loads)
 	co.shares = map[string]float64{}
 	co.estCost = map[string]float64{}
+	running := map[string]bool{}
 	for i, n := range jobs {
-		s.jobStats(n).gain = gains[i]
 		co.shares[n] = shares[i]
 		co.estCost[n] = costs[i]
+		running[n] = true
+		co.fair.Add(n, loads[i].Weight)
 	}
+	for _, n := range co.fair.Jobs() {
+		if !running[n] {
+			co.fair.Remove(n)
+		}
+	}
+	co.fairRate = FairRate(len(co.workers), loads)
 	co.assign = AssignWorkers(co.workers, jobs, shares)
+	for _, l := range loads {
+		if usable(l.Cost) && s.co == co { // a failed commit may have made us step down
+			s.resizeTasks(l.Name, l.Weight)
+		}
+	}
+}
+
+// resizeTasks makes the rest of a job's tasks smaller once, when they are more than twice
+// FairTaskSeconds at the rate fair time now gives the job: a cheap job added alone gets
+// large tasks (their fixed costs amortise), and when expensive jobs join, its rate falls
+// to theirs and each completion would step its rate over a 10 s window by a third.
+// Tasks from the frontier on (none leased or done) are split into whole batches; it is
+// worth it only for a job with many queries left. Called with s.mu held, by control.
+func (s *Scheduler) resizeTasks(job string, weight float64) {
+	js := s.st.Jobs[job]
+	sp := js.Spec
+	rate := s.co.fairRate * weight
+	if sp.resized() || !sp.SizeChosen || rate <= 0 {
+		return // a task size the client chose is kept
+	}
+	want := max(sp.Batch, int(s.cfg.FairTaskSeconds.Seconds()*rate)/sp.Batch*sp.Batch)
+	from := s.co.tasks.Frontier(job)
+	if from < 0 || sp.TaskSize < 2*want || sp.Queries-from*sp.TaskSize < 8*want {
+		return
+	}
+	if err := s.commit(&Entry{Kind: EntryJobResize, Name: job, Task: from, Size: want}); err != nil {
+		s.logf("sched: job %s: resizing its tasks: %v", job, err)
+		return
+	}
+	s.logf("sched: job %s: tasks from %d on are %d queries (were %d): its fair rate is now %.0f queries/s",
+		job, from, want, sp.TaskSize, rate)
 }
 
 // costPrior is the cost per query the controller would assume for a job about to be added
-// (0 when this node does not coordinate), and the query rate every running job would get
-// with it under fair time: all rates equal, so rate = workers / the sum of the costs.
-// Called with s.mu held.
+// (0 when this node does not coordinate), and the query rate it would get under fair
+// time beside the running jobs (FairRate times its weight). Called with s.mu held.
 func (s *Scheduler) costPrior(spec JobSpec) (cost, fairRate float64) {
 	if s.co == nil {
 		return 0, 0
@@ -394,19 +409,13 @@ func (s *Scheduler) costPrior(spec JobSpec) (cost, fairRate float64) {
 	var loads []JobLoad
 	for _, n := range s.running() {
 		if st := s.stats[n]; st != nil {
-			loads = append(loads, JobLoad{Name: n, Cost: st.cost, FLOPs: s.st.Jobs[n].Spec.FLOPsPerQuery})
+			js := s.st.Jobs[n].Spec
+			loads = append(loads, JobLoad{Name: n, Cost: st.cost, FLOPs: js.FLOPsPerQuery, Weight: js.RateWeight()})
 		}
 	}
-	loads = append(loads, JobLoad{Name: spec.Name, FLOPs: spec.FLOPsPerQuery})
+	loads = append(loads, JobLoad{Name: spec.Name, FLOPs: spec.FLOPsPerQuery, Weight: spec.RateWeight()})
 	costs := CostEstimates(loads)
-	sum := 0.0
-	for _, c := range costs {
-		sum += c
-	}
-	if sum > 0 {
-		fairRate = float64(max(len(s.co.workers), 1)) / sum
-	}
-	return costs[len(costs)-1], fairRate
+	return costs[len(costs)-1], FairRate(max(len(s.co.workers), 1), loads) * spec.RateWeight()
 }
 
 // splitString renders the current shares, e.g. "a=0.25 b=0.75".
@@ -418,97 +427,39 @@ func (s *Scheduler) splitString() string {
 	return strings.Join(parts, " ")
 }
 
-// pickJob chooses which job worker runs next: among the jobs it is assigned with pending
-// work, the one furthest behind in busy time per unit of weight (stride scheduling).
-//
-// The worker's virtual clock is the virtual time of the job it last picked. A job's virtual
-// time is lifted to the clock before comparing, so a job new to the worker, or one that
-// had nothing pending for a while, starts level instead of running back to back on banked
-// credit. While some assigned job is still running but has nothing pending (its remaining
-// tasks run elsewhere), its weight is not handed to the others: a job may then only run if
-// its virtual time is not ahead of the clock moved on by wall time (a worker busy all the
-// time accrues one second of busy time per second, so busy/weight keeps pace with wall
-// time for a job that gets exactly its weight); a cheap job stays at its share. Only when
-// none of the worker's assigned jobs is still running (the split is stale) does the worker
-// help any job with pending work. Called with s.mu held.
+// pickJob chooses which job worker runs next: the job furthest behind in queries leased
+// over weight, preferring the worker's assigned jobs by FairSlack (see FairQueue).
+// Called with s.mu held.
 func (s *Scheduler) pickJob(worker string) string {
 	co := s.co
-	vt := co.vt[worker]
-	if vt == nil {
-		vt = map[string]float64{}
-		co.vt[worker] = vt
-	}
-	clock := co.vclock[worker]
-	best, bestVT := "", math.Inf(1)
-	assigned, starved := false, false
+	mine := map[string]bool{}
 	for _, sh := range co.assign[worker] {
-		if sh.Weight <= 0 || !s.isRunning(sh.Job) || s.paced(worker, sh) {
-			continue // a paced job is leased by leasePaced
-		}
-		assigned = true
-		if !co.tasks.HasPending(sh.Job) {
-			starved = true
-			continue
-		}
-		v := math.Max(vt[sh.Job], clock)
-		vt[sh.Job] = v
-		if v < bestVT {
-			best, bestVT = sh.Job, v
+		if sh.Weight > 0 {
+			mine[sh.Job] = true
 		}
 	}
-	// The wall-moved clock runs only while some job is starved here; otherwise it follows
-	// the clock, so idle time never becomes credit.
-	now, wall := s.now(), clock
-	if starved {
-		wall = math.Max(co.vwall[worker], clock)
-		if at, ok := co.vwallAt[worker]; ok && now.After(at) {
-			wall += now.Sub(at).Seconds()
-		}
+	return co.fair.Pick(co.tasks.HasPending, func(job string) bool { return mine[job] }, s.fairSlack())
+}
+
+// fairSlack is FairSlack in the FairQueue's unit: queries over weight at the fair rate.
+// Called with s.mu held.
+func (s *Scheduler) fairSlack() float64 {
+	return s.cfg.FairSlack.Seconds() * s.co.fairRate
+}
+
+// gaveBack accounts for a lease taken back: its queries will be leased again.
+// Called with s.mu held.
+func (s *Scheduler) gaveBack(l Lease) {
+	if js := s.st.Jobs[l.Job]; js != nil {
+		f, t := js.Spec.TaskRange(l.Task)
+		s.co.fair.Returned(l.Job, t-f)
 	}
-	co.vwall[worker], co.vwallAt[worker] = wall, now
-	if best != "" && starved && bestVT > wall {
-		return "" // ahead of its weight, and the job it would take time from is only waiting
-	}
-	if best != "" {
-		co.vclock[worker] = math.Max(clock, bestVT)
-		return best
-	}
-	if assigned {
-		return "" // its jobs' remaining tasks are running elsewhere: helping others would break fair time
-	}
-	for _, n := range s.running() {
-		if co.tasks.HasPending(n) {
-			return n
-		}
-	}
-	return ""
 }
 
 // isRunning reports whether a job still has tasks that are not committed.
 func (s *Scheduler) isRunning(job string) bool {
 	j, ok := s.st.Jobs[job]
 	return ok && !j.Complete && j.NDone < j.Spec.NumTasks()
-}
-
-func (s *Scheduler) weightOf(worker, job string) float64 {
-	for _, sh := range s.co.assign[worker] {
-		if sh.Job == job {
-			return sh.Weight
-		}
-	}
-	return 0
-}
-
-// charge adds busy seconds to a worker's virtual time for a job.
-func (s *Scheduler) charge(worker, job string, secs float64) {
-	w := s.weightOf(worker, job)
-	if w <= 0 {
-		return
-	}
-	if s.co.vt[worker] == nil {
-		s.co.vt[worker] = map[string]float64{}
-	}
-	s.co.vt[worker][job] += secs / w
 }
 
 // TaskRef names one task.
@@ -572,7 +523,7 @@ func (s *Scheduler) handlePull(epoch uint64, a PullArgs) (PullReply, uint64, err
 		keep[TaskRef{d.Job, d.Task}] = true
 	}
 	for _, l := range co.tasks.Reconcile(a.Worker, keep) {
-		delete(co.leaseCost, taskKey{l.Job, l.Task})
+		s.gaveBack(l)
 		s.logf("sched: worker %s gave up task %s/%d: back to the queue", a.Worker, l.Job, l.Task)
 	}
 	for _, d := range a.Done {
@@ -598,7 +549,6 @@ func (s *Scheduler) handlePull(epoch uint64, a PullArgs) (PullReply, uint64, err
 				r.Orders = append(r.Orders, s.lease(a.Worker, sh.Job, now, true))
 			}
 		}
-		s.leasePaced(a.Worker, now, &r)
 		for i := 0; i < a.Want; i++ {
 			job := s.pickJob(a.Worker)
 			if job == "" {
@@ -618,101 +568,9 @@ func (s *Scheduler) lease(worker, job string, now time.Time, express bool) TaskO
 	task, _ := co.tasks.Lease(job, worker, now)
 	js := s.st.Jobs[job]
 	f, t := js.Spec.TaskRange(task)
-	// Charge what the controller assumes the task costs (a prior for a job not yet
-	// measured, never zero: a free lease would let the job run back to back);
-	// the completion report corrects it to the busy time measured.
-	c := co.estCost[job]
-	if c <= 0 {
-		c = s.jobStats(job).cost
-	}
-	est := c * float64(t-f)
-	co.leaseCost[taskKey{job, task}] = est
-	s.charge(worker, job, est)
+	co.fair.Leased(job, t-f)
 	s.logf("sched: scheduled task %s/%d (queries %d-%d) on %s", job, task, f, t-1, worker)
-	if express {
-		co.express[taskKey{job, task}] = true
-	}
 	return TaskOrder{Spec: js.Spec, Task: task, Epoch: s.st.Epoch, Express: express}
-}
-
-// Pacing of cheap jobs on shared workers.
-const (
-	pacedTaskMax   = 0.05                   // a job's tasks are short if they take under this many seconds (by its cost)
-	pacedLongTask  = 0.5                    // ...and it is paced beside a job whose tasks take at least this long
-	pacedWeightMax = 0.5                    // ...and it is paced on a worker where its weight is under this
-	pacedSlack     = 500 * time.Millisecond // credit a paced job may bank while the worker could not take its tasks
-	maxExpressHeld = 2                      // express tasks a worker holds at once
-)
-
-// paced reports whether job runs on worker paced by wall time: its tasks are short, its
-// weight there is small, and the worker also serves a running job whose tasks are not
-// short (pacedLongTask: beside tasks shorter than a few pulls, the queue interleaves finely
-// enough). Placed in the worker's queue, such a job's tasks could only start between the
-// other job's long tasks, a burst of them every second or so (a rate over a few seconds
-// would see one burst more or less); paced, one of its tasks is leased as an express task
-// (run at once, beside the long task) every task-cost/weight seconds, so it gets its weight
-// of the worker's time in an even stream. Called with s.mu held.
-func (s *Scheduler) paced(worker string, sh Share) bool {
-	if sh.Weight <= 0 || sh.Weight >= pacedWeightMax || !s.isRunning(sh.Job) || s.taskSeconds(sh.Job) >= pacedTaskMax {
-		return false
-	}
-	for _, o := range s.co.assign[worker] {
-		if o.Job != sh.Job && o.Weight > 0 && s.isRunning(o.Job) && s.taskSeconds(o.Job) >= pacedLongTask {
-			return true
-		}
-	}
-	return false
-}
-
-// taskSeconds is the busy time the controller assumes one task of job takes.
-func (s *Scheduler) taskSeconds(job string) float64 {
-	c := s.co.estCost[job]
-	if c <= 0 {
-		if st := s.stats[job]; st != nil {
-			c = st.cost
-		}
-	}
-	return c * float64(s.st.Jobs[job].Spec.TaskSize)
-}
-
-// leasePaced leases the paced jobs' tasks that are due on worker, as express tasks.
-// Called with s.mu held.
-func (s *Scheduler) leasePaced(worker string, now time.Time, r *PullReply) {
-	co := s.co
-	held := 0
-	for k := range co.express {
-		if l, ok := co.tasks.LeaseOf(k.job, k.task); !ok {
-			delete(co.express, k)
-		} else if l == worker {
-			held++
-		}
-	}
-	due := co.due[worker]
-	if due == nil {
-		due = map[string]time.Time{}
-		co.due[worker] = due
-	}
-	for _, sh := range co.assign[worker] {
-		if !s.paced(worker, sh) {
-			delete(due, sh.Job)
-			continue
-		}
-		every := time.Duration(s.taskSeconds(sh.Job) / sh.Weight * float64(time.Second))
-		next, ok := due[sh.Job]
-		if !ok && held > 0 {
-			next = now.Add(every) // the worker already runs an express task (the job's first)
-		} else if !ok {
-			next = now
-		} else if floor := now.Add(-pacedSlack); next.Before(floor) {
-			next = floor
-		}
-		for held < maxExpressHeld && !next.After(now) && co.tasks.HasPending(sh.Job) {
-			r.Orders = append(r.Orders, s.lease(worker, sh.Job, now, true))
-			next = next.Add(every)
-			held++
-		}
-		due[sh.Job] = next
-	}
 }
 
 func contains(xs []string, x string) bool {
@@ -729,7 +587,7 @@ func contains(xs []string, x string) bool {
 func (s *Scheduler) recordDone(d TaskReport, now time.Time) error {
 	co := s.co
 	js, ok := s.st.Jobs[d.Job]
-	if !ok || d.JobID != js.Spec.ID || d.Task < 0 || d.Task >= js.Spec.NumTasks() {
+	if !ok || d.Task < 0 || d.Task >= js.Spec.NumTasks() || d.JobID != js.Spec.ResultID(d.Task) {
 		return nil // a removed job (or an older one of the same name): nothing to do
 	}
 	if js.IsDone(d.Task) {
@@ -742,13 +600,10 @@ func (s *Scheduler) recordDone(d TaskReport, now time.Time) error {
 		return err
 	}
 	co.tasks.Complete(d.Job, d.Task)
-	// The lease was charged the job's cost as the controller assumed it; the busy time
-	// measured goes into that cost (JobStats.Record), not into this worker's virtual time:
-	// on a loaded machine one cheap task's busy time is noise (0.4 to 55 ms for the same 32
-	// LeNet-5 queries), and charging it would make the job's rate over a few seconds as
-	// noisy as the few tasks it ran. Charged the smoothed cost, a job gets weight/cost tasks'
-	// worth of turns, so its rate follows its share.
-	delete(co.leaseCost, taskKey{d.Job, d.Task})
+	// The job's progress was counted when the task was leased (FairQueue); the busy time
+	// measured goes into the job's cost (JobStats.Record), which only splits the workers
+	// and sizes tasks. On a loaded machine one cheap task's busy time is noise (0.4 to 55
+	// ms for the same 32 LeNet-5 queries); counting queries instead keeps the rates level.
 	// commit recorded d's measurements in the job's stats (observe).
 	if (!measured && st.cost > 0) || js.NDone == js.Spec.NumTasks() {
 		// A first measured cost replaces a prior, and a job out of tasks frees its share:
@@ -799,7 +654,7 @@ func (s *Scheduler) writeResult(spec JobSpec) error {
 			defer func() { <-sem; wg.Done() }()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			b, err := s.blobs.Get(ctx, TaskResultName(spec.Name, spec.ID, i))
+			b, err := s.blobs.Get(ctx, TaskResultName(spec.Name, spec.ResultID(i), i))
 			if err != nil {
 				errs[i] = fmt.Errorf("read task %d: %w", i, err)
 				return

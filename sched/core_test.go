@@ -281,6 +281,13 @@ func FuzzDecodeJournal(f *testing.F) {
 	}
 	snap, _ := appendLine(nil, 'S', st)
 	f.Add(snap)
+	// A resized job (tasks from 4 on of 5 queries), as a snapshot and as an entry.
+	rs := &Entry{Seq: st.Seq + 1, Epoch: 2, Kind: EntryJobResize, Name: "a", Task: 4, Size: 5, Time: 9}
+	line, _ := appendLine(nil, 'E', rs)
+	f.Add(append(append([]byte{}, snap...), line...))
+	st.Apply(rs)
+	snap, _ = appendLine(nil, 'S', st)
+	f.Add(snap)
 	f.Add([]byte("S 00000000 {}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		st, good, _, _ := DecodeJournal(data)

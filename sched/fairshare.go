@@ -12,6 +12,16 @@ type JobLoad struct {
 	FLOPs float64 // the model's compute per query; 0 if unknown
 	Rate  float64 // measured queries per second over the last control period; 0 if unknown
 	Gain  float64 // correction carried from the previous decision (0 means 1)
+	// Weight is the job's fair-time weight: its rate is Weight times a weight-1 job's
+	// (0 means 1). Rate is compared with the others' divided by it.
+	Weight float64
+}
+
+func (j JobLoad) weight() float64 {
+	if usable(j.Weight) {
+		return j.Weight
+	}
+	return 1
 }
 
 // Fair-time controller tuning.
@@ -88,11 +98,11 @@ func CostEstimates(jobs []JobLoad) []float64 {
 	return out
 }
 
-// FairShares is the fair-time controller: it returns each job's share of worker time
-// (summing to 1) and the corrections to carry into the next decision.
+// FairShares is the fair-time controller's split: it returns each job's share of worker
+// time (summing to 1) and the corrections to carry into the next decision.
 //
 // A job's query rate is its share of worker time divided by its cost per query, so
-// shares proportional to cost give equal rates. Measured costs already include every
+// shares proportional to cost (times weight) give equal rates (in proportion to weight). Measured costs already include every
 // overhead a worker pays; what they miss (workers of unequal speed, time lost to
 // stragglers) shows up as unequal measured rates, which the multiplicative gain corrects
 // a little each period. A job with no measured cost yet gets a prior (CostEstimates): from
@@ -109,7 +119,7 @@ func FairShares(jobs []JobLoad) (shares, gains []float64) {
 	for _, j := range jobs {
 		if j.Rate > 0 && !math.IsInf(j.Rate, 0) {
 			measured++
-			logSum += math.Log(j.Rate)
+			logSum += math.Log(j.Rate / j.weight())
 		}
 	}
 	target := math.Exp(logSum / float64(max(measured, 1)))
@@ -120,20 +130,34 @@ func FairShares(jobs []JobLoad) (shares, gains []float64) {
 			g = 1
 		}
 		if measured == n && n > 1 {
-			if e := target / j.Rate; math.Abs(e-1) > gainDeadBand {
+			if e := target / (j.Rate / j.weight()); math.Abs(e-1) > gainDeadBand {
 				step := math.Pow(e, gainExponent)
 				g *= math.Min(gainStepMax, math.Max(1/gainStepMax, step))
 			}
 		}
 		g = math.Min(gainMax, math.Max(gainMin, g))
 		gains[i] = g
-		shares[i] = costs[i] * g
+		shares[i] = costs[i] * g * j.weight()
 		total += shares[i]
 	}
 	for i := range shares {
 		shares[i] /= total
 	}
 	return shares, gains
+}
+
+// FairRate is the query rate per unit of weight that every job gets under fair time when
+// workers workers are kept busy: rate_j = weight_j * workers / sum(weight_k * cost_k).
+func FairRate(workers int, jobs []JobLoad) float64 {
+	costs := CostEstimates(jobs)
+	sum := 0.0
+	for i, j := range jobs {
+		sum += costs[i] * j.weight()
+	}
+	if sum <= 0 || workers <= 0 {
+		return 0
+	}
+	return float64(workers) / sum
 }
 
 // Share is one job's weight on one worker: the fraction of that worker's time it gets.
@@ -185,4 +209,148 @@ func prefixLen(s string) int {
 		i--
 	}
 	return i
+}
+
+// FairQueue decides which job a worker runs next so that the running jobs' query rates
+// stay level, in proportion to their weights, whatever their costs per query and
+// whatever the workers' speeds. It is pure (no clock, no I/O); the coordinator tells it
+// what it leases and what comes back, and asks it on every pull.
+//
+// Each job has a progress: the queries leased to it over its weight. A worker takes the
+// job furthest behind among those with pending tasks, preferring the jobs it is assigned
+// (whose models it keeps loaded) by slack: it helps another job only when that job is
+// more than slack behind its own. Leased queries, not measured time, are what is leveled,
+// so an error in a job's estimated cost, or a slow worker, cannot make its rate drift:
+// it only makes the job fall behind, and then more workers take it. Progress over
+// weight also makes a job of weight W run W times as fast as a job of weight 1.
+//
+// No job leases more than slack ahead of the job furthest behind, including a job
+// whose remaining tasks are all running (its tail): workers then wait rather than run
+// a cheap job far ahead of the others. A job added (or one given back work) starts at the
+// furthest-behind progress, so it neither waits for the others nor runs on banked credit.
+// Not safe for concurrent use (the Coordinator's mutex guards it).
+type FairQueue struct {
+	jobs  map[string]*fairJob
+	order []*fairJob // in the order they were added: ties go to the oldest
+	has   []bool     // Pick's scratch space
+}
+
+type fairJob struct {
+	name     string
+	weight   float64
+	progress float64 // queries leased (less those given back) / weight, from the start level
+}
+
+// NewFairQueue returns an empty queue.
+func NewFairQueue() *FairQueue { return &FairQueue{jobs: map[string]*fairJob{}} }
+
+// Add starts tracking a job of the given weight (<= 0 means 1), level with the job
+// furthest behind. Adding a tracked job changes only its weight.
+func (q *FairQueue) Add(job string, weight float64) {
+	if !usable(weight) {
+		weight = 1
+	}
+	if j := q.jobs[job]; j != nil {
+		j.progress *= j.weight / weight // the same queries leased, over the new weight
+		j.weight = weight
+		return
+	}
+	floor, _ := q.floor()
+	j := &fairJob{name: job, weight: weight, progress: floor}
+	q.jobs[job] = j
+	q.order = append(q.order, j)
+}
+
+// Remove forgets a job (finished or removed).
+func (q *FairQueue) Remove(job string) {
+	if q.jobs[job] == nil {
+		return
+	}
+	delete(q.jobs, job)
+	for i, j := range q.order {
+		if j.name == job {
+			q.order = append(q.order[:i], q.order[i+1:]...)
+			break
+		}
+	}
+}
+
+// Jobs lists the tracked jobs in the order they were added.
+func (q *FairQueue) Jobs() []string {
+	out := make([]string, len(q.order))
+	for i, j := range q.order {
+		out[i] = j.name
+	}
+	return out
+}
+
+// Leased records queries of job handed to a worker.
+func (q *FairQueue) Leased(job string, queries int) {
+	if j := q.jobs[job]; j != nil {
+		j.progress += float64(queries) / j.weight
+	}
+}
+
+// Returned records queries of job taken back from a worker (it failed, or gave them up):
+// they will be leased again, and the job is behind by them.
+func (q *FairQueue) Returned(job string, queries int) {
+	if j := q.jobs[job]; j != nil {
+		j.progress -= float64(queries) / j.weight
+	}
+}
+
+// Progress is a job's leased queries over its weight, from its start level.
+func (q *FairQueue) Progress(job string) float64 {
+	if j := q.jobs[job]; j != nil {
+		return j.progress
+	}
+	return 0
+}
+
+func (q *FairQueue) floor() (float64, bool) {
+	if len(q.order) == 0 {
+		return 0, false
+	}
+	floor := math.Inf(1)
+	for _, j := range q.order {
+		floor = math.Min(floor, j.progress)
+	}
+	return floor, true
+}
+
+// Pick returns the job a worker runs next ("" for none): pending says whether a job has a
+// task to lease, assigned whether the job is one of the worker's own (by the split), and
+// slack is the lead, in queries over weight, that affinity may cost and that no job may
+// exceed. A job whose remaining tasks are all leased (its tail) gets no slack: the others
+// lease no further ahead of it than its own progress, and wait for it.
+func (q *FairQueue) Pick(pending, assigned func(job string) bool, slack float64) string {
+	if len(q.order) == 0 {
+		return ""
+	}
+	slack = math.Max(slack, 0)
+	floor, tail := math.Inf(1), math.Inf(1)
+	q.has = q.has[:0]
+	for _, j := range q.order {
+		p := pending(j.name)
+		q.has = append(q.has, p)
+		floor = math.Min(floor, j.progress)
+		if !p {
+			tail = math.Min(tail, j.progress)
+		}
+	}
+	limit := math.Min(floor+slack, tail)
+	best, bestScore := "", math.Inf(1)
+	for i, j := range q.order {
+		if !q.has[i] || j.progress > limit {
+			continue
+		}
+		score := j.progress
+		if score-slack < bestScore && assigned(j.name) {
+			score -= slack
+		}
+		if score < bestScore {
+			best, bestScore = j.name, score
+		}
+	}
+	return best
 }

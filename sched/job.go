@@ -3,6 +3,7 @@ package sched
 import (
 	"fmt"
 	"idunno/sched/dataset"
+	"math"
 	"regexp"
 	"strconv"
 )
@@ -33,6 +34,48 @@ type JobSpec struct {
 	// accepts the job (0: unknown). The fair-time controller's cost prior until the job's
 	// cost is measured.
 	FLOPsPerQuery float64 `json:"flops_per_query,omitempty"`
+	// Weight makes the job's query rate Weight times that of a job of weight 1 under fair
+	// time (0: 1, so journals written before weights read the same).
+	Weight float64 `json:"weight,omitempty"`
+	// A job's tasks can be made smaller once (a job-resize entry): from task ResizeFrom on
+	// (no task of which was ever committed), tasks are ResizeSize queries, and their
+	// results are named by ResizeID instead of ID, so a stale worker still running an old
+	// task of that index writes elsewhere and its report is ignored. Set by the coordinator.
+	ResizeFrom int   `json:"resize_from,omitempty"`
+	ResizeSize int   `json:"resize_size,omitempty"`
+	ResizeID   int64 `json:"resize_id,omitempty"`
+	// SizeChosen: the coordinator chose TaskSize (the client gave none), so it may resize.
+	SizeChosen bool `json:"size_chosen,omitempty"`
+}
+
+func (s JobSpec) resized() bool { return s.ResizeSize > 0 }
+
+// CurrentTaskSize is the size of the job's tasks not yet split off: ResizeSize once
+// resized, else TaskSize.
+func (s JobSpec) CurrentTaskSize() int {
+	if s.resized() {
+		return s.ResizeSize
+	}
+	return s.TaskSize
+}
+
+// ResultID is the ID that names task i's result (and that its report carries).
+func (s JobSpec) ResultID(i int) int64 {
+	if s.resized() && i >= s.ResizeFrom {
+		return s.ResizeID
+	}
+	return s.ID
+}
+
+// MaxWeight bounds a job's weight: rates more than this far apart are not fair time.
+const MaxWeight = 1000
+
+// RateWeight is the job's weight, 1 when unset.
+func (s JobSpec) RateWeight() float64 {
+	if s.Weight > 0 {
+		return s.Weight
+	}
+	return 1
 }
 
 // MaxTasks bounds the number of tasks of one job, and with it the journal's size.
@@ -53,6 +96,8 @@ func (s JobSpec) ValidateRequest() error {
 		return fmt.Errorf("sched: job %s: batch size must be at least 1 (got %d)", s.Name, s.Batch)
 	case s.Batch > 4096:
 		return fmt.Errorf("sched: job %s: batch size %d is over the limit 4096", s.Name, s.Batch)
+	case s.Weight < 0 || s.Weight > MaxWeight || math.IsNaN(s.Weight) || (s.Weight > 0 && s.Weight < 1/MaxWeight):
+		return fmt.Errorf("sched: job %s: weight %v: use a number from %g to %d", s.Name, s.Weight, 1.0/MaxWeight, MaxWeight)
 	}
 	if err := s.Pre.Validate(); err != nil {
 		return fmt.Errorf("sched: job %s: %w", s.Name, err)
@@ -65,11 +110,19 @@ func (s JobSpec) NumTasks() int {
 	if s.TaskSize <= 0 || s.Queries <= 0 {
 		return 0
 	}
+	if s.resized() {
+		rest := max(s.Queries-s.ResizeFrom*s.TaskSize, 0)
+		return s.ResizeFrom + (rest+s.ResizeSize-1)/s.ResizeSize
+	}
 	return (s.Queries + s.TaskSize - 1) / s.TaskSize
 }
 
 // TaskRange is the half-open range of query ids task i covers.
 func (s JobSpec) TaskRange(i int) (from, to int) {
+	if s.resized() && i >= s.ResizeFrom {
+		from = s.ResizeFrom*s.TaskSize + (i-s.ResizeFrom)*s.ResizeSize
+		return from, min(from+s.ResizeSize, s.Queries)
+	}
 	from = i * s.TaskSize
 	to = min(from+s.TaskSize, s.Queries)
 	return from, to

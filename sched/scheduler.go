@@ -31,6 +31,12 @@ type SchedConfig struct {
 	Writers          int           // result writes a worker keeps in flight
 	PutTimeout       time.Duration // deadline of one result write (retried); above twice SDFS's StatTimeout
 	LeaseSilence     time.Duration // a worker that has not pulled for this long loses its tasks
+	// FairSlack is how far (in seconds at the fair rate) a job may run ahead of the job
+	// furthest behind: what a worker's preference for its own jobs may cost (see FairQueue).
+	FairSlack time.Duration
+	// FairTaskSeconds bounds a task of a job that runs at the pace of others: at most this
+	// long at the fair rate, so completions step its rate over a 10 s window by little.
+	FairTaskSeconds time.Duration
 }
 
 // DefaultSchedConfig returns the defaults.
@@ -39,7 +45,7 @@ func DefaultSchedConfig() SchedConfig {
 		Tick:             50 * time.Millisecond,
 		TakeoverGrace:    2 * time.Second,
 		PullEvery:        200 * time.Millisecond,
-		Depth:            3,
+		Depth:            2,
 		MaxBuffered:      1024,
 		ControlEvery:     time.Second,
 		RateWindow:       5 * time.Second,
@@ -48,10 +54,12 @@ func DefaultSchedConfig() SchedConfig {
 		TaskQueries:      1024,
 		MaxTaskBatches:   16,
 		MinTaskQueries:   64,
-		TaskSeconds:      time.Second,
+		TaskSeconds:      250 * time.Millisecond,
 		Writers:          3,
 		PutTimeout:       15 * time.Second,
 		LeaseSilence:     10 * time.Second,
+		FairSlack:        250 * time.Millisecond,
+		FairTaskSeconds:  250 * time.Millisecond,
 	}
 }
 

@@ -17,6 +17,7 @@ const (
 	EntryTaskDone    = "task-done"    // Name, Task, Node (the worker), Report (its measurements)
 	EntryJobSplit    = "job-split"    // Name, Text: the split of workers chosen when the job was added
 	EntryJobComplete = "job-complete" // Name: the result CSV is in SDFS
+	EntryJobResize   = "job-resize"   // Name, Task: from this task on, tasks of Size queries
 )
 
 // Entry is one state change of the coordinator. Entries are applied in Seq order; the
@@ -33,6 +34,7 @@ type Entry struct {
 	Model string   `json:"model,omitempty"`
 	Job   *JobSpec `json:"job,omitempty"`
 	Text  string   `json:"text,omitempty"`
+	Size  int      `json:"size,omitempty"`
 	// Report is the worker's measurements of a done task: journaled so that the standby
 	// (and any coordinator after it) has the job's latencies, rates and costs.
 	Report *TaskReport `json:"report,omitempty"`
@@ -132,6 +134,9 @@ func (s *State) Check(e *Entry) error {
 		if f := e.Job.FLOPsPerQuery; f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
 			return fmt.Errorf("sched: journal: job %s has a bad FLOPs per query %v", e.Job.Name, f)
 		}
+		if e.Job.resized() || e.Job.ResizeFrom != 0 || e.Job.ResizeID != 0 {
+			return fmt.Errorf("sched: journal: job %s is added resized", e.Job.Name)
+		}
 		if n := e.Job.NumTasks(); n <= 0 || n > MaxTasks || e.Job.TaskSize%e.Job.Batch != 0 {
 			return fmt.Errorf("sched: journal: job %s has a bad task split (%d queries, %d per task)",
 				e.Job.Name, e.Job.Queries, e.Job.TaskSize)
@@ -140,6 +145,8 @@ func (s *State) Check(e *Entry) error {
 		if _, ok := s.Jobs[e.Name]; !ok {
 			return fmt.Errorf("sched: no job %q", e.Name)
 		}
+	case EntryJobResize:
+		return s.checkResize(e)
 	case EntryTaskDone:
 		j, ok := s.Jobs[e.Name]
 		if !ok {
@@ -189,9 +196,41 @@ func (s *State) Apply(e *Entry) error {
 		}
 	case EntryJobSplit:
 		s.Jobs[e.Name].Split = e.Text
+	case EntryJobResize:
+		j := s.Jobs[e.Name]
+		j.Spec.ResizeFrom, j.Spec.ResizeSize, j.Spec.ResizeID = e.Task, e.Size, e.Time
+		done := make([]byte, (j.Spec.NumTasks()+7)/8)
+		copy(done, j.Done) // every done task is below ResizeFrom (checkResize)
+		j.Done = done
 	case EntryJobComplete:
 		j := s.Jobs[e.Name]
 		j.Complete, j.Finished = true, e.Time
+	}
+	return nil
+}
+
+// checkResize checks a job-resize entry: a running job not resized before, whose tasks
+// from e.Task on are none of them done, split into whole batches, within MaxTasks.
+func (s *State) checkResize(e *Entry) error {
+	j, ok := s.Jobs[e.Name]
+	if !ok {
+		return fmt.Errorf("sched: no job %q", e.Name)
+	}
+	sp := j.Spec
+	if j.Complete || sp.resized() {
+		return fmt.Errorf("sched: journal: job %s cannot be resized (complete, or resized before)", e.Name)
+	}
+	if e.Size <= 0 || e.Size%sp.Batch != 0 || e.Task < 0 || e.Task*sp.TaskSize >= sp.Queries || e.Time == sp.ID {
+		return fmt.Errorf("sched: journal: job %s: bad resize (from task %d, size %d)", e.Name, e.Task, e.Size)
+	}
+	for i := e.Task; i < sp.NumTasks(); i++ {
+		if j.IsDone(i) {
+			return fmt.Errorf("sched: journal: job %s: resize from task %d but task %d is done", e.Name, e.Task, i)
+		}
+	}
+	sp.ResizeFrom, sp.ResizeSize, sp.ResizeID = e.Task, e.Size, e.Time
+	if n := sp.NumTasks(); n > MaxTasks {
+		return fmt.Errorf("sched: journal: job %s: resize to %d tasks is over %d", e.Name, n, MaxTasks)
 	}
 	return nil
 }
@@ -211,6 +250,11 @@ func (s *State) validate() error {
 		j, ok := s.Jobs[n]
 		if !ok || j == nil || j.Spec.Name != n {
 			return fmt.Errorf("sched: snapshot: job %q inconsistent", n)
+		}
+		if sp := j.Spec; sp.ResizeFrom < 0 || sp.ResizeSize < 0 || sp.ResizeFrom > MaxTasks ||
+			(sp.resized() && (sp.Batch <= 0 || sp.ResizeSize%sp.Batch != 0 || sp.TaskSize <= 0 || sp.TaskSize > 1<<31 ||
+				sp.ResizeSize > 1<<31 || sp.ResizeFrom*sp.TaskSize >= sp.Queries)) {
+			return fmt.Errorf("sched: snapshot: job %q has a bad resize", n)
 		}
 		nt := j.Spec.NumTasks()
 		if nt <= 0 || nt > MaxTasks || j.Spec.Batch <= 0 || len(j.Done) != (nt+7)/8 || j.NDone < 0 || j.NDone > nt {

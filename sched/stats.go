@@ -199,10 +199,24 @@ type JobStatsReport struct {
 	Rate10s   float64       `json:"rate_10s"`
 	LatencyMS Latency       `json:"latency_ms"`
 	Workers   []WorkerShare `json:"workers"`
+	Weight    float64       `json:"weight"` // the job's fair-time weight (job add --weight)
+	// RateRatio is the job's 10 s rate over the mean 10 s rate per unit of weight of the
+	// other running jobs: fair time makes it Weight (0 with no other job running).
+	RateRatio float64 `json:"rate_ratio"`
 }
 
 // doneQueries counts the queries of committed tasks.
 func doneQueries(j *JobState) int {
+	if j.Spec.resized() {
+		n := 0
+		for i := range j.Spec.NumTasks() {
+			if j.IsDone(i) {
+				f, t := j.Spec.TaskRange(i)
+				n += t - f
+			}
+		}
+		return n
+	}
 	n := j.NDone * j.Spec.TaskSize
 	last := j.Spec.NumTasks() - 1
 	if last >= 0 && j.IsDone(last) {

@@ -210,3 +210,23 @@ func (t *TaskTable) LeaseOf(job string, task int) (string, bool) {
 	w, ok := q.leased[task]
 	return w, ok
 }
+
+// Frontier returns the lowest task index from which on no task of job is leased or done
+// (-1 for an unknown job): the tasks from there on can still be split differently.
+func (t *TaskTable) Frontier(job string) int {
+	q := t.jobs[job]
+	if q == nil {
+		return -1
+	}
+	q.skip()
+	f := q.next
+	for task := range q.leased {
+		f = max(f, task+1)
+	}
+	for i := q.js.Spec.NumTasks() - 1; i >= f; i-- {
+		if q.js.IsDone(i) {
+			return i + 1
+		}
+	}
+	return f
+}

@@ -280,7 +280,7 @@ func (s *Scheduler) computeTask(ctx context.Context, o TaskOrder) (computed, err
 			continue
 		}
 		return computed{
-			rep: TaskReport{Job: o.Spec.Name, JobID: o.Spec.ID, Task: o.Task, Worker: s.name, Queries: to - from,
+			rep: TaskReport{Job: o.Spec.Name, JobID: o.Spec.ResultID(o.Task), Task: o.Task, Worker: s.name, Queries: to - from,
 				BusyNanos: time.Since(start).Nanoseconds(), BatchUS: lat, Epoch: o.Epoch, StartNanos: start.UnixNano()},
 			lines: FormatResultLines(from, preds),
 		}, nil

@@ -1,6 +1,8 @@
 // Command cluster runs the cluster benchmarks of `make bench` on a 10-node local cluster:
-// fair-time convergence after a second job arrives, and the aggregate query rate around a
-// worker crash, three simultaneous worker crashes and a coordinator crash. It writes CSV and
+// fair-time convergence after a second job arrives, fair time for 4 and 8 jobs of very
+// different cost (with the aggregate throughput against running them one after another),
+// and the aggregate query rate around a worker crash, three simultaneous worker crashes and
+// a coordinator crash. It writes CSV and
 // PNG files under --out and prints the figures the README quotes.
 package main
 
@@ -30,7 +32,8 @@ func main() {
 	flag.StringVar(&o.fmnist, "fmnist", "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz", "Fashion-MNIST images")
 	flag.IntVar(&o.nodes, "nodes", 10, "cluster size")
 	flag.DurationVar(&o.sample, "sample", 250*time.Millisecond, "sampling interval")
-	which := flag.String("run", "fairtime,recovery", "scenarios to run")
+	which := flag.String("run", "fairtime,manyjobs,recovery", "scenarios to run (fairtime, manyjobs, recovery)")
+	many := flag.String("many", "4,8", "manyjobs: job counts to run (multiples of 4)")
 	flag.Parse()
 	for _, s := range strings.Split(*which, ",") {
 		var err error
@@ -39,6 +42,17 @@ func main() {
 			err = fairTime(o)
 		case "recovery":
 			err = recovery(o)
+		case "manyjobs":
+			var counts []int
+			for _, f := range strings.Split(*many, ",") {
+				var n int
+				if _, err := fmt.Sscan(f, &n); err != nil || n <= 0 || n%4 != 0 {
+					fmt.Fprintf(os.Stderr, "bench cluster: --many %q: want multiples of 4\n", *many)
+					os.Exit(2)
+				}
+				counts = append(counts, n)
+			}
+			err = manyJobs(o, counts)
 		default:
 			err = fmt.Errorf("unknown scenario %q", s)
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
 
 	"idunno/kernel/onnx"
 )
@@ -18,10 +19,11 @@ type value struct {
 // the keys of torchvision's state_dict, so a model's weights load into the matching
 // torchvision module (the PyTorch cross-check relies on this).
 type builder struct {
-	rng  *rand.Rand
-	g    *onnx.Graph
-	next int   // counter for intermediate value names
-	err  error // the first shape error; later calls do nothing
+	rng   *rand.Rand
+	g     *onnx.Graph
+	next  int         // counter for intermediate value names
+	err   error       // the first shape error; later calls do nothing
+	torch *torchRules // Init "torch": PyTorch's initialisation; nil: the seeded inference weights
 }
 
 func newBuilder(seed uint64) *builder {
@@ -89,6 +91,8 @@ func (b *builder) uniform(lo, hi float64) func() float64 {
 	return func() float64 { return lo + (hi-lo)*b.rng.Float64() }
 }
 
+func constant(v float64) func() float64 { return func() float64 { return v } }
+
 // convSpec describes one convolution; kernel, stride and pad are (H, W).
 type convSpec struct {
 	out    int64
@@ -109,7 +113,8 @@ func (s convSpec) withBias() convSpec       { s.bias = true; return s }
 func (s convSpec) outC(n int64) convSpec    { s.out = n; return s }
 func kk(h, w int64) convSpec                { return convSpec{kh: h, kw: w, sh: 1, sw: 1, groups: 1} }
 
-// conv adds a Conv with He-initialised weights "<prefix>.weight" (and "<prefix>.bias").
+// conv adds a Conv with weights "<prefix>.weight" (and "<prefix>.bias"): He-initialised,
+// or under Init "torch" as the architecture's torchRules say.
 func (b *builder) conv(x value, prefix string, s convSpec) value {
 	if b.err != nil {
 		return x
@@ -121,10 +126,14 @@ func (b *builder) conv(x value, prefix string, s convSpec) value {
 		return x
 	}
 	fanIn := x.c / s.groups * s.kh * s.kw
-	w := b.param(prefix+".weight", b.normal(math.Sqrt(2/float64(fanIn))), s.out, x.c/s.groups, s.kh, s.kw)
+	wgen, bgen := b.normal(math.Sqrt(2/float64(fanIn))), b.normal(0.05)
+	if b.torch != nil {
+		wgen, bgen = b.torch.convInit(b, fanIn, s.out*s.kh*s.kw)
+	}
+	w := b.param(prefix+".weight", wgen, s.out, x.c/s.groups, s.kh, s.kw)
 	inputs := []string{x.name, w}
 	if s.bias {
-		inputs = append(inputs, b.param(prefix+".bias", b.normal(0.05), s.out))
+		inputs = append(inputs, b.param(prefix+".bias", bgen, s.out))
 	}
 	y := b.node("Conv", inputs,
 		ints("kernel_shape", s.kh, s.kw), ints("strides", s.sh, s.sw),
@@ -134,15 +143,22 @@ func (b *builder) conv(x value, prefix string, s convSpec) value {
 
 // bn adds an inference BatchNormalization with seeded statistics, named like torch's
 // "<prefix>.weight/.bias/.running_mean/.running_var". gain scales gamma: residual
-// branches use a small gain so activations stay O(1) through deep nets.
+// branches use a small gain so activations stay O(1) through deep nets. Under Init
+// "torch" it is a fresh nn.BatchNorm2d instead: weight 1, bias 0, running mean 0,
+// running variance 1 (gain ignored). momentum 0.9 in ONNX's convention (running =
+// running*momentum + batch*(1-momentum)) is torch's momentum 0.1.
 func (b *builder) bn(x value, prefix string, eps float32, gain float64) value {
 	if b.err != nil {
 		return x
 	}
-	gamma := b.param(prefix+".weight", b.uniform(0.8*gain, 1.2*gain), x.c)
-	beta := b.param(prefix+".bias", b.normal(0.1), x.c)
-	mean := b.param(prefix+".running_mean", b.normal(0.1), x.c)
-	variance := b.param(prefix+".running_var", b.uniform(0.5, 1.5), x.c)
+	gGamma, gBeta, gMean, gVar := b.uniform(0.8*gain, 1.2*gain), b.normal(0.1), b.normal(0.1), b.uniform(0.5, 1.5)
+	if b.torch != nil {
+		gGamma, gBeta, gMean, gVar = constant(1), constant(0), constant(0), constant(1)
+	}
+	gamma := b.param(prefix+".weight", gGamma, x.c)
+	beta := b.param(prefix+".bias", gBeta, x.c)
+	mean := b.param(prefix+".running_mean", gMean, x.c)
+	variance := b.param(prefix+".running_var", gVar, x.c)
 	y := b.node("BatchNormalization", []string{x.name, gamma, beta, mean, variance},
 		floatAttr("epsilon", eps), floatAttr("momentum", 0.9))
 	return value{name: y, c: x.c, h: x.h, w: x.w}
@@ -259,6 +275,7 @@ func (b *builder) flatten(x value) value {
 
 // linear adds Gemm(x, W^T, bias) with W of shape (out, in) as torch's nn.Linear stores it.
 // hidden layers (followed by ReLU) use He scaling; the final layer keeps logits O(1).
+// Under Init "torch" the architecture's torchRules decide instead.
 func (b *builder) linear(x value, prefix string, out int64, hidden bool) value {
 	if b.err != nil {
 		return x
@@ -267,9 +284,30 @@ func (b *builder) linear(x value, prefix string, out int64, hidden bool) value {
 	if hidden {
 		gain = 2
 	}
-	w := b.param(prefix+".weight", b.normal(math.Sqrt(gain/float64(x.c))), out, x.c)
-	bias := b.param(prefix+".bias", b.normal(0.05), out)
+	wgen, bgen := b.normal(math.Sqrt(gain/float64(x.c))), b.normal(0.05)
+	if b.torch != nil {
+		wgen, bgen = b.torch.linearInit(b, x.c)
+	}
+	w := b.param(prefix+".weight", wgen, out, x.c)
+	bias := b.param(prefix+".bias", bgen, out)
 	y := b.node("Gemm", []string{x.name, w, bias},
 		floatAttr("alpha", 1), floatAttr("beta", 1), intAttr("transB", 1))
 	return value{name: y, c: out, h: 1, w: 1}
+}
+
+// dropout adds torch's nn.Dropout(p) as an ONNX Dropout (opset 13: the ratio a constant
+// input, training_mode absent, so inference treats it as the identity) under Init "torch";
+// the inference weights leave it out, as before. module is the torch module's name
+// ("classifier.0"), kept as the node's name.
+func (b *builder) dropout(x value, module string, p float32) value {
+	if b.err != nil || b.torch == nil {
+		return x
+	}
+	ratio := "dropout_ratio_" + strconv.FormatFloat(float64(p), 'g', -1, 32)
+	if _, ok := b.g.Initializers[ratio]; !ok {
+		b.g.Initializers[ratio] = &onnx.Tensor{Name: ratio, DType: onnx.Float, F32: []float32{p}}
+	}
+	x.name = b.node("Dropout", []string{x.name, ratio})
+	b.g.Nodes[len(b.g.Nodes)-1].Name = module
+	return x
 }

@@ -3,7 +3,8 @@ package zoo
 import "fmt"
 
 // Each architecture follows its torchvision definition (layer for layer, same
-// initializer names as the state_dict keys) in inference form: Dropout is left out.
+// initializer names as the state_dict keys). Dropout is left out of the inference weights
+// and written as a Dropout node, where torchvision has one, under Init "torch".
 
 func lenet5(b *builder, x value, classes int64) value {
 	x = b.relu(b.conv(x, "conv1", k(5).outC(6).pad(2).withBias()))
@@ -73,8 +74,8 @@ func alexnet(b *builder, x value, classes int64) value {
 	x = b.relu(b.conv(x, "features.10", k(3).outC(256).pad(1).withBias()))
 	x = b.pool("MaxPool", x, 3, 2, 0, false)
 	x = b.flatten(b.adaptiveAvg(x, 6))
-	x = b.relu(b.linear(x, "classifier.1", 4096, true))
-	x = b.relu(b.linear(x, "classifier.4", 4096, true))
+	x = b.relu(b.linear(b.dropout(x, "classifier.0", 0.5), "classifier.1", 4096, true))
+	x = b.relu(b.linear(b.dropout(x, "classifier.3", 0.5), "classifier.4", 4096, true))
 	return b.linear(x, "classifier.6", classes, false)
 }
 
@@ -91,8 +92,8 @@ func vgg16(b *builder, x value, classes int64) value {
 		i += 2
 	}
 	x = b.flatten(b.adaptiveAvg(x, 7))
-	x = b.relu(b.linear(x, "classifier.0", 4096, true))
-	x = b.relu(b.linear(x, "classifier.3", 4096, true))
+	x = b.dropout(b.relu(b.linear(x, "classifier.0", 4096, true)), "classifier.2", 0.5)
+	x = b.dropout(b.relu(b.linear(x, "classifier.3", 4096, true)), "classifier.5", 0.5)
 	return b.linear(x, "classifier.6", classes, false)
 }
 
@@ -131,7 +132,7 @@ func mobilenetV2(b *builder, x value, classes int64) value {
 	}
 	x = b.relu6(b.convBN(x, "features.18.0", "features.18.1", k(1).outC(1280), 1e-5, 1))
 	x = b.flatten(b.globalAvg(x))
-	return b.linear(x, "classifier.1", classes, false)
+	return b.linear(b.dropout(x, "classifier.0", 0.2), "classifier.1", classes, false)
 }
 
 func squeezenet(b *builder, x value, classes int64) value {
@@ -153,7 +154,7 @@ func squeezenet(b *builder, x value, classes int64) value {
 	x = fire(x, 10, 64, 256, 256)
 	x = b.pool("MaxPool", x, 3, 2, 0, true)
 	x = fire(x, 12, 64, 256, 256)
-	x = b.relu(b.conv(x, "classifier.1", k(1).outC(classes).withBias()))
+	x = b.relu(b.conv(b.dropout(x, "classifier.0", 0.5), "classifier.1", k(1).outC(classes).withBias()))
 	return b.flatten(b.globalAvg(x))
 }
 
@@ -181,7 +182,7 @@ func inceptionV3(b *builder, x value, classes int64) value {
 	x = b.inceptionD(x, "Mixed_7a")
 	x = b.inceptionE(x, "Mixed_7b")
 	x = b.inceptionE(x, "Mixed_7c")
-	x = b.flatten(b.globalAvg(x))
+	x = b.flatten(b.dropout(b.globalAvg(x), "dropout", 0.5))
 	return b.linear(x, "fc", classes, false)
 }
 

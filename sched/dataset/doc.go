@@ -1,5 +1,5 @@
-// Package dataset reads inference job data (IDX, .npy, a folder of PNG/JPEG files) and turns
-// a range of samples into the float32 NCHW tensor a model's input expects.
+// Package dataset reads job data (IDX, .npy, a folder of PNG/JPEG files) and training labels,
+// and turns a range of samples into the float32 NCHW tensor a model's input expects.
 //
 // # Reading
 //
@@ -45,6 +45,23 @@
 // count without --grey-to-rgb, image size without a matching --resize, feature count) Batch
 // returns an error that says which flag would fix it. Check runs the same test on sample 0,
 // for validating a job before it starts.
+//
+// # Labels
+//
+// Training reads one class label per sample, as []int32:
+//
+//	labels, err := dataset.ReadLabels(name, r)                      // IDX idx1-ubyte or 1-D integer .npy, gzip or not
+//	files, labels, classes, err := dataset.ImageFolderLabels(names) // CLASS/FILE names, like torchvision's ImageFolder
+//	err = dataset.CheckLabels(labels, ds.Len(), 10)                 // one label per sample, each in [0, 10)
+//
+// .npy labels may be any integer type (int8 to int64, uint8 to uint64, either byte order)
+// shaped [N] or [N,1]; floats, negative labels and labels over 2^31-1 are refused. For a
+// folder of images, classes are the sub-folder names in byte order and a label is its
+// class's index (torchvision's class_to_idx); files come in OpenImages' order (byte order
+// of the names), so labels[i] belongs to sample i of the folder dataset made from the same
+// names, with or without the folder's prefix in front. torchvision orders samples by class
+// first, which differs only when a class name is a prefix of another followed by a byte
+// below '/' ("cat", "cat-big"); each file's label is the same either way.
 //
 // Batch is deterministic: the same bytes and settings give bit-identical tensors, on every
 // run and every node running the same binary (no parallelism, no fused multiply-add).

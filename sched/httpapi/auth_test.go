@@ -77,7 +77,7 @@ func TestTokenRequiredOnEveryEndpointButHealth(t *testing.T) {
 		t.Fatalf("infer with the token: %d %s", code, b)
 	}
 	code, _, b = do(t, "GET", ts.url+"/metrics", nil, bearerHdr(testToken))
-	if code != 200 || !strings.Contains(string(b), `idunno_http_requests_total{model="double",code="200"} 2`) {
+	if code != 200 || !strings.Contains(string(b), `idunno_http_requests_total{code="200",model="double"} 2`) {
 		t.Fatalf("metrics with the token: %d\n%s", code, b)
 	}
 	// Health probes stay open, with or without a (even wrong) token.

@@ -14,12 +14,24 @@ package httpapi
 //	go srv.Serve(listener)
 //
 // Layout: protocol.go and scan.go decode requests (limits first, then a one-pass JSON
-// scanner; the binary tensor extension), encode.go writes responses, batch.go is the pure
-// batching decision (time passed in), runner.go drives it per model, local.go holds the
-// served models and checks inputs against their metadata, route.go forwards to other
-// nodes over rpc, metrics.go writes the Prometheus text format, dashboard.go/.html is the
-// page, node.go is the node component (served models recorded and reloaded from SDFS),
-// auth.go the optional bearer token.
+// scanner; the binary tensor extension), dtype.go holds the protocol's datatypes and the
+// conversions to a model's (FP16/BF16, integers, BYTES), body.go undoes Content-Encoding:
+// gzip, encode.go writes responses, batch.go is the pure batching decision (time and
+// priority passed in), runner.go drives it per model, local.go holds the served models and
+// checks inputs against their metadata, route.go forwards to other nodes over rpc,
+// config.go, tritonstats.go and repository.go are Triton's model configuration,
+// statistics and model repository extensions, metrics.go is /metrics through
+// prometheus/client_golang, dashboard.go/.html is the page, node.go is the node component
+// (served models recorded and reloaded from SDFS; the repository), auth.go the optional
+// bearer token.
+//
+// Triton and KServe clients work unchanged: GET /v2/models/{m}/config answers Triton's
+// ModelConfig, /v2/models[/{m}]/stats its statistics, POST /v2/repository/index, .../load
+// and .../unload map onto serve/unserve of idunno/models/NAME.onnx in SDFS; paths take
+// /versions/1; the request parameters "timeout" (µs) and "priority" (1 first, levels up to
+// PriorityLevels) are honoured; every datatype decodes, and inputs are converted to the
+// model's datatype when no value changes (or FP64 is rounded into FP32), else 400; outputs
+// keep the model's datatype. deploy/ has a Grafana dashboard and a Prometheus scrape config.
 //
 // Authentication: with Config.Token set (a node takes it from "http_token" in its config or
 // IDUNNO_HTTP_TOKEN), every request must carry `Authorization: Bearer <token>`, compared in

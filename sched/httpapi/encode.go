@@ -108,14 +108,24 @@ func appendData(b []byte, t *onnx.Tensor) []byte {
 			}
 			b = appendFloat(b, v, 64)
 		}
+	case t.Strings != nil:
+		for i, v := range t.Strings {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, v)
+		}
 	default:
 		for i, v := range t.I64 {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			if t.DType == onnx.Bool {
+			switch t.DType {
+			case onnx.Bool:
 				b = strconv.AppendBool(b, v != 0)
-			} else {
+			case onnx.Uint64:
+				b = strconv.AppendUint(b, uint64(v), 10)
+			default:
 				b = strconv.AppendInt(b, v, 10)
 			}
 		}
@@ -131,26 +141,40 @@ func appendFloat(b []byte, v float64, bits int) []byte {
 	return strconv.AppendFloat(b, v, 'g', -1, bits)
 }
 
-// appendBinary appends t's elements little-endian, as the binary tensor extension lays them out.
+// appendBinary appends t's elements little-endian, as the binary tensor extension lays them
+// out (BYTES: each element's 4-byte length, then its bytes).
 func appendBinary(b []byte, t *onnx.Tensor) []byte {
+	le := binary.LittleEndian
 	switch {
 	case t.F32 != nil:
 		for _, v := range t.F32 {
-			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
+			switch t.DType {
+			case onnx.Float16:
+				b = le.AppendUint16(b, halfBits(v))
+			case onnx.BFloat16:
+				b = le.AppendUint16(b, bf16Bits(v))
+			default:
+				b = le.AppendUint32(b, math.Float32bits(v))
+			}
 		}
 	case t.F64 != nil:
 		for _, v := range t.F64 {
-			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+			b = le.AppendUint64(b, math.Float64bits(v))
+		}
+	case t.Strings != nil:
+		for _, v := range t.Strings {
+			b = le.AppendUint32(b, uint32(len(v)))
+			b = append(b, v...)
 		}
 	case t.I64 != nil:
 		for _, v := range t.I64 {
 			switch elemSize(t.DType) {
 			case 8:
-				b = binary.LittleEndian.AppendUint64(b, uint64(v))
+				b = le.AppendUint64(b, uint64(v))
 			case 4:
-				b = binary.LittleEndian.AppendUint32(b, uint32(v))
+				b = le.AppendUint32(b, uint32(v))
 			case 2:
-				b = binary.LittleEndian.AppendUint16(b, uint16(v))
+				b = le.AppendUint16(b, uint16(v))
 			default:
 				b = append(b, byte(v))
 			}

@@ -23,8 +23,9 @@ type KernelBackend struct {
 }
 
 type kernelModel struct {
-	m    *kernel.Model
-	meta ModelMetadata
+	m        *kernel.Model
+	meta     ModelMetadata
+	outTypes map[string]onnx.DataType // declared output datatypes
 }
 
 // exactRows is the largest batch that runs without padding.
@@ -56,7 +57,12 @@ func (b *KernelBackend) LoadModel(name string, om *onnx.Model) error {
 }
 
 func (b *KernelBackend) add(name string, m *kernel.Model) {
-	km := &kernelModel{m: m, meta: MetadataFromONNX(name, m.Inputs(), m.Outputs())}
+	km := &kernelModel{m: m, meta: MetadataFromONNX(name, m.Inputs(), m.Outputs()), outTypes: map[string]onnx.DataType{}}
+	for _, o := range m.Outputs() {
+		if o.DType != onnx.Undefined {
+			km.outTypes[o.Name] = o.DType
+		}
+	}
 	b.mu.Lock()
 	old := b.models[name]
 	b.models[name] = km
@@ -125,7 +131,20 @@ func (b *KernelBackend) Infer(ctx context.Context, model string, in []*onnx.Tens
 			out[i] = cutRows(t, padded, rows)
 		}
 	}
+	realTypes(out, km.outTypes)
 	return out, nil
+}
+
+// realTypes gives integer outputs the datatype the model declares: the kernel hands every
+// non-float tensor back as int64 values, which fit the declared type.
+func realTypes(out []*onnx.Tensor, types map[string]onnx.DataType) {
+	for _, t := range out {
+		if want, ok := types[t.Name]; ok && t.I64 != nil && t.DType != want {
+			if _, _, isInt := intRange(want); isInt {
+				t.DType = want
+			}
+		}
+	}
 }
 
 // padRows returns copies of ts grown along the first dimension to rows, with zeros.

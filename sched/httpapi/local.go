@@ -23,7 +23,7 @@ type ServedModel struct {
 type LocalModels struct {
 	backend Backend
 	timeout time.Duration
-	onBatch atomic.Pointer[func(model string, rows int)] // metrics hook
+	onBatch atomic.Pointer[func(batchRecord)] // metrics hook
 
 	mu      sync.RWMutex
 	runners map[string]*modelRunner
@@ -49,9 +49,9 @@ func (l *LocalModels) Serve(m ServedModel) error {
 		m.Instances = 1
 	}
 	r := newModelRunner(m.Name, l.backend, m.Batch, m.Instances, l.timeout)
-	r.onBatch = func(model string, rows int) {
+	r.onBatch = func(b batchRecord) {
 		if f := l.onBatch.Load(); f != nil {
-			(*f)(model, rows)
+			(*f)(b)
 		}
 	}
 	l.mu.Lock()
@@ -103,6 +103,14 @@ func (l *LocalModels) Served() []ServedModel {
 	return r
 }
 
+// ServedAs returns how this node serves a model.
+func (l *LocalModels) ServedAs(name string) (ServedModel, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	m, ok := l.served[name]
+	return m, ok
+}
+
 // Metadata returns a served model's metadata.
 func (l *LocalModels) Metadata(name string) (ModelMetadata, bool) {
 	l.mu.RLock()
@@ -125,9 +133,14 @@ func (l *LocalModels) Depths() map[string]int {
 	return d
 }
 
+// InferOptions are a request's scheduling parameters.
+type InferOptions struct {
+	Priority uint64 // 1 is the highest level; 0 the default (see PriorityLevels)
+}
+
 // Infer checks in against the model's metadata and runs it through the model's batcher.
 // It returns ok=false when this node does not serve the model.
-func (l *LocalModels) Infer(ctx context.Context, name string, in []*onnx.Tensor) (out []*onnx.Tensor, ok bool, err error) {
+func (l *LocalModels) Infer(ctx context.Context, name string, in []*onnx.Tensor, opt InferOptions) (out []*onnx.Tensor, ok bool, err error) {
 	l.mu.RLock()
 	r := l.runners[name]
 	l.mu.RUnlock()
@@ -139,12 +152,13 @@ func (l *LocalModels) Infer(ctx context.Context, name string, in []*onnx.Tensor)
 	if err != nil {
 		return nil, true, err
 	}
-	out, err = r.Infer(ctx, ordered, rows)
+	out, err = r.Infer(ctx, ordered, rows, priorityLevel(opt.Priority))
 	return out, true, err
 }
 
-// CheckInputs matches a request's inputs to the model's by name and checks datatype and
-// shape (every dimension but the first, the batch, must match where the model fixes it;
+// CheckInputs matches a request's inputs to the model's by name, converts each to the
+// model's datatype where that is lossless or standard (convertTensor; otherwise a 400), and
+// checks shape (every dimension but the first, the batch, must match where the model fixes it;
 // all inputs must agree on the batch). It returns the inputs in model order and the rows.
 func CheckInputs(meta ModelMetadata, in []*onnx.Tensor) ([]*onnx.Tensor, int, error) {
 	if len(in) != len(meta.Inputs) {
@@ -164,7 +178,15 @@ func CheckInputs(meta ModelMetadata, in []*onnx.Tensor) ([]*onnx.Tensor, int, er
 			return nil, 0, badf("model %q: input %q is missing", meta.Name, want.Name)
 		}
 		if got := DatatypeName(t.DType); got != want.Datatype {
-			return nil, 0, badf("model %q: input %q has datatype %s, model wants %s", meta.Name, want.Name, got, want.Datatype)
+			wt, ok := dtypeByName[want.Datatype]
+			if !ok {
+				return nil, 0, badf("model %q: input %q has datatype %s, which the protocol cannot express", meta.Name, want.Name, want.Datatype)
+			}
+			c, err := convertTensor(t, wt)
+			if err != nil {
+				return nil, 0, err
+			}
+			t = c
 		}
 		if !shapeFits(want.Shape, t.Dims) {
 			return nil, 0, badf("model %q: input %q has shape %v, model wants %v", meta.Name, want.Name, t.Dims, want.Shape)

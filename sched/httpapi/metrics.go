@@ -1,14 +1,46 @@
 package httpapi
 
 import (
-	"fmt"
-	"math"
+	"bytes"
+	"context"
+	"runtime/debug"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
 )
+
+// /metrics goes through Prometheus's official Go client: its registry checks every metric
+// family for consistency, its Go runtime and process collectors come for free, and its
+// promlint tests (metrics_test.go) keep the names to the conventions. Each Server has its
+// own registry (tests run several servers in one process).
+//
+// Served models (this node's figures):
+//
+//	idunno_http_requests_total{model,code}            counter    infer requests answered here
+//	idunno_http_request_duration_seconds{model}       histogram  end to end, at the node the client asked
+//	idunno_model_queue_duration_seconds{model}        histogram  time a request waited for its batch
+//	idunno_model_compute_duration_seconds{model}      histogram  its batch's kernel call (inputs joined, run, outputs split)
+//	idunno_model_batch_rows{model}                    histogram  rows per kernel call (dynamic batching)
+//	idunno_model_queue_depth{model}                   gauge      requests waiting in the batching queue
+//
+// Jobs (the scheduler's statistics, asked at scrape time):
+//
+//	idunno_job_queries_completed_total{job}           counter    was idunno_job_queries_done
+//	idunno_job_queries{job}                           gauge      was idunno_job_queries_total (a gauge named like a counter)
+//	idunno_job_query_rate{job}                        gauge      the fair-time controller's 10 s rate (rate() of the counter is the Prometheus way)
+//	idunno_job_query_latency_seconds{job}             summary    exact quantiles from the scheduler's HdrHistogram
+//	idunno_job_query_latency_bucketed_seconds{job}    histogram  the same in fixed buckets (aggregatable); was
+//	                                                             idunno_job_query_latency_histogram_seconds (promlint: no type in names)
+//	idunno_job_worker_share{job,worker}               gauge
+//
+// Cluster: idunno_membership_size, idunno_sdfs_bytes_stored, idunno_sdfs_replication_backlog;
+// and idunno_build_info, go_build_info, go_* and process_*.
 
 // Histogram buckets: request latency in seconds, batch sizes in rows.
 var (
@@ -16,96 +48,115 @@ var (
 	batchBuckets   = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256}
 )
 
-// histogram is a Prometheus histogram: cumulative on output, per-bucket counts inside.
-type histogram struct {
-	bounds []float64
-	counts []uint64 // len(bounds)+1, the last is +Inf
-	sum    float64
-	n      uint64
-}
-
-func newHistogram(bounds []float64) *histogram {
-	return &histogram{bounds: bounds, counts: make([]uint64, len(bounds)+1)}
-}
-
-func (h *histogram) observe(v float64) {
-	i, _ := slices.BinarySearch(h.bounds, v)
-	h.counts[i]++
-	h.sum += v
-	h.n++
-}
-
-// quantile estimates the q-quantile by linear interpolation in its bucket (as PromQL's
-// histogram_quantile does); the dashboard uses it for per-model latency.
-func (h *histogram) quantile(q float64) float64 {
-	if h.n == 0 {
-		return 0
-	}
-	rank := q * float64(h.n)
-	var cum uint64
-	for i, c := range h.counts {
-		if float64(cum+c) >= rank && c > 0 {
-			lo := 0.0
-			if i > 0 {
-				lo = h.bounds[i-1]
-			}
-			if i == len(h.bounds) {
-				return lo
-			}
-			return lo + (h.bounds[i]-lo)*(rank-float64(cum))/float64(c)
-		}
-		cum += c
-	}
-	return h.bounds[len(h.bounds)-1]
-}
-
-// modelMetrics are one model's request figures on this node.
-type modelMetrics struct {
-	codes   map[int]uint64
-	latency *histogram
-	batch   *histogram
-}
-
-// Metrics collects this node's HTTP figures; Server.writeMetrics adds the sources' figures.
-// Safe for concurrent use.
-type Metrics struct {
-	mu     sync.Mutex
-	models map[string]*modelMetrics
-}
-
-// NewMetrics returns empty metrics.
-func NewMetrics() *Metrics { return &Metrics{models: map[string]*modelMetrics{}} }
-
-func (m *Metrics) model(name string) *modelMetrics {
-	mm := m.models[name]
-	if mm == nil {
-		mm = &modelMetrics{codes: map[int]uint64{}, latency: newHistogram(latencyBuckets), batch: newHistogram(batchBuckets)}
-		m.models[name] = mm
-	}
-	return mm
-}
-
 // maxModelSeries bounds how many model names metrics remember, so that requests for
 // made-up model names cannot grow memory without bound; the rest count as "_other".
 const maxModelSeries = 1024
 
-// ObserveRequest records one infer request's status and latency.
-func (m *Metrics) ObserveRequest(model string, code int, d time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, ok := m.models[model]; !ok && len(m.models) >= maxModelSeries {
-		model = "_other"
-	}
-	mm := m.model(model)
-	mm.codes[code]++
-	mm.latency.observe(d.Seconds())
+// maxBatchSizes bounds the distinct batch sizes a model's Triton statistics keep.
+const maxBatchSizes = 256
+
+// Metrics collects this node's HTTP figures: the Prometheus series and the Triton
+// statistics (tritonstats.go) of each model. Safe for concurrent use.
+type Metrics struct {
+	reg       *prometheus.Registry
+	requests  *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+	queue     *prometheus.HistogramVec
+	compute   *prometheus.HistogramVec
+	batchRows *prometheus.HistogramVec
+
+	mu     sync.Mutex
+	models map[string]*modelStats
 }
 
-// ObserveBatch records the rows of one kernel call.
-func (m *Metrics) ObserveBatch(model string, rows int) {
+// NewMetrics returns empty metrics in a fresh registry that also holds the Go runtime,
+// process and build-info collectors.
+func NewMetrics() *Metrics {
+	hist := func(name, help string, buckets []float64) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, []string{"model"})
+	}
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idunno_http_requests_total",
+			Help: "Inference requests answered by this node, by model and HTTP status."}, []string{"model", "code"}),
+		duration:  hist("idunno_http_request_duration_seconds", "Inference request latency at this node (end to end), by model.", latencyBuckets),
+		queue:     hist("idunno_model_queue_duration_seconds", "Time a request to a model served here waited in its batching queue.", latencyBuckets),
+		compute:   hist("idunno_model_compute_duration_seconds", "Kernel time of the batch a request to a model served here ran in (inputs joined, model run, outputs split).", latencyBuckets),
+		batchRows: hist("idunno_model_batch_rows", "Rows per kernel call of a model served here (dynamic batching).", batchBuckets),
+		models:    map[string]*modelStats{},
+	}
+	m.reg.MustRegister(m.requests, m.duration, m.queue, m.compute, m.batchRows,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewBuildInfoCollector(), buildInfo())
+	return m
+}
+
+// buildInfo is idunno_build_info: 1, labelled with the module version and VCS revision.
+func buildInfo() prometheus.Collector {
+	version, revision := "(devel)", "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		version = bi.Main.Version
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				revision = s.Value
+			}
+		}
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "idunno_build_info", Help: "Build of this idunno binary (always 1).",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision}})
+	g.Set(1)
+	return g
+}
+
+// series returns the stats record of model, or of "_other" past maxModelSeries names;
+// m.mu is held.
+func (m *Metrics) series(model string) (string, *modelStats) {
+	s := m.models[model]
+	if s == nil {
+		if len(m.models) >= maxModelSeries {
+			model = "_other"
+			if s = m.models[model]; s != nil {
+				return model, s
+			}
+		}
+		s = &modelStats{batches: map[int]*batchStat{}}
+		m.models[model] = s
+	}
+	return model, s
+}
+
+// ObserveRequest records one infer request's status and latency (at the node the client asked).
+func (m *Metrics) ObserveRequest(model string, code int, d time.Duration) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.model(model).batch.observe(float64(rows))
+	model, s := m.series(model)
+	s.request(code, d, time.Now())
+	m.mu.Unlock()
+	m.requests.WithLabelValues(model, strconv.Itoa(code)).Inc()
+	m.duration.WithLabelValues(model).Observe(d.Seconds())
+}
+
+// batchRecord is one kernel call of a served model and the requests it answered.
+type batchRecord struct {
+	model                string
+	rows                 int
+	queued               []time.Duration // each request's wait in the queue
+	input, infer, output time.Duration   // joining inputs, the backend call, splitting outputs
+	failed               bool
+}
+
+// ObserveBatch records one kernel call of a model served here.
+func (m *Metrics) observeBatch(b batchRecord) {
+	m.mu.Lock()
+	model, s := m.series(b.model)
+	s.batch(b)
+	m.mu.Unlock()
+	m.batchRows.WithLabelValues(model).Observe(float64(b.rows))
+	q, c := m.queue.WithLabelValues(model), m.compute.WithLabelValues(model)
+	compute := (b.input + b.infer + b.output).Seconds()
+	for _, d := range b.queued {
+		q.Observe(d.Seconds())
+		c.Observe(compute)
+	}
 }
 
 // ModelSummary is a model's figures for the dashboard.
@@ -116,196 +167,148 @@ type ModelSummary struct {
 	P99Ms    float64 `json:"p99_ms"`
 }
 
-// Summaries returns per-model request figures.
+// Summaries returns per-model request figures, the latency percentiles interpolated in the
+// request histogram's buckets (as PromQL's histogram_quantile does).
 func (m *Metrics) Summaries() map[string]ModelSummary {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	r := map[string]ModelSummary{}
-	for name, mm := range m.models {
-		var s ModelSummary
-		for code, n := range mm.codes {
-			s.Requests += n
-			if code >= 400 {
-				s.Errors += n
-			}
+	for name, s := range m.models {
+		r[name] = ModelSummary{Requests: s.Success.Count + s.Fail.Count, Errors: s.Fail.Count}
+	}
+	m.mu.Unlock()
+	for name, sum := range r {
+		if sum.Requests == 0 { // batches only: requests forwarded here from other nodes
+			continue
 		}
-		s.P50Ms = mm.latency.quantile(0.5) * 1000
-		s.P99Ms = mm.latency.quantile(0.99) * 1000
-		r[name] = s
+		h, err := m.duration.GetMetricWithLabelValues(name)
+		if err != nil {
+			continue
+		}
+		var pb dto.Metric
+		if h.(prometheus.Metric).Write(&pb) != nil || pb.Histogram == nil {
+			continue
+		}
+		sum.P50Ms = bucketQuantile(0.5, pb.Histogram) * 1000
+		sum.P99Ms = bucketQuantile(0.99, pb.Histogram) * 1000
+		r[name] = sum
 	}
 	return r
 }
 
-// promWriter writes the Prometheus text exposition format (version 0.0.4).
-type promWriter struct {
-	b    strings.Builder
-	seen map[string]bool
-}
-
-func (w *promWriter) header(name, typ, help string) {
-	if w.seen == nil {
-		w.seen = map[string]bool{}
+// bucketQuantile estimates the q-quantile of a histogram by linear interpolation within
+// its bucket.
+func bucketQuantile(q float64, h *dto.Histogram) float64 {
+	n := h.GetSampleCount()
+	if n == 0 {
+		return 0
 	}
-	if w.seen[name] {
-		return
-	}
-	w.seen[name] = true
-	fmt.Fprintf(&w.b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
-}
-
-func (w *promWriter) sample(name string, labels []string, v float64) {
-	w.b.WriteString(name)
-	if len(labels) > 0 {
-		w.b.WriteByte('{')
-		for i := 0; i+1 < len(labels); i += 2 {
-			if i > 0 {
-				w.b.WriteByte(',')
-			}
-			w.b.WriteString(labels[i])
-			w.b.WriteString(`="`)
-			w.b.WriteString(escapeLabel(labels[i+1]))
-			w.b.WriteByte('"')
+	rank := q * float64(n)
+	var prevCum uint64
+	lo := 0.0
+	for _, b := range h.Bucket {
+		cum := b.GetCumulativeCount()
+		if float64(cum) >= rank && cum > prevCum {
+			return lo + (b.GetUpperBound()-lo)*(rank-float64(prevCum))/float64(cum-prevCum)
 		}
-		w.b.WriteByte('}')
+		prevCum, lo = cum, b.GetUpperBound()
 	}
-	w.b.WriteByte(' ')
-	w.b.WriteString(formatValue(v))
-	w.b.WriteByte('\n')
+	return lo
 }
 
-func (w *promWriter) histogram(name string, labels []string, h *histogram) {
-	var cum uint64
-	for i, b := range h.bounds {
-		cum += h.counts[i]
-		w.sample(name+"_bucket", append(slices.Clip(labels), "le", formatValue(b)), float64(cum))
-	}
-	w.sample(name+"_bucket", append(slices.Clip(labels), "le", "+Inf"), float64(h.n))
-	w.sample(name+"_sum", labels, h.sum)
-	w.sample(name+"_count", labels, float64(h.n))
-}
+// sourceCollector turns the server's sources (queue depths, the scheduler's job
+// statistics, cluster gauges) into metrics at scrape time. It is unchecked (its Describe
+// sends nothing): which jobs exist is only known when asked.
+type sourceCollector struct{ s *Server }
 
-func escapeLabel(s string) string {
-	if !strings.ContainsAny(s, "\\\"\n") {
-		return s
-	}
-	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
-}
+func (c sourceCollector) Describe(chan<- *prometheus.Desc) {}
 
-func formatValue(v float64) string {
-	switch {
-	case math.IsInf(v, 1):
-		return "+Inf"
-	case math.IsInf(v, -1):
-		return "-Inf"
-	case math.IsNaN(v):
-		return "NaN"
-	}
-	return strconv.FormatFloat(v, 'g', -1, 64)
-}
+var (
+	descQueueDepth   = prometheus.NewDesc("idunno_model_queue_depth", "Requests waiting in a served model's batching queue.", []string{"model"}, nil)
+	descJobDone      = prometheus.NewDesc("idunno_job_queries_completed_total", "Queries of a job completed.", []string{"job"}, nil)
+	descJobQueries   = prometheus.NewDesc("idunno_job_queries", "Queries a job has in all, completed or not.", []string{"job"}, nil)
+	descJobRate      = prometheus.NewDesc("idunno_job_query_rate", "Queries per second of a job over the last 10 s, as the fair-time controller measures it.", []string{"job"}, nil)
+	descJobLatency   = prometheus.NewDesc("idunno_job_query_latency_seconds", "Per-query latency of a job (exact quantiles).", []string{"job"}, nil)
+	descJobHistogram = prometheus.NewDesc("idunno_job_query_latency_bucketed_seconds", "Per-query latency of a job, in buckets.", []string{"job"}, nil)
+	descJobShare     = prometheus.NewDesc("idunno_job_worker_share", "Fraction of a worker's time given to a job.", []string{"job", "worker"}, nil)
+	descMembers      = prometheus.NewDesc("idunno_membership_size", "Live members of the cluster as this node sees them.", nil, nil)
+	descSDFSBytes    = prometheus.NewDesc("idunno_sdfs_bytes_stored", "Bytes of SDFS data stored on this node.", nil, nil)
+	descBacklog      = prometheus.NewDesc("idunno_sdfs_replication_backlog", "Replicas known missing and not yet re-created.", nil, nil)
+)
 
-// writeModels writes the per-model request, latency and batch figures and queue depths.
-func (m *Metrics) writeModels(w *promWriter, depths map[string]int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	names := make([]string, 0, len(m.models))
-	for n := range m.models {
+func (c sourceCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.s
+	depths := s.Local.Depths()
+	names := make([]string, 0, len(depths))
+	for n := range depths {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	w.header("idunno_http_requests_total", "counter", "Inference requests received by this node, by model and HTTP status.")
 	for _, n := range names {
-		codes := make([]int, 0)
-		for c := range m.models[n].codes {
-			codes = append(codes, c)
-		}
-		slices.Sort(codes)
-		for _, c := range codes {
-			w.sample("idunno_http_requests_total", []string{"model", n, "code", strconv.Itoa(c)}, float64(m.models[n].codes[c]))
-		}
+		ch <- prometheus.MustNewConstMetric(descQueueDepth, prometheus.GaugeValue, float64(depths[n]), n)
 	}
-	w.header("idunno_http_request_duration_seconds", "histogram", "Inference request latency at this node, by model.")
-	for _, n := range names {
-		if m.models[n].latency.n > 0 {
-			w.histogram("idunno_http_request_duration_seconds", []string{"model", n}, m.models[n].latency)
+	if s.Stats != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.StatsTimeout)
+		jobs, err := s.Stats.JobStats(ctx)
+		cancel()
+		if err != nil {
+			s.cfg.Logf("httpapi: metrics: job stats: %v", err)
+			jobs = nil
 		}
-	}
-	w.header("idunno_model_batch_rows", "histogram", "Rows per kernel call of a served model (dynamic batching).")
-	for _, n := range names {
-		if m.models[n].batch.n > 0 {
-			w.histogram("idunno_model_batch_rows", []string{"model", n}, m.models[n].batch)
+		for _, j := range jobs {
+			collectJob(ch, j)
 		}
 	}
-	w.header("idunno_model_queue_depth", "gauge", "Requests waiting in a served model's batching queue.")
-	dn := make([]string, 0, len(depths))
-	for n := range depths {
-		dn = append(dn, n)
-	}
-	slices.Sort(dn)
-	for _, n := range dn {
-		w.sample("idunno_model_queue_depth", []string{"model", n}, float64(depths[n]))
+	if s.Gauges != nil {
+		g := s.Gauges.Gauges()
+		if g.Members >= 0 {
+			ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(g.Members))
+		}
+		if g.SDFSBytesStored >= 0 {
+			ch <- prometheus.MustNewConstMetric(descSDFSBytes, prometheus.GaugeValue, float64(g.SDFSBytesStored))
+		}
+		if g.ReplicationBacklog >= 0 {
+			ch <- prometheus.MustNewConstMetric(descBacklog, prometheus.GaugeValue, float64(g.ReplicationBacklog))
+		}
 	}
 }
 
-// writeJobs writes per-job figures from the scheduler's statistics. The scheduler keeps
-// exact percentiles (HdrHistogram), so latency is exported as a summary with quantiles, and
-// also as a histogram with fixed buckets (which Prometheus can aggregate across jobs).
-func writeJobs(w *promWriter, jobs []JobStats) {
-	w.header("idunno_job_queries_done", "counter", "Queries of a job completed.")
-	for _, j := range jobs {
-		w.sample("idunno_job_queries_done", []string{"job", j.Job}, float64(j.Done))
-	}
-	w.header("idunno_job_queries_total", "gauge", "Queries a job has in all.")
-	for _, j := range jobs {
-		w.sample("idunno_job_queries_total", []string{"job", j.Job}, float64(j.Total))
-	}
-	w.header("idunno_job_query_rate", "gauge", "Queries per second of a job over the last 10 s.")
-	for _, j := range jobs {
-		w.sample("idunno_job_query_rate", []string{"job", j.Job}, j.Rate10s)
-	}
-	w.header("idunno_job_query_latency_seconds", "summary", "Per-query latency of a job.")
-	for _, j := range jobs {
-		l := j.LatencyMs
-		for _, q := range []struct {
-			q string
-			v float64
-		}{{"0.5", l.P50}, {"0.9", l.P90}, {"0.95", l.P95}, {"0.99", l.P99}} {
-			w.sample("idunno_job_query_latency_seconds", []string{"job", j.Job, "quantile", q.q}, q.v/1000)
-		}
-		w.sample("idunno_job_query_latency_seconds_sum", []string{"job", j.Job}, l.Mean/1000*float64(j.Done))
-		w.sample("idunno_job_query_latency_seconds_count", []string{"job", j.Job}, float64(j.Done))
-	}
-	w.header("idunno_job_query_latency_histogram_seconds", "histogram", "Per-query latency of a job, in buckets.")
-	for _, j := range jobs {
-		h := j.Histogram
-		if h == nil {
-			continue
-		}
+// collectJob exports one job's statistics. The scheduler keeps exact percentiles, so
+// latency goes out as a summary with quantiles, and also as a histogram with fixed buckets
+// (which Prometheus can aggregate across jobs).
+func collectJob(ch chan<- prometheus.Metric, j JobStats) {
+	ch <- prometheus.MustNewConstMetric(descJobDone, prometheus.CounterValue, float64(j.Done), j.Job)
+	ch <- prometheus.MustNewConstMetric(descJobQueries, prometheus.GaugeValue, float64(j.Total), j.Job)
+	ch <- prometheus.MustNewConstMetric(descJobRate, prometheus.GaugeValue, j.Rate10s, j.Job)
+	l := j.LatencyMs
+	ch <- prometheus.MustNewConstSummary(descJobLatency, uint64(max(j.Done, 0)), l.Mean/1000*float64(j.Done),
+		map[float64]float64{0.5: l.P50 / 1000, 0.9: l.P90 / 1000, 0.95: l.P95 / 1000, 0.99: l.P99 / 1000}, j.Job)
+	if h := j.Histogram; h != nil && len(h.BoundsMS) == len(h.Counts) {
+		buckets := make(map[float64]uint64, len(h.BoundsMS))
 		for i, b := range h.BoundsMS {
-			w.sample("idunno_job_query_latency_histogram_seconds_bucket", []string{"job", j.Job, "le", strconv.FormatFloat(b/1000, 'g', -1, 64)}, float64(h.Counts[i]))
+			buckets[b/1000] = uint64(max(h.Counts[i], 0))
 		}
-		w.sample("idunno_job_query_latency_histogram_seconds_bucket", []string{"job", j.Job, "le", "+Inf"}, float64(h.Count))
-		w.sample("idunno_job_query_latency_histogram_seconds_sum", []string{"job", j.Job}, h.SumMS/1000)
-		w.sample("idunno_job_query_latency_histogram_seconds_count", []string{"job", j.Job}, float64(h.Count))
+		if m, err := prometheus.NewConstHistogram(descJobHistogram, uint64(max(h.Count, 0)), h.SumMS/1000, buckets, j.Job); err == nil {
+			ch <- m
+		}
 	}
-	w.header("idunno_job_worker_share", "gauge", "Fraction of a worker's time given to a job.")
-	for _, j := range jobs {
-		for _, ws := range j.Workers {
-			w.sample("idunno_job_worker_share", []string{"job", j.Job, "worker", ws.Name}, ws.Share)
-		}
+	for _, w := range j.Workers {
+		ch <- prometheus.MustNewConstMetric(descJobShare, prometheus.GaugeValue, w.Share, j.Job, w.Name)
 	}
 }
 
-func writeGauges(w *promWriter, g ClusterGauges) {
-	if g.Members >= 0 {
-		w.header("idunno_membership_size", "gauge", "Live members of the cluster as this node sees them.")
-		w.sample("idunno_membership_size", nil, float64(g.Members))
+// exposition gathers every metric and writes the Prometheus text format (version 0.0.4).
+// Families that fail to gather are left out and logged; the rest are still written.
+func (m *Metrics) exposition(logf func(string, ...any)) []byte {
+	mfs, err := m.reg.Gather()
+	if err != nil {
+		logf("httpapi: metrics: %v", err)
 	}
-	if g.SDFSBytesStored >= 0 {
-		w.header("idunno_sdfs_bytes_stored", "gauge", "Bytes of SDFS data stored on this node.")
-		w.sample("idunno_sdfs_bytes_stored", nil, float64(g.SDFSBytesStored))
+	var buf bytes.Buffer
+	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			logf("httpapi: metrics: encode %s: %v", mf.GetName(), err)
+		}
 	}
-	if g.ReplicationBacklog >= 0 {
-		w.header("idunno_sdfs_replication_backlog", "gauge", "Replicas known missing and not yet re-created.")
-		w.sample("idunno_sdfs_replication_backlog", nil, float64(g.ReplicationBacklog))
-	}
+	return buf.Bytes()
 }

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,6 +31,9 @@ type NodeOptions struct {
 	Gauges  GaugeSource
 	// Fetch writes the newest version of an SDFS file to w.
 	Fetch func(ctx context.Context, sdfsName string, w io.Writer) error
+	// List returns the SDFS names that start with prefix (the repository index); nil: the
+	// index shows served models only.
+	List func(ctx context.Context, prefix string) ([]string, error)
 }
 
 // NodeService is the HTTP subsystem of a node (a sched.Component): the HTTP server, its
@@ -60,6 +65,7 @@ func NewNodeService(o NodeOptions) *NodeService {
 	s.srv.Remote = NewRouter(o.Client, o.Peers, o.Config.Limits)
 	s.srv.Stats = &RPCStats{Client: o.Client, Addr: o.SelfRPC}
 	s.srv.Gauges = o.Gauges
+	s.srv.Repo = s
 	RegisterRPCWithLoader(o.RPC, s.local, o.Config.Limits, s.load, s.unload)
 	return s
 }
@@ -252,4 +258,94 @@ func (r *RPCStats) JobStats(ctx context.Context) ([]JobStats, error) {
 		out = append(out, st)
 	}
 	return out, nil
+}
+
+// Index implements Repository: the models stored as idunno/models/NAME.onnx, READY where
+// some live node serves them, and every served model wherever its file lives.
+func (s *NodeService) Index(ctx context.Context) ([]RepositoryModel, error) {
+	state := map[string]string{}
+	if s.o.List != nil {
+		names, err := s.o.List(ctx, ModelsPrefix)
+		if err != nil {
+			return nil, fmt.Errorf("httpapi: repository index: %w", err)
+		}
+		for _, n := range names {
+			if m, ok := strings.CutSuffix(strings.TrimPrefix(n, ModelsPrefix), ".onnx"); ok && modelNameRE.MatchString(m) {
+				state[m] = StateUnavailable
+			}
+		}
+	}
+	for _, m := range s.local.Served() {
+		state[m.Name] = StateReady
+	}
+	if r, ok := s.srv.Remote.(*Router); ok {
+		for m := range r.Models(ctx) {
+			state[m] = StateReady
+		}
+	}
+	out := make([]RepositoryModel, 0, len(state))
+	for n, st := range state {
+		m := RepositoryModel{Name: n, Version: "1", State: st}
+		if st == StateUnavailable {
+			m.Reason = "not served by any node (load it to serve it here)"
+		}
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b RepositoryModel) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Load implements Repository: this node serves the model (as `idunno serve NAME --nodes
+// THIS`), from the SDFS file it already serves it from, else idunno/models/NAME.onnx.
+func (s *NodeService) Load(ctx context.Context, name string, policy *PolicyOverride) error {
+	if !modelNameRE.MatchString(name) {
+		return badf("bad model name %q (letters, digits, . _ -; up to 128)", name)
+	}
+	req := ServeRequest{ServedModel: ServedModel{Name: name}, SDFSName: ModelsPrefix + name + ".onnx"}
+	s.mu.Lock()
+	for _, r := range s.readServed() {
+		if r.Name == name {
+			req = r
+		}
+	}
+	s.mu.Unlock()
+	req.ServedModel = policy.Apply(req.ServedModel)
+	if req.Batch.MaxBatch < 0 || req.Batch.MaxQueue < 0 || req.Instances < 0 || req.Batch.MaxDelay < 0 {
+		return badf("bad batching policy %+v", req.Batch)
+	}
+	if err := s.load(ctx, req); err != nil {
+		return err
+	}
+	return s.local.Serve(req.ServedModel)
+}
+
+// Unload implements Repository: every live node serving the model stops (as `idunno
+// unserve NAME`). Unloading a model nobody serves succeeds, as in Triton.
+func (s *NodeService) Unload(ctx context.Context, name string) error {
+	var errs []error
+	if _, ok := s.local.ServedAs(name); ok {
+		s.local.Unserve(name)
+		if err := s.unload(name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, p := range s.o.Peers.Peers() {
+		c, cancel := context.WithTimeout(ctx, 10*time.Second)
+		var ms []RemoteModel
+		err := s.o.Client.CallJSON(c, p.RPCAddr, MethodModels, struct{}{}, &ms)
+		if err == nil && slices.ContainsFunc(ms, func(m RemoteModel) bool { return m.Served.Name == name }) {
+			err = Unserve(c, s.o.Client, p.RPCAddr, name)
+		}
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", p.Name, err))
+		}
+	}
+	if r, ok := s.srv.Remote.(*Router); ok {
+		r.Forget(name)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("httpapi: unload %s: %w", name, errors.Join(errs...))
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"time"
 	"unsafe"
 
 	"idunno/kernel/onnx"
@@ -58,7 +59,9 @@ type InferRequest struct {
 	ID           string
 	Inputs       []*onnx.Tensor
 	Outputs      []RequestedOutput
-	BinaryOutput bool // request-level "binary_data_output" parameter
+	BinaryOutput bool          // request-level "binary_data_output" parameter
+	Timeout      time.Duration // request-level "timeout" parameter (given in µs; 0: none)
+	Priority     uint64        // request-level "priority" parameter (1 highest; 0: the default)
 }
 
 // RequestedOutput is one entry of the request's "outputs" list.
@@ -80,43 +83,6 @@ func badf(format string, args ...any) error {
 func IsBadRequest(err error) bool {
 	var b *BadRequestError
 	return errors.As(err, &b)
-}
-
-// datatype names of the Open Inference Protocol and their ONNX element types.
-var (
-	dtypeByName = map[string]onnx.DataType{
-		"FP32": onnx.Float, "FP64": onnx.Double, "INT64": onnx.Int64, "INT32": onnx.Int32,
-		"INT16": onnx.Int16, "INT8": onnx.Int8, "UINT8": onnx.Uint8, "BOOL": onnx.Bool,
-	}
-	nameByDtype = map[onnx.DataType]string{
-		onnx.Float: "FP32", onnx.Double: "FP64", onnx.Int64: "INT64", onnx.Int32: "INT32",
-		onnx.Int16: "INT16", onnx.Int8: "INT8", onnx.Uint8: "UINT8", onnx.Bool: "BOOL",
-		onnx.Float16: "FP16", onnx.BFloat16: "BF16", onnx.Uint16: "UINT16",
-		onnx.Uint32: "UINT32", onnx.Uint64: "UINT64", onnx.String: "BYTES",
-	}
-)
-
-// DatatypeName is the protocol's name for an ONNX element type.
-func DatatypeName(t onnx.DataType) string {
-	if n, ok := nameByDtype[t]; ok {
-		return n
-	}
-	return fmt.Sprintf("TYPE%d", int(t))
-}
-
-// elemSize is the size of one element in the binary tensor extension.
-func elemSize(t onnx.DataType) int {
-	switch t {
-	case onnx.Float, onnx.Int32:
-		return 4
-	case onnx.Double, onnx.Int64:
-		return 8
-	case onnx.Int16:
-		return 2
-	case onnx.Int8, onnx.Uint8, onnx.Bool:
-		return 1
-	}
-	return 0
 }
 
 type wireParams map[string]json.RawMessage
@@ -174,6 +140,14 @@ func DecodeInferRequest(body []byte, headerLen int, lim Limits) (*InferRequest, 
 	}
 	req := &InferRequest{ID: w.ID}
 	if req.BinaryOutput, err = boolParam(w.Parameters, "binary_data_output"); err != nil {
+		return nil, err
+	}
+	us, _, err := uintParam(w.Parameters, "timeout")
+	if err != nil {
+		return nil, err
+	}
+	req.Timeout = time.Duration(min(us, uint64(math.MaxInt64/1000))) * time.Microsecond
+	if req.Priority, _, err = uintParam(w.Parameters, "priority"); err != nil {
 		return nil, err
 	}
 	seen := map[string]bool{}
@@ -238,6 +212,14 @@ func decodeInput(in *wireInput, bin []byte, lim Limits) (*onnx.Tensor, int, erro
 	switch {
 	case hasSize && hasData:
 		return nil, 0, badf("input %q has both data and binary_data_size", in.Name)
+	case hasSize && dt == onnx.String:
+		if size > len(bin) {
+			return nil, 0, badf("input %q: binary section too short (%d bytes left, %d needed)", in.Name, len(bin), size)
+		}
+		if err := fillBytes(t, bin[:size], n); err != nil {
+			return nil, 0, badf("input %q: %v", in.Name, err)
+		}
+		return t, size, nil
 	case hasSize:
 		if size != n*elemSize(dt) {
 			return nil, 0, badf("input %q: binary_data_size %d, shape and datatype need %d bytes", in.Name, size, n*elemSize(dt))
@@ -268,6 +250,19 @@ func boolParam(p wireParams, key string) (bool, error) {
 	return b, nil
 }
 
+// uintParam reads an unsigned integer parameter (Triton's timeout and priority are uint64).
+func uintParam(p wireParams, key string) (uint64, bool, error) {
+	raw, ok := p[key]
+	if !ok {
+		return 0, false, nil
+	}
+	v, err := strconv.ParseUint(string(raw), 10, 64)
+	if err != nil {
+		return 0, false, badf("parameter %q must be a non-negative integer", key)
+	}
+	return v, true, nil
+}
+
 func intParam(p wireParams, key string) (int, bool, error) {
 	raw, ok := p[key]
 	if !ok {
@@ -280,48 +275,90 @@ func intParam(p wireParams, key string) (int, bool, error) {
 	return int(v), true, nil
 }
 
-// fillBinary decodes n little-endian elements of t.DType from b (len(b) is exact).
+// fillBinary decodes n little-endian elements of t.DType from b (len(b) is exact; not BYTES).
 func fillBinary(t *onnx.Tensor, b []byte, n int) {
+	le := binary.LittleEndian
 	switch t.DType {
 	case onnx.Float:
 		t.F32 = make([]float32, n)
 		for i := range t.F32 {
-			t.F32[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+			t.F32[i] = math.Float32frombits(le.Uint32(b[4*i:]))
 		}
+		return
+	case onnx.Float16, onnx.BFloat16:
+		t.F32 = make([]float32, n)
+		for i := range t.F32 {
+			if h := le.Uint16(b[2*i:]); t.DType == onnx.Float16 {
+				t.F32[i] = halfToFloat(h)
+			} else {
+				t.F32[i] = bf16ToFloat(h)
+			}
+		}
+		return
 	case onnx.Double:
 		t.F64 = make([]float64, n)
 		for i := range t.F64 {
-			t.F64[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+			t.F64[i] = math.Float64frombits(le.Uint64(b[8*i:]))
 		}
-	default:
-		t.I64 = make([]int64, n)
-		for i := range t.I64 {
-			switch t.DType {
-			case onnx.Int64:
-				t.I64[i] = int64(binary.LittleEndian.Uint64(b[8*i:]))
-			case onnx.Int32:
-				t.I64[i] = int64(int32(binary.LittleEndian.Uint32(b[4*i:])))
-			case onnx.Int16:
-				t.I64[i] = int64(int16(binary.LittleEndian.Uint16(b[2*i:])))
-			case onnx.Int8:
-				t.I64[i] = int64(int8(b[i]))
-			case onnx.Uint8:
-				t.I64[i] = int64(b[i])
-			case onnx.Bool:
-				if b[i] != 0 {
-					t.I64[i] = 1
-				}
+		return
+	}
+	t.I64 = make([]int64, n)
+	for i := range t.I64 {
+		var v int64
+		switch t.DType {
+		case onnx.Int64, onnx.Uint64:
+			v = int64(le.Uint64(b[8*i:]))
+		case onnx.Int32:
+			v = int64(int32(le.Uint32(b[4*i:])))
+		case onnx.Uint32:
+			v = int64(le.Uint32(b[4*i:]))
+		case onnx.Int16:
+			v = int64(int16(le.Uint16(b[2*i:])))
+		case onnx.Uint16:
+			v = int64(le.Uint16(b[2*i:]))
+		case onnx.Int8:
+			v = int64(int8(b[i]))
+		case onnx.Uint8:
+			v = int64(b[i])
+		case onnx.Bool:
+			if b[i] != 0 {
+				v = 1
 			}
 		}
+		t.I64[i] = v
 	}
+}
+
+// fillBytes decodes exactly n BYTES elements from b: each a 4-byte little-endian length,
+// then that many bytes.
+func fillBytes(t *onnx.Tensor, b []byte, n int) error {
+	t.Strings = make([]string, 0, min(n, len(b)/4))
+	for len(t.Strings) < n {
+		if len(b) < 4 {
+			return fmt.Errorf("BYTES element %d: binary data ends inside its length", len(t.Strings))
+		}
+		l := binary.LittleEndian.Uint32(b)
+		if uint64(l) > uint64(len(b)-4) {
+			return fmt.Errorf("BYTES element %d: length %d runs past the binary data", len(t.Strings), l)
+		}
+		t.Strings = append(t.Strings, string(b[4:4+l]))
+		b = b[4+l:]
+	}
+	if len(b) != 0 {
+		return fmt.Errorf("BYTES: %d bytes left after %d elements", len(b), n)
+	}
+	return nil
 }
 
 // parseData reads the "data" member: a flat or nested JSON array of exactly n numbers
 // (true/false for BOOL), in row-major order. Nesting is flattened, not checked against
 // the shape, as the protocol allows either form.
 func parseData(t *onnx.Tensor, raw []byte, n int) error {
+	if t.DType == onnx.String {
+		return parseStrings(t, raw, n)
+	}
 	switch t.DType {
-	case onnx.Float:
+	case onnx.Float, onnx.Float16, onnx.BFloat16:
 		t.F32 = make([]float32, 0, n)
 	case onnx.Double:
 		t.F64 = make([]float64, 0, n)
@@ -384,10 +421,21 @@ func appendElem(t *onnx.Tensor, tok []byte) error {
 	// quote s, which copies it.
 	s := unsafe.String(unsafe.SliceData(tok), len(tok))
 	switch t.DType {
-	case onnx.Float:
+	case onnx.Float, onnx.Float16, onnx.BFloat16:
 		v, err := strconv.ParseFloat(s, 32)
+		if t.DType != onnx.Float && err == nil {
+			var ok bool
+			if v, err = strconv.ParseFloat(s, 64); err == nil {
+				var f float32
+				f, ok = roundTo(t.DType, v)
+				v = float64(f)
+			}
+			if !ok {
+				return fmt.Errorf("%q is out of the range of %s", s, DatatypeName(t.DType))
+			}
+		}
 		if err != nil {
-			return fmt.Errorf("%q is not an FP32 number", s)
+			return fmt.Errorf("%q is not an %s number", s, DatatypeName(t.DType))
 		}
 		t.F32 = append(t.F32, float32(v))
 	case onnx.Double:
@@ -406,28 +454,52 @@ func appendElem(t *onnx.Tensor, tok []byte) error {
 			return fmt.Errorf("%q is not a BOOL", s)
 		}
 	default:
-		bits := 64
-		switch t.DType {
-		case onnx.Int32:
-			bits = 32
-		case onnx.Int16:
-			bits = 16
-		case onnx.Int8:
-			bits = 8
-		}
+		lo, hi, _ := intRange(t.DType)
 		var v int64
-		var err error
-		if t.DType == onnx.Uint8 {
-			var u uint64
-			u, err = strconv.ParseUint(s, 10, 8)
+		if u, err := strconv.ParseUint(s, 10, 64); err == nil && u <= hi {
 			v = int64(u)
+		} else if x, err := strconv.ParseInt(s, 10, 64); err == nil && x < 0 && x >= lo {
+			v = x
 		} else {
-			v, err = strconv.ParseInt(s, 10, bits)
-		}
-		if err != nil {
 			return fmt.Errorf("%q is not a %s", s, DatatypeName(t.DType))
 		}
 		t.I64 = append(t.I64, v)
+	}
+	return nil
+}
+
+// parseStrings reads a BYTES input's "data": a flat or nested array of exactly n strings.
+func parseStrings(t *onnx.Tensor, raw []byte, n int) error {
+	s := &scanner{b: raw}
+	t.Strings = make([]string, 0, min(n, len(raw)/2))
+	var walk func(depth int) error
+	walk = func(depth int) error {
+		if depth > 32 {
+			return errors.New("data nested too deeply")
+		}
+		return s.array(func() error {
+			if s.peek() == '[' {
+				return walk(depth + 1)
+			}
+			if len(t.Strings) == n {
+				return fmt.Errorf("data has more than the %d elements its shape needs", n)
+			}
+			str, err := s.str()
+			if err != nil {
+				return errors.New("BYTES data must be an array of strings")
+			}
+			t.Strings = append(t.Strings, str)
+			return nil
+		})
+	}
+	if s.peek() != '[' {
+		return errors.New("data must be a JSON array")
+	}
+	if err := walk(1); err != nil {
+		return err
+	}
+	if len(t.Strings) != n {
+		return fmt.Errorf("data has %d elements, shape needs %d", len(t.Strings), n)
 	}
 	return nil
 }
@@ -453,6 +525,8 @@ func elements(t *onnx.Tensor) int {
 		return len(t.F64)
 	case t.I64 != nil:
 		return len(t.I64)
+	case t.Strings != nil:
+		return len(t.Strings)
 	}
 	if s := elemSize(t.DType); s > 0 {
 		return len(t.Raw) / s

@@ -55,8 +55,12 @@ type wireTensor struct {
 }
 
 type inferArgs struct {
-	Model  string       `json:"model"`
-	Inputs []wireTensor `json:"inputs"`
+	Model    string       `json:"model"`
+	Inputs   []wireTensor `json:"inputs"`
+	Priority uint64       `json:"priority,omitempty"`
+	// TimeoutUS is what is left of the request's deadline, in µs, when it was forwarded
+	// (the rpc server does not learn the caller's deadline).
+	TimeoutUS int64 `json:"timeout_us,omitempty"`
 }
 
 // inferReply carries application errors with their HTTP status, so a 503 on the serving
@@ -183,11 +187,16 @@ func RegisterRPCWithLoader(srv *rpc.Server, local *LocalModels, lim Limits, load
 		}
 		reply := inferReply{}
 		var body []byte
+		if a.TimeoutUS > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, time.Duration(min(a.TimeoutUS, math.MaxInt64/1000))*time.Microsecond)
+			defer cancel()
+		}
 		in, err := decodeTensors(a.Inputs, m.Body, lim)
 		if err == nil {
 			var out []*onnx.Tensor
 			var ok bool
-			out, ok, err = local.Infer(ctx, a.Model, in)
+			out, ok, err = local.Infer(ctx, a.Model, in, InferOptions{Priority: a.Priority})
 			if !ok {
 				err = fmt.Errorf("%w %q on this node", errNotServedHere, a.Model)
 			}
@@ -236,8 +245,9 @@ type Router struct {
 }
 
 type dirEntry struct {
-	meta  ModelMetadata
-	peers []Peer
+	meta   ModelMetadata
+	served ServedModel // as the first peer that answered serves it
+	peers  []Peer
 }
 
 // NewRouter returns a router over the given peers.
@@ -317,7 +327,7 @@ func (r *Router) refresh(ctx context.Context, after time.Time) error {
 		for _, m := range a.models {
 			e := dir[m.Meta.Name]
 			if e == nil {
-				e = &dirEntry{meta: m.Meta}
+				e = &dirEntry{meta: m.Meta, served: m.Served}
 				dir[m.Meta.Name] = e
 			}
 			e.peers = append(e.peers, a.p)
@@ -350,7 +360,14 @@ func (r *Router) forget(model string, p Peer) {
 		delete(r.dir, model)
 		return
 	}
-	r.dir[model] = &dirEntry{meta: e.meta, peers: kept}
+	r.dir[model] = &dirEntry{meta: e.meta, served: e.served, peers: kept}
+}
+
+// Forget drops a model from the directory (it was unloaded everywhere).
+func (r *Router) Forget(model string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.dir, model)
 }
 
 // Metadata implements Remote.
@@ -360,6 +377,15 @@ func (r *Router) Metadata(ctx context.Context, model string) (ModelMetadata, boo
 		return ModelMetadata{}, false, err
 	}
 	return e.meta, true, nil
+}
+
+// Served implements Remote.
+func (r *Router) Served(ctx context.Context, model string) (ServedModel, bool, error) {
+	e, err := r.lookup(ctx, model)
+	if err != nil || e == nil {
+		return ServedModel{}, false, err
+	}
+	return e.served, true, nil
 }
 
 // Models lists every model some peer serves, with the peers serving it.
@@ -383,9 +409,13 @@ func (r *Router) Models(ctx context.Context) map[string][]string {
 
 // Infer implements Remote: it forwards to a peer serving the model, trying the next one
 // when a peer cannot be reached or no longer serves it.
-func (r *Router) Infer(ctx context.Context, model string, in []*onnx.Tensor) ([]*onnx.Tensor, error) {
+func (r *Router) Infer(ctx context.Context, model string, in []*onnx.Tensor, opt InferOptions) ([]*onnx.Tensor, error) {
 	hs, body := encodeTensors(in)
-	args, err := json.Marshal(inferArgs{Model: model, Inputs: hs})
+	a := inferArgs{Model: model, Inputs: hs, Priority: opt.Priority}
+	if dl, ok := ctx.Deadline(); ok {
+		a.TimeoutUS = max(time.Until(dl).Microseconds(), 1)
+	}
+	args, err := json.Marshal(a)
 	if err != nil {
 		return nil, fmt.Errorf("httpapi: encode forward: %w", err)
 	}

@@ -15,10 +15,11 @@ var ErrQueueFull = errors.New("httpapi: model queue is full, try again later")
 
 // call is one request waiting in a model's queue.
 type call struct {
-	ctx  context.Context
-	in   []*onnx.Tensor // in the model's input order
-	rows int
-	done chan callResult // capacity 1: the runner never blocks on it
+	ctx    context.Context
+	in     []*onnx.Tensor // in the model's input order
+	rows   int
+	queued time.Time
+	done   chan callResult // capacity 1: the runner never blocks on it
 }
 
 type callResult struct {
@@ -34,7 +35,7 @@ type modelRunner struct {
 	cfg       BatchConfig
 	timeout   time.Duration // bound on one backend call
 	now       func() time.Time
-	onBatch   func(model string, rows int) // metrics hook, may be nil
+	onBatch   func(batchRecord) // metrics hook, may be nil
 	mu        sync.Mutex
 	q         *batchQueue[*call]
 	wake      chan struct{}
@@ -66,11 +67,13 @@ func (r *modelRunner) Depth() int {
 	return r.q.Len()
 }
 
-// Infer queues in (rows rows, in model input order) and waits for its share of a batch.
-func (r *modelRunner) Infer(ctx context.Context, in []*onnx.Tensor, rows int) ([]*onnx.Tensor, error) {
+// Infer queues in (rows rows, in model input order) at a priority level and waits for its
+// share of a batch.
+func (r *modelRunner) Infer(ctx context.Context, in []*onnx.Tensor, rows, level int) ([]*onnx.Tensor, error) {
 	c := &call{ctx: ctx, in: in, rows: rows, done: make(chan callResult, 1)}
 	r.mu.Lock()
-	ok := r.q.Push(r.now(), rows, c)
+	c.queued = r.now()
+	ok := r.q.PushLevel(c.queued, rows, level, c)
 	r.mu.Unlock()
 	if !ok {
 		return nil, ErrQueueFull
@@ -139,6 +142,7 @@ func (r *modelRunner) loop() {
 func (r *modelRunner) run(batch []*call) {
 	defer r.wg.Done()
 	defer func() { <-r.slots }()
+	start := r.now()
 	live := batch[:0]
 	for _, c := range batch {
 		if c.ctx.Err() == nil {
@@ -148,12 +152,10 @@ func (r *modelRunner) run(batch []*call) {
 	if len(live) == 0 {
 		return
 	}
-	rows := 0
-	for _, c := range live {
-		rows += c.rows
-	}
-	if r.onBatch != nil {
-		r.onBatch(r.name, rows)
+	rec := batchRecord{model: r.name, queued: make([]time.Duration, len(live))}
+	for i, c := range live {
+		rec.rows += c.rows
+		rec.queued[i] = start.Sub(c.queued)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	defer cancel()
@@ -161,21 +163,26 @@ func (r *modelRunner) run(batch []*call) {
 	if len(live) > 1 {
 		in = concatBatch(live)
 	}
+	t1 := r.now()
 	out, err := r.backend.Infer(ctx, r.name, in)
+	t2 := r.now()
 	if err != nil {
 		err = fmt.Errorf("httpapi: %s: %w", r.name, err)
 	}
+	var parts [][]*onnx.Tensor
 	if err == nil && len(live) > 1 {
-		var parts [][]*onnx.Tensor
-		if parts, err = splitBatch(out, live, rows); err == nil {
-			for i, c := range live {
-				c.done <- callResult{out: parts[i]}
-			}
-			return
-		}
+		parts, err = splitBatch(out, live, rec.rows)
 	}
-	for _, c := range live {
-		c.done <- callResult{out: out, err: err}
+	rec.input, rec.infer, rec.output, rec.failed = t1.Sub(start), t2.Sub(t1), r.now().Sub(t2), err != nil
+	if r.onBatch != nil {
+		r.onBatch(rec)
+	}
+	for i, c := range live {
+		if parts != nil {
+			c.done <- callResult{out: parts[i]}
+		} else {
+			c.done <- callResult{out: out, err: err}
+		}
 	}
 }
 

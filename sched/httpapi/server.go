@@ -56,19 +56,23 @@ func (c Config) withDefaults() Config {
 // Remote finds models this node does not serve on the nodes that do (Router).
 type Remote interface {
 	Metadata(ctx context.Context, model string) (ModelMetadata, bool, error)
-	Infer(ctx context.Context, model string, in []*onnx.Tensor) ([]*onnx.Tensor, error)
+	// Served is how some node serving the model serves it (its batching policy).
+	Served(ctx context.Context, model string) (ServedModel, bool, error)
+	Infer(ctx context.Context, model string, in []*onnx.Tensor, opt InferOptions) ([]*onnx.Tensor, error)
 }
 
 // ErrUnknownModel is returned when no node serves a model.
 var ErrUnknownModel = errors.New("httpapi: unknown model")
 
-// Server is a node's HTTP endpoint. Set Remote, Stats and Gauges (each optional) before Serve.
+// Server is a node's HTTP endpoint. Set Remote, Stats, Gauges and Repo (each optional)
+// before Serve.
 type Server struct {
 	cfg     Config
 	Local   *LocalModels
 	Remote  Remote
 	Stats   StatsSource
 	Gauges  GaugeSource
+	Repo    Repository // Triton's model repository extension (repository.go); nil: 501
 	Metrics *Metrics
 
 	srv   *fasthttp.Server
@@ -80,7 +84,8 @@ type Server struct {
 func NewServer(cfg Config, local *LocalModels) *Server {
 	s := &Server{cfg: cfg.withDefaults(), Local: local, Metrics: NewMetrics(), auth: newBearerAuth(cfg.Token)}
 	s.cfg.Token = "" // kept only as its digest, so it cannot leak from cfg
-	observe := s.Metrics.ObserveBatch
+	s.Metrics.reg.MustRegister(sourceCollector{s})
+	observe := s.Metrics.observeBatch
 	local.onBatch.Store(&observe)
 	s.srv = &fasthttp.Server{
 		Handler:               s.handle,
@@ -163,7 +168,13 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 			writeJSON(ctx, 503, map[string]any{"ready": false, "error": "httpapi: shutting down"})
 		}
 	case path == "/v2" && get:
-		writeJSON(ctx, 200, map[string]any{"name": "idunno", "version": "1", "extensions": []string{"binary_tensor_data"}})
+		writeJSON(ctx, 200, map[string]any{"name": "idunno", "version": "1", "extensions": serverExtensions})
+	case path == "/v2/models/stats" && get:
+		s.handleStats(ctx, "")
+	case path == "/v2/repository/index" && post:
+		s.handleRepositoryIndex(ctx)
+	case strings.HasPrefix(path, "/v2/repository/models/") && post:
+		s.handleRepositoryModel(ctx, path[len("/v2/repository/models/"):])
 	case strings.HasPrefix(path, "/v2/models/"):
 		s.handleModel(ctx, path[len("/v2/models/"):], get, post)
 	case path == "/metrics" && get:
@@ -175,14 +186,18 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		ctx.SetBody(dashboardHTML)
 	case path == "/api/dashboard" && get:
 		s.handleDashboard(ctx)
-	case path == "/v2/health/live" || path == "/v2/health/ready" || path == "/metrics" || path == "/api/dashboard":
+	case path == "/v2/health/live" || path == "/v2/health/ready" || path == "/metrics" || path == "/api/dashboard" ||
+		path == "/v2/repository/index" || strings.HasPrefix(path, "/v2/repository/models/"):
 		writeError(ctx, fasthttp.StatusMethodNotAllowed, "httpapi: method "+string(ctx.Method())+" not allowed on "+path)
 	default:
 		writeError(ctx, fasthttp.StatusNotFound, "httpapi: no such endpoint "+path)
 	}
 }
 
-// handleModel serves /v2/models/{name}[/versions/{v}][/ready|/infer].
+// serverExtensions are the protocol extensions this server implements (server metadata).
+var serverExtensions = []string{"binary_tensor_data", "model_configuration", "statistics", "model_repository", "schedule_policy", "parameters"}
+
+// handleModel serves /v2/models/{name}[/versions/{v}][/ready|/infer|/config|/stats].
 func (s *Server) handleModel(ctx *fasthttp.RequestCtx, rest string, get, post bool) {
 	name, action := rest, ""
 	if i := strings.IndexByte(rest, '/'); i >= 0 {
@@ -216,7 +231,11 @@ func (s *Server) handleModel(ctx *fasthttp.RequestCtx, rest string, get, post bo
 		writeJSON(ctx, 200, map[string]any{"name": name, "ready": true})
 	case action == "infer" && post:
 		s.handleInfer(ctx, name)
-	case action == "" || action == "ready" || action == "infer":
+	case action == "config" && get:
+		s.handleConfig(ctx, name)
+	case action == "stats" && get:
+		s.handleStats(ctx, name)
+	case action == "" || action == "ready" || action == "infer" || action == "config" || action == "stats":
 		writeError(ctx, fasthttp.StatusMethodNotAllowed, "httpapi: method "+string(ctx.Method())+" not allowed here")
 	default:
 		writeError(ctx, fasthttp.StatusNotFound, "httpapi: no such endpoint "+string(ctx.Path()))
@@ -253,6 +272,12 @@ func statusOf(err error) int {
 		return fasthttp.StatusNotFound
 	case errors.Is(err, ErrQueueFull):
 		return fasthttp.StatusServiceUnavailable
+	case errors.Is(err, errBodyTooLarge):
+		return fasthttp.StatusRequestEntityTooLarge
+	case errors.Is(err, errBadEncoding):
+		return fasthttp.StatusUnsupportedMediaType
+	case errors.Is(err, errNoRepository):
+		return fasthttp.StatusNotImplemented
 	case errors.Is(err, context.DeadlineExceeded):
 		return fasthttp.StatusGatewayTimeout
 	}
@@ -278,13 +303,21 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model string) int {
 	if err != nil {
 		return fail(err)
 	}
-	req, err := DecodeInferRequest(ctx.PostBody(), hl, s.cfg.Limits)
+	body, err := requestBody(ctx, s.cfg.Limits.MaxBodyBytes)
 	if err != nil {
 		return fail(err)
 	}
-	c, cancel := context.WithTimeout(context.Background(), s.cfg.InferTimeout)
+	req, err := DecodeInferRequest(body, hl, s.cfg.Limits)
+	if err != nil {
+		return fail(err)
+	}
+	timeout := s.cfg.InferTimeout
+	if req.Timeout > 0 {
+		timeout = min(timeout, req.Timeout)
+	}
+	c, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	out, err := s.run(c, model, req.Inputs)
+	out, err := s.run(c, model, req.Inputs, InferOptions{Priority: req.Priority})
 	if err != nil {
 		return fail(err)
 	}
@@ -306,8 +339,8 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model string) int {
 }
 
 // run sends the inputs to this node's copy of the model or to a node that serves it.
-func (s *Server) run(ctx context.Context, model string, in []*onnx.Tensor) ([]*onnx.Tensor, error) {
-	out, ok, err := s.Local.Infer(ctx, model, in)
+func (s *Server) run(ctx context.Context, model string, in []*onnx.Tensor, opt InferOptions) ([]*onnx.Tensor, error) {
+	out, ok, err := s.Local.Infer(ctx, model, in, opt)
 	if ok {
 		return out, err
 	}
@@ -325,7 +358,7 @@ func (s *Server) run(ctx context.Context, model string, in []*onnx.Tensor) ([]*o
 	if err != nil {
 		return nil, err
 	}
-	return s.Remote.Infer(ctx, model, ordered)
+	return s.Remote.Infer(ctx, model, ordered, opt)
 }
 
 // selectOutputs picks the requested outputs (all when none were named) and whether each
@@ -358,23 +391,8 @@ func selectOutputs(req *InferRequest, out []*onnx.Tensor) ([]*onnx.Tensor, []boo
 
 // handleMetrics writes /metrics.
 func (s *Server) handleMetrics(ctx *fasthttp.RequestCtx) {
-	var w promWriter
-	s.Metrics.writeModels(&w, s.Local.Depths())
-	if s.Stats != nil {
-		c, cancel := context.WithTimeout(context.Background(), s.cfg.StatsTimeout)
-		jobs, err := s.Stats.JobStats(c)
-		cancel()
-		if err != nil {
-			s.cfg.Logf("httpapi: metrics: job stats: %v", err)
-		} else {
-			writeJobs(&w, jobs)
-		}
-	}
-	if s.Gauges != nil {
-		writeGauges(&w, s.Gauges.Gauges())
-	}
 	ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
-	ctx.SetBodyString(w.b.String())
+	ctx.SetBody(s.Metrics.exposition(s.cfg.Logf))
 }
 
 // logger adapts Logf to fasthttp's logger.

@@ -33,6 +33,28 @@ var addMeta = ModelMetadata{
 	Outputs: []TensorMeta{{Name: "s", Datatype: "FP32", Shape: []int64{-1, 2}}, {Name: "d", Datatype: "FP32", Shape: []int64{-1, 2}}},
 }
 
+// idsMeta is a fake model over integers: sum (INT32 [-1]) is each row's sum of ids
+// (INT64 [-1, 2]), pos (BOOL [-1, 2]) whether each id is positive.
+var idsMeta = ModelMetadata{
+	Name: "ids", Versions: []string{"1"}, Platform: "fake",
+	Inputs:  []TensorMeta{{Name: "ids", Datatype: "INT64", Shape: []int64{-1, 2}}},
+	Outputs: []TensorMeta{{Name: "sum", Datatype: "INT32", Shape: []int64{-1}}, {Name: "pos", Datatype: "BOOL", Shape: []int64{-1, 2}}},
+}
+
+func ids(in []*onnx.Tensor) ([]*onnx.Tensor, error) {
+	x := in[0]
+	rows := int(x.Dims[0])
+	sum := &onnx.Tensor{Name: "sum", DType: onnx.Int32, Dims: []int64{int64(rows)}, I64: make([]int64, rows)}
+	pos := &onnx.Tensor{Name: "pos", DType: onnx.Bool, Dims: []int64{int64(rows), 2}, I64: make([]int64, 2*rows)}
+	for i, v := range x.I64 {
+		sum.I64[i/2] += v
+		if v > 0 {
+			pos.I64[i] = 1
+		}
+	}
+	return []*onnx.Tensor{sum, pos}, nil
+}
+
 func double(in []*onnx.Tensor) ([]*onnx.Tensor, error) {
 	x := in[0]
 	y := &onnx.Tensor{Name: "y", DType: onnx.Float, Dims: append([]int64(nil), x.Dims...), F32: make([]float32, len(x.F32))}
@@ -65,8 +87,9 @@ func startServer(t *testing.T, cfg Config, batch BatchConfig) *testServer {
 	fake := NewFakeBackend()
 	fake.Add(doubleMeta, double)
 	fake.Add(addMeta, add)
+	fake.Add(idsMeta, ids)
 	local := NewLocalModels(fake, 5*time.Second)
-	for _, m := range []string{"double", "add"} {
+	for _, m := range []string{"double", "add", "ids"} {
 		if err := local.Serve(ServedModel{Name: m, Batch: batch}); err != nil {
 			t.Fatal(err)
 		}
@@ -275,7 +298,8 @@ func TestInferBadInputs(t *testing.T) {
 		{"not an object", "double", `[1,2]`, nil, 400, "malformed JSON"},
 		{"empty body", "double", ``, nil, 400, "malformed JSON"},
 		{"no inputs", "double", `{"inputs":[]}`, nil, 400, "no inputs"},
-		{"wrong datatype", "double", x("[1,4]", "INT64", "[1,2,3,4]"), nil, 400, "datatype INT64"},
+		{"datatype not convertible without loss", "double", x("[1,4]", "INT64", "[1,2,3,16777217]"), nil, 400, "INT64 cannot be converted to the model's FP32"},
+		{"floats for an integer model are not truncated", "ids", `{"inputs":[{"name":"ids","shape":[1,2],"datatype":"FP32","data":[1.5,2]}]}`, nil, 400, "FP32 cannot be converted to the model's INT64"},
 		{"unknown datatype", "double", x("[1,4]", "FP8", "[1,2,3,4]"), nil, 400, "unsupported datatype"},
 		{"wrong shape", "double", x("[1,5]", "FP32", "[1,2,3,4,5]"), nil, 400, "has shape [1 5]"},
 		{"wrong rank", "double", x("[4]", "FP32", "[1,2,3,4]"), nil, 400, "has shape [4]"},
@@ -403,23 +427,23 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	text := string(b)
 	for _, want := range []string{
-		`idunno_http_requests_total{model="double",code="200"} 3`,
-		`idunno_http_requests_total{model="double",code="400"} 1`,
+		`idunno_http_requests_total{code="200",model="double"} 3`,
+		`idunno_http_requests_total{code="400",model="double"} 1`,
 		`idunno_http_request_duration_seconds_count{model="double"} 4`,
 		`idunno_http_request_duration_seconds_bucket{model="double",le="+Inf"} 4`,
 		`idunno_model_batch_rows_count{model="double"} 3`,
 		`idunno_model_queue_depth{model="double"} 0`,
 		`idunno_model_queue_depth{model="add"} 0`,
-		`idunno_job_queries_done{job="lenet"} 120`,
-		`idunno_job_queries_total{job="lenet"} 1000`,
+		`idunno_job_queries_completed_total{job="lenet"} 120`,
+		`idunno_job_queries{job="lenet"} 1000`,
 		`idunno_job_query_rate{job="lenet"} 12.5`,
 		`idunno_job_query_latency_seconds{job="lenet",quantile="0.99"} 0.009`,
 		`idunno_job_query_latency_seconds_count{job="lenet"} 120`,
 		`idunno_job_worker_share{job="lenet",worker="node1"} 0.5`,
-		`idunno_job_query_latency_histogram_seconds_bucket{job="lenet",le="0.0025"} 60`,
-		`idunno_job_query_latency_histogram_seconds_bucket{job="lenet",le="0.01"} 119`,
-		`idunno_job_query_latency_histogram_seconds_bucket{job="lenet",le="+Inf"} 120`,
-		`idunno_job_query_latency_histogram_seconds_sum{job="lenet"} 0.36`,
+		`idunno_job_query_latency_bucketed_seconds_bucket{job="lenet",le="0.0025"} 60`,
+		`idunno_job_query_latency_bucketed_seconds_bucket{job="lenet",le="0.01"} 119`,
+		`idunno_job_query_latency_bucketed_seconds_bucket{job="lenet",le="+Inf"} 120`,
+		`idunno_job_query_latency_bucketed_seconds_sum{job="lenet"} 0.36`,
 		`idunno_membership_size 7`,
 		`idunno_sdfs_bytes_stored 123456`,
 		`idunno_sdfs_replication_backlog 3`,
@@ -433,7 +457,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	// A failing stats source leaves the rest of /metrics intact.
 	ts.stats.SetErr(errors.New("coordinator unreachable"))
 	_, _, b = do(t, "GET", ts.url+"/metrics", nil, nil)
-	if !strings.Contains(string(b), "idunno_membership_size 7") || strings.Contains(string(b), "idunno_job_queries_done{") {
+	if !strings.Contains(string(b), "idunno_membership_size 7") || strings.Contains(string(b), "idunno_job_queries_completed_total{") {
 		t.Fatalf("metrics with failing stats source:\n%s", b)
 	}
 }
@@ -491,7 +515,7 @@ func TestDashboardServedAndJSON(t *testing.T) {
 	var d DashboardData
 	getJSON(t, ts.url+"/api/dashboard", 200, &d)
 	if d.Node != "node3" || d.Members != 4 || d.SDFSBytes != 99 || len(d.Jobs) != 1 || d.Jobs[0].Job != "j1" ||
-		len(d.Models) != 2 || d.Models[0].Name != "add" || d.Models[1].MaxBatch != 4 || d.Models[1].MaxDelayMs != 5 {
+		len(d.Models) != 3 || d.Models[0].Name != "add" || d.Models[1].MaxBatch != 4 || d.Models[1].MaxDelayMs != 5 {
 		t.Fatalf("dashboard data %+v", d)
 	}
 }

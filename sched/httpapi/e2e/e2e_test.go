@@ -1,7 +1,8 @@
 // Package e2e tests the HTTP endpoint on a real local cluster of node processes that
 // require a bearer token (IDUNNO_HTTP_TOKEN): models served from SDFS and reached through
-// any node, a serving node killed and restarted, and the dashboard rendered by headless
-// Chromium (opened with ?token=) compared with `idunno job stats`.
+// any node, a serving node killed and restarted, Triton's repository extension loading and
+// unloading a model, /metrics linted by client_golang's promlint, and the dashboard rendered
+// by headless Chromium (opened with ?token=) compared with `idunno job stats`.
 package e2e
 
 import (
@@ -10,7 +11,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +22,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"idunno/client/localcluster"
 	"idunno/kernel"
@@ -123,7 +128,190 @@ func TestClusterEndpointAndDashboard(t *testing.T) {
 	}
 	t.Run("token required", func(t *testing.T) { tokenRequired(t, httpAddr["node0"]) })
 	t.Run("dashboard matches job stats", func(t *testing.T) { dashboardMatchesJobStats(t, dir, httpAddr["node1"]+"/?token="+token) })
+	t.Run("live metrics pass promlint", func(t *testing.T) { liveMetricsLint(t, httpAddr["node1"]) })
 	t.Run("serve, route, kill and restart", func(t *testing.T) { serveRouteRestart(t, c, dir, httpAddr) })
+	t.Run("Triton model repository", func(t *testing.T) { tritonRepository(t, dir, httpAddr) })
+	t.Run("Prometheus answers the dashboard's queries", func(t *testing.T) { prometheusScrapes(t, dir, httpAddr) })
+}
+
+// prometheusScrapes runs Prometheus (Debian's) against the cluster with the token, and
+// checks that every query of deploy/grafana/idunno.json evaluates and every metric it
+// names has series (metrics_test.go checks all of them, worker shares included, on one
+// server with a running job).
+func prometheusScrapes(t *testing.T, dir string, httpAddr map[string]string) {
+	prom, err := exec.LookPath("prometheus")
+	if err != nil {
+		t.Fatalf("prometheus is needed (Debian package prometheus; make test-deps installs it): %v", err)
+	}
+	raw, err := os.ReadFile("../../../deploy/grafana/idunno.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatal(err)
+	}
+	// A served model, so that its gauges exist (repo5 is in SDFS since the repository test).
+	if code, b, err := post(httpAddr["node2"]+"/v2/repository/models/repo5/load", nil); err != nil || code != 200 {
+		t.Fatalf("load at node2: %d %s %v", code, b, err)
+	}
+	tokenFile := filepath.Join(dir, "prom-token")
+	cfg := "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n  - job_name: idunno\n" +
+		"    authorization:\n      type: Bearer\n      credentials_file: " + tokenFile + "\n    static_configs:\n      - targets:\n"
+	for _, a := range httpAddr {
+		cfg += "          - " + strings.TrimPrefix(a, "http://") + "\n"
+	}
+	cfgFile := filepath.Join(dir, "prometheus.yml")
+	if os.WriteFile(tokenFile, []byte(token), 0o600) != nil || os.WriteFile(cfgFile, []byte(cfg), 0o644) != nil {
+		t.Fatal("cannot write Prometheus's files")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(prom, "--config.file="+cfgFile, "--storage.tsdb.path="+filepath.Join(dir, "prom-data"),
+		"--web.listen-address="+addr, "--log.level=warn")
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	query := func(q string) (string, []json.RawMessage, error) {
+		code, b, err := send("GET", "http://"+addr+"/api/v1/query?query="+url.QueryEscape(q), nil, false)
+		if err != nil {
+			return "", nil, err
+		}
+		var r struct {
+			Status string `json:"status"`
+			Error  string `json:"error"`
+			Data   struct {
+				Result []json.RawMessage `json:"result"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal(b, &r); err != nil {
+			return "", nil, fmt.Errorf("status %d: %s", code, b)
+		}
+		if r.Status != "success" {
+			return r.Status, nil, fmt.Errorf("%s", r.Error)
+		}
+		return r.Status, r.Data.Result, nil
+	}
+	// Every node is up, and scraped a few times (rate() needs two samples).
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		_, res, err := query(`count(up == 1) == 3 and count(count_over_time(up[1m]) >= 4) == 3`)
+		if err == nil && len(res) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			_, res, _ := query("up")
+			t.Fatalf("Prometheus did not scrape the 3 nodes: %v %s\n%s", err, res, logs.String())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	names := map[string]bool{}
+	vars := strings.NewReplacer("$__rate_interval", "1m", "$instance", ".*")
+	metricName := regexp.MustCompile(`\b(?:idunno|go|process)_[a-z0-9_]+`)
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			if _, _, err := query(vars.Replace(tg.Expr)); err != nil {
+				t.Errorf("query %q: %v", tg.Expr, err)
+			}
+			for _, n := range metricName.FindAllString(tg.Expr, -1) {
+				names[n] = true
+			}
+		}
+	}
+	for n := range names {
+		if n == "idunno_job_worker_share" {
+			continue // only while a job runs on workers; the jobs of this test are done
+		}
+		if _, res, err := query(`count({__name__="` + n + `"})`); err != nil || len(res) == 0 {
+			t.Errorf("Prometheus has no series of %s (%v)", n, err)
+		}
+	}
+}
+
+// liveMetricsLint lints a node's /metrics while jobs exist (their figures come from the
+// coordinator) with client_golang's promlint.
+func liveMetricsLint(t *testing.T, base string) {
+	code, b, err := get(base + "/metrics")
+	if err != nil || code != 200 {
+		t.Fatalf("GET /metrics: %d %v", code, err)
+	}
+	for _, want := range []string{"idunno_job_queries_completed_total{", "idunno_job_query_latency_bucketed_seconds_bucket{", "go_goroutines ", "process_resident_memory_bytes ", "idunno_build_info{"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("live /metrics lacks %s", want)
+		}
+	}
+	problems, err := promlint.New(bytes.NewReader(b)).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("%s: %s", p.Metric, p.Text)
+	}
+}
+
+// tritonRepository loads, queries and unloads a model through Triton's repository
+// extension on a live cluster: the model file is idunno/models/NAME.onnx in SDFS.
+func tritonRepository(t *testing.T, dir string, httpAddr map[string]string) {
+	model := filepath.Join(dir, "repo5.onnx")
+	cli(t, dir, "zoo", "lenet5", "--seed", "7", "--out", model)
+	cli(t, dir, "put", model, "idunno/models/repo5.onnx")
+	index := func(node string) string {
+		code, b, err := post(httpAddr[node]+"/v2/repository/index", []byte(`{}`))
+		if err != nil || code != 200 {
+			t.Fatalf("index at %s: %d %s %v", node, code, b, err)
+		}
+		return string(b)
+	}
+	if got := index("node1"); !strings.Contains(got, `{"name":"repo5","version":"1","state":"UNAVAILABLE"`) {
+		t.Fatalf("index before load: %s", got)
+	}
+	cfg := []byte(`{"parameters":{"config":"{\"max_batch_size\":8}"}}`)
+	if code, b, err := post(httpAddr["node1"]+"/v2/repository/models/repo5/load", cfg); err != nil || code != 200 {
+		t.Fatalf("load at node1: %d %s %v", code, b, err)
+	}
+	// Every node sees it (once its 2 s directory is renewed): node0 routes the config
+	// request and the inference to node1.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		got := index("node0")
+		if strings.Contains(got, `{"name":"repo5","version":"1","state":"READY"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("index at node0 after load: %s", got)
+		}
+	}
+	code, b, err := get(httpAddr["node0"] + "/v2/models/repo5/config")
+	if err != nil || code != 200 || !strings.Contains(string(b), `"max_batch_size":8`) {
+		t.Fatalf("config at node0: %d %s %v", code, b, err)
+	}
+	body := []byte(`{"inputs":[{"name":"input","shape":[1,1,28,28],"datatype":"UINT8","data":[` + strings.Repeat("7,", 783) + `7]}]}`)
+	if code, b, err := post(httpAddr["node0"]+"/v2/models/repo5/infer", body); err != nil || code != 200 {
+		t.Fatalf("UINT8 inference at node0 on the loaded model: %d %s %v", code, b, err)
+	}
+	code, b, err = get(httpAddr["node1"] + "/v2/models/repo5/stats")
+	if err != nil || code != 200 || !strings.Contains(string(b), `"inference_count":1,"execution_count":1`) {
+		t.Fatalf("stats at node1: %d %s %v", code, b, err)
+	}
+	// Unloaded through another node, it stops everywhere.
+	if code, b, err := post(httpAddr["node2"]+"/v2/repository/models/repo5/unload", nil); err != nil || code != 200 {
+		t.Fatalf("unload at node2: %d %s %v", code, b, err)
+	}
+	if code, b, err := post(httpAddr["node1"]+"/v2/models/repo5/infer", body); err != nil || code != 404 {
+		t.Fatalf("inference after unload: %d %s %v", code, b, err)
+	}
 }
 
 // tokenRequired checks that a node refuses requests without the token but answers
@@ -203,11 +391,11 @@ func serveRouteRestart(t *testing.T, c *localcluster.Cluster, dir string, httpAd
 	// node2 ran all three (one came to it over HTTP, two forwarded over rpc); node0 took one.
 	_, m, _ := get(httpAddr["node2"] + "/metrics")
 	if !strings.Contains(string(m), `idunno_model_batch_rows_count{model="lenet5"} 3`) ||
-		!strings.Contains(string(m), `idunno_http_requests_total{model="lenet5",code="200"} 1`) {
+		!strings.Contains(string(m), `idunno_http_requests_total{code="200",model="lenet5"} 1`) {
 		t.Fatalf("node2 metrics do not show the 3 requests it ran:\n%s", m)
 	}
 	_, m, _ = get(httpAddr["node0"] + "/metrics")
-	if !strings.Contains(string(m), `idunno_http_requests_total{model="lenet5",code="200"} 1`) {
+	if !strings.Contains(string(m), `idunno_http_requests_total{code="200",model="lenet5"} 1`) {
 		t.Fatalf("node0 metrics do not count the request it forwarded:\n%s", m)
 	}
 

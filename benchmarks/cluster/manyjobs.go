@@ -1,0 +1,308 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"idunno/benchmarks/plot"
+	"idunno/demo/scenario"
+	"idunno/sched"
+)
+
+// manyConfig is one kind of job of the many-jobs runs: a zoo model at an input size, over
+// Fashion-MNIST's 60,000 training images, with the task size left to the coordinator (as a
+// new user would).
+type manyConfig struct {
+	model, size string
+	batch       int
+}
+
+// The four jobs, whose costs per query span about 1,000x; the 8-job run adds each
+// twice.
+var manyConfigs = []manyConfig{
+	{"resnet50", "64x64", 8}, {"resnet18", "32x32", 8}, {"mobilenet_v2", "64x64", 8}, {"lenet5", "28x28", 64},
+}
+
+func manyJobArgs(name string, c manyConfig) []string {
+	a := []string{"job", "add", "--name", name, "--model", c.model, "--data", "fmnist-train.idx.gz",
+		"--batch", fmt.Sprint(c.batch), "--scale", "0.003921569"}
+	if c.model != "lenet5" {
+		a = append(a, "--grey-to-rgb", "--resize", c.size)
+	}
+	return a
+}
+
+// listSampler records every job's done count and share from one job-list call per sample.
+type listSampler struct {
+	d     *scenario.Driver
+	jobs  []string
+	start time.Time
+	t     []float64
+	done  [][]float64
+	share [][]float64
+	live  [][]bool // the job ran (added, not complete) at the sample
+}
+
+func (s *listSampler) sample() {
+	var list []sched.JobSummary
+	if err := s.d.Call("sched.job.list", struct{}{}, &list); err != nil {
+		return // a missed sample; the rates read the neighbours
+	}
+	s.t = append(s.t, time.Since(s.start).Seconds())
+	for i, j := range s.jobs {
+		k := slices.IndexFunc(list, func(x sched.JobSummary) bool { return x.Name == j })
+		d, sh, live := 0.0, 0.0, false
+		if k >= 0 {
+			d, sh, live = float64(list[k].Done), list[k].Share, !list[k].Complete
+		} else if n := len(s.done[i]); n > 0 {
+			d = s.done[i][n-1] // removed: keep the last count
+		}
+		s.done[i] = append(s.done[i], d)
+		s.share[i] = append(s.share[i], sh)
+		s.live[i] = append(s.live[i], live)
+	}
+}
+
+// rate is job i's queries/s from the last sample at least w seconds before sample k (0 if
+// the samples don't reach back that far): a missed sample lengthens the window a little
+// instead of leaving a hole.
+func (s *listSampler) rate(i, k int, w float64) float64 {
+	j := k
+	for j > 0 && s.t[k]-s.t[j] < w-1e-9 {
+		j--
+	}
+	if dt := s.t[k] - s.t[j]; dt >= w-1e-9 {
+		return (s.done[i][k] - s.done[i][j]) / dt
+	}
+	return 0
+}
+
+func (s *listSampler) runFor(d time.Duration) {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		next := time.Now().Add(250 * time.Millisecond)
+		s.sample()
+		time.Sleep(time.Until(next))
+	}
+}
+
+// manyJobs runs n jobs (the 4 configs, each n/4 times) added 3 s apart, measures the spread
+// of their 10 s rates while all run, then each config alone for the aggregate-throughput
+// ratio (alone rates are measured once and shared by the runs).
+func manyJobs(o options, counts []int) error {
+	var models []string
+	for _, c := range manyConfigs {
+		models = append(models, c.model+":"+c.size)
+	}
+	d, err := setup(o, models...)
+	if err != nil {
+		return err
+	}
+	defer d.Down()
+	train := strings.Replace(o.fmnist, "t10k-images", "train-images", 1)
+	if _, err := d.Run("put", train, "fmnist-train.idx.gz"); err != nil {
+		return err
+	}
+	fmt.Printf("manyjobs: load average before: %s\n", loadavg())
+	type result struct {
+		n     int
+		done  map[manyConfig]float64 // queries done in the steady window, per config
+		secs  float64
+		lines []string
+	}
+	var results []result
+	for _, n := range counts {
+		r, err := manyRun(o, d, n)
+		if err != nil {
+			return err
+		}
+		results = append(results, result{n: n, done: r.done, secs: r.secs, lines: r.lines})
+	}
+	// Alone: each config by itself on the whole cluster.
+	alone := map[manyConfig]float64{}
+	for i, c := range manyConfigs {
+		name := fmt.Sprintf("alone-%d-%s", i, c.model)
+		if _, err := d.Run(manyJobArgs(name, c)...); err != nil {
+			return err
+		}
+		s := &listSampler{d: d, jobs: []string{name}, start: time.Now(), done: make([][]float64, 1), share: make([][]float64, 1), live: make([][]bool, 1)}
+		// From the first completion (past plan builds and model loads) for 15 s, or until
+		// the job's last task is committed (the last sample whose count moved).
+		deadline := time.Now().Add(2 * time.Minute)
+		for s.sample(); len(s.t) == 0 || s.done[0][len(s.t)-1] == 0; s.sample() {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s alone: nothing done after 2 minutes", name)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		k0 := len(s.t) - 1
+		end := time.Now().Add(15 * time.Second)
+		for time.Now().Before(end) && s.live[0][len(s.t)-1] {
+			s.runFor(250 * time.Millisecond)
+		}
+		k1 := len(s.t) - 1
+		for k1 > k0+1 && s.done[0][k1] == s.done[0][k1-1] {
+			k1-- // samples after the last commit add time, not queries
+		}
+		if k1 == k0 {
+			return fmt.Errorf("%s alone: done within one sample; no rate", name)
+		}
+		alone[c] = (s.done[0][k1] - s.done[0][k0]) / (s.t[k1] - s.t[k0])
+		fmt.Printf("manyjobs: alone: %s %s batch %d: %.1f queries/s (%.1f s measured)\n", c.model, c.size, c.batch, alone[c], s.t[k1]-s.t[k0])
+		d.Run("job", "remove", name)
+	}
+	for _, r := range results {
+		for _, l := range r.lines {
+			fmt.Println(l)
+		}
+		// The time the same queries would take run one after another, alone, over the
+		// time they took together.
+		seq := 0.0
+		for c, q := range r.done {
+			seq += q / alone[c]
+		}
+		fmt.Printf("manyjobs: %d jobs: aggregate throughput %.1f%% of running the same jobs one after another (%.1f s of work alone done in %.1f s together)\n",
+			r.n, 100*seq/r.secs, seq, r.secs)
+	}
+	fmt.Printf("manyjobs: load average after: %s\n", loadavg())
+	return nil
+}
+
+type manyResult struct {
+	done  map[manyConfig]float64
+	secs  float64
+	lines []string
+}
+
+func manyRun(o options, d *scenario.Driver, n int) (manyResult, error) {
+	var jobs []string
+	var cfg []manyConfig
+	for k := 0; k < n/len(manyConfigs); k++ {
+		for _, c := range manyConfigs {
+			jobs = append(jobs, fmt.Sprintf("m%d-%s-%c", n, strings.ReplaceAll(c.model, "_", ""), 'a'+k))
+			cfg = append(cfg, c)
+		}
+	}
+	s := &listSampler{d: d, jobs: jobs, start: time.Now(), done: make([][]float64, n), share: make([][]float64, n), live: make([][]bool, n)}
+	var marks []plot.Mark
+	for i, j := range jobs {
+		if _, err := d.Run(manyJobArgs(j, cfg[i])...); err != nil {
+			return manyResult{}, err
+		}
+		marks = append(marks, plot.Mark{X: time.Since(s.start).Seconds(), Label: "+" + j})
+		s.runFor(3 * time.Second)
+	}
+	lastAdd := marks[len(marks)-1].X
+	s.runFor(70 * time.Second)
+	for _, j := range jobs {
+		d.Run("job", "remove", j)
+	}
+	// Steady state: from 10 s after the last add while every job runs.
+	var at, spreads []float64
+	first, last := -1, -1
+	for k := range s.t {
+		all := true
+		for i := range jobs {
+			all = all && s.live[i][k]
+		}
+		if s.t[k] < lastAdd+10 || !all {
+			continue
+		}
+		if first < 0 {
+			first = k
+		}
+		last = k
+		lo, hi := math.Inf(1), 0.0
+		for i := range jobs {
+			r := s.rate(i, k, 10)
+			lo, hi = math.Min(lo, r), math.Max(hi, r)
+		}
+		if lo > 0 && (len(at) == 0 || s.t[k]-at[len(at)-1] >= 0.99) { // one sample a second
+			at, spreads = append(at, s.t[k]), append(spreads, hi/lo-1)
+		}
+	}
+	if first < 0 || last <= first {
+		return manyResult{}, fmt.Errorf("%d jobs: no steady window (a job finished early?)", n)
+	}
+	res := manyResult{done: map[manyConfig]float64{}, secs: s.t[last] - s.t[first]}
+	for i := range jobs {
+		res.done[cfg[i]] += s.done[i][last] - s.done[i][first]
+	}
+	// Files: rates and shares over time, the spread per sample.
+	header := []string{"seconds"}
+	rows := make([][]float64, len(s.t))
+	var rateSeries, shareSeries []plot.Series
+	for i, j := range jobs {
+		header = append(header, j+"_qps_10s", j+"_share")
+		rs := plot.Series{Name: j}
+		ss := plot.Series{Name: j}
+		for k := range s.t {
+			r := s.rate(i, k, 10)
+			rows[k] = append(rows[k], r, s.share[i][k])
+			rs.X, rs.Y = append(rs.X, s.t[k]), append(rs.Y, r)
+			if s.share[i][k] > 0 { // a log scale: leave out the samples before the add and after the end
+				ss.X, ss.Y = append(ss.X, s.t[k]), append(ss.Y, s.share[i][k])
+			}
+		}
+		rateSeries, shareSeries = append(rateSeries, rs), append(shareSeries, ss)
+	}
+	for k := range s.t {
+		rows[k] = append([]float64{s.t[k]}, rows[k]...)
+	}
+	base := filepath.Join(o.out, fmt.Sprintf("manyjobs%d", n))
+	if err := plot.WriteCSV(base+".csv", header, rows); err != nil {
+		return res, err
+	}
+	var sprows [][]float64
+	for k := range at {
+		sprows = append(sprows, []float64{at[k], spreads[k]})
+	}
+	if err := plot.WriteCSV(base+"_spread.csv", []string{"seconds", "spread_10s"}, sprows); err != nil {
+		return res, err
+	}
+	if err := (plot.Chart{Title: fmt.Sprintf("%d jobs: query rate of each (10 s window)", n), XLabel: "time (s)", YLabel: "queries/s",
+		Series: rateSeries, Marks: marks}).Save(base + ".png"); err != nil {
+		return res, err
+	}
+	if err := (plot.Chart{Title: fmt.Sprintf("%d jobs: share of worker time the controller gives each", n), XLabel: "time (s)", YLabel: "share",
+		LogY: true, Series: shareSeries}).Save(base + "_share.png"); err != nil {
+		return res, err
+	}
+	sorted := slices.Clone(spreads)
+	slices.Sort(sorted)
+	res.lines = append(res.lines, fmt.Sprintf("manyjobs: %d jobs: spread of the 10 s rates (fastest/slowest-1), one sample a second from 10 s after the last add, %d samples over %.0f s: median %.1f%%, worst %.1f%%",
+		n, len(spreads), res.secs, 100*sorted[len(sorted)/2], 100*sorted[len(sorted)-1]))
+	// The spread per non-overlapping 10 s window, and each job's rate in it.
+	for w0 := s.t[first]; w0+10 <= s.t[last]+1e-9; w0 += 10 {
+		k0 := slices.IndexFunc(s.t, func(x float64) bool { return x >= w0 })
+		k1 := slices.IndexFunc(s.t, func(x float64) bool { return x >= w0+10 })
+		if k1 < 0 {
+			k1 = last
+		}
+		var parts []string
+		lo, hi := math.Inf(1), 0.0
+		for i, j := range jobs {
+			r := (s.done[i][k1] - s.done[i][k0]) / (s.t[k1] - s.t[k0])
+			lo, hi = math.Min(lo, r), math.Max(hi, r)
+			parts = append(parts, fmt.Sprintf("%s %.0f", j, r))
+		}
+		res.lines = append(res.lines, fmt.Sprintf("manyjobs: %d jobs: window %.0f-%.0f s: spread %.1f%% (%s q/s)", n, s.t[k0], s.t[k1], 100*(hi/lo-1), strings.Join(parts, ", ")))
+	}
+	for _, l := range res.lines {
+		fmt.Println(l)
+	}
+	return res, nil
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
+}

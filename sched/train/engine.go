@@ -1,0 +1,286 @@
+package train
+
+import (
+	"fmt"
+	"math"
+
+	"idunno/kernel"
+	"idunno/kernel/onnx"
+)
+
+// Shard is one shard's batch: the preprocessed inputs, one label per sample, and the seed
+// of its dropout masks.
+type Shard struct {
+	X    []float32
+	Y    []int64
+	Seed uint64
+}
+
+// StepResult is what one step reports.
+type StepResult struct {
+	Loss    float64 // mean cross-entropy over the step's samples
+	Correct int64   // right top-1 answers among them
+	Samples int
+}
+
+// Engine computes steps on this machine: one training plan per shard size, all reading one
+// master copy of the parameters, optimizer state and running statistics (held by the first
+// plan made).
+type Engine struct {
+	model    *onnx.Model
+	threads  int
+	plans    map[int]*kernel.Trainer
+	synced   map[int]int64 // params version each plan holds
+	master   *kernel.Trainer
+	version  int64
+	acc, tmp []float32
+	stats    []float32
+	sbuf     []float32
+	params   []float32
+}
+
+// NewEngine compiles the model's training plan for the first shard size.
+func NewEngine(m *onnx.Model, shardSize, threads int) (*Engine, error) {
+	e := &Engine{model: m, threads: threads, plans: map[int]*kernel.Trainer{}, synced: map[int]int64{}}
+	t, err := e.plan(shardSize)
+	if err != nil {
+		return nil, err
+	}
+	e.master = t
+	return e, nil
+}
+
+// Master is the plan holding the master parameters.
+func (e *Engine) Master() *kernel.Trainer { return e.master }
+
+// Close frees every plan.
+func (e *Engine) Close() {
+	for _, t := range e.plans {
+		t.Close()
+	}
+	e.plans = map[int]*kernel.Trainer{}
+}
+
+func (e *Engine) plan(size int) (*kernel.Trainer, error) {
+	if t, ok := e.plans[size]; ok {
+		return t, nil
+	}
+	if len(e.plans) >= 8 {
+		return nil, fmt.Errorf("train: more than 8 shard sizes")
+	}
+	t, err := kernel.NewTrainer(e.model, size, kernel.Options{Threads: e.threads})
+	if err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	e.plans[size] = t
+	e.synced[size] = -1
+	if e.master == nil {
+		e.synced[size] = e.version
+	}
+	return t, nil
+}
+
+// sync gives plan t (of shard size size) the master's current parameters.
+func (e *Engine) sync(size int, t *kernel.Trainer) error {
+	if t == e.master || e.synced[size] == e.version {
+		return nil
+	}
+	if e.params == nil {
+		e.params = make([]float32, e.master.Len(kernel.Params))
+	}
+	if err := e.master.Get(kernel.Params, e.params); err != nil {
+		return err
+	}
+	if err := t.Set(kernel.Params, e.params); err != nil {
+		return err
+	}
+	e.synced[size] = e.version
+	return nil
+}
+
+// Prepare compiles the plan of a shard size ahead of its first use.
+func (e *Engine) Prepare(size int) error {
+	_, err := e.plan(size)
+	return err
+}
+
+// Gradients runs the shards in order and leaves their summed gradient (each computed with
+// scale 1/total samples, summed left to right in shard order) and their combined batch
+// statistics in the master plan. It changes no parameter.
+func (e *Engine) Gradients(shards []Shard) (StepResult, error) {
+	var r StepResult
+	for _, s := range shards {
+		r.Samples += len(s.Y)
+	}
+	if r.Samples == 0 {
+		return r, fmt.Errorf("train: a step without samples")
+	}
+	scale := float32(1.0 / float64(r.Samples))
+	var loss float64
+	combine := len(shards) > 1
+	for k, s := range shards {
+		if len(s.Y) == 0 {
+			continue
+		}
+		t, err := e.plan(len(s.Y))
+		if err != nil {
+			return r, err
+		}
+		combine = combine || t != e.master
+		if err := e.sync(len(s.Y), t); err != nil {
+			return r, err
+		}
+		l, c, err := t.Run(s.X, s.Y, scale, s.Seed)
+		if err != nil {
+			return r, fmt.Errorf("train: shard %d: %w", k, err)
+		}
+		loss += l
+		r.Correct += c
+		if !combine {
+			break
+		}
+		if err := e.accumulate(t, k == 0, len(s.Y), r.Samples); err != nil {
+			return r, err
+		}
+	}
+	if combine {
+		if err := e.master.Set(kernel.Grads, e.acc); err != nil {
+			return r, err
+		}
+	}
+	r.Loss = loss / float64(r.Samples)
+	return r, nil
+}
+
+// accumulate adds plan t's gradient to the running sum (first: starts it) and its batch
+// statistics, weighted by n of total samples.
+func (e *Engine) accumulate(t *kernel.Trainer, first bool, n, total int) error {
+	np := t.Len(kernel.Grads)
+	if len(e.acc) != np {
+		e.acc = make([]float32, np)
+		e.tmp = make([]float32, np)
+	}
+	if first {
+		if err := t.Get(kernel.Grads, e.acc); err != nil {
+			return err
+		}
+	} else {
+		if err := t.Get(kernel.Grads, e.tmp); err != nil {
+			return err
+		}
+		AddInto(e.acc, e.tmp)
+	}
+	ns := t.Len(kernel.BatchStats)
+	if ns == 0 {
+		return nil
+	}
+	if len(e.stats) != ns {
+		e.stats = make([]float32, ns)
+		e.sbuf = make([]float32, ns)
+	}
+	if err := t.Get(kernel.BatchStats, e.sbuf); err != nil {
+		return err
+	}
+	w := float32(float64(n) / float64(total))
+	for i, v := range e.sbuf {
+		if first {
+			e.stats[i] = w * v
+		} else {
+			e.stats[i] += w * v
+		}
+	}
+	return nil
+}
+
+// AddInto adds src to dst elementwise (the shard-order gradient sum).
+func AddInto(dst, src []float32) {
+	for i, v := range src {
+		dst[i] += v
+	}
+}
+
+// Apply finishes a step after Gradients: running statistics, then one optimizer step
+// (step counts from 1) at learning rate lr.
+func (e *Engine) Apply(opt kernel.Optimizer, lr float64, step int64, combined bool) error {
+	var stats []float32
+	if combined && len(e.stats) > 0 {
+		stats = e.stats
+	}
+	if err := e.master.ApplyBatchStats(stats); err != nil {
+		return err
+	}
+	if err := e.master.Optimize(opt, lr, step); err != nil {
+		return err
+	}
+	e.version++
+	return nil
+}
+
+// Step runs Gradients and Apply; a NaN or infinite loss applies nothing and is an error.
+func (e *Engine) Step(shards []Shard, opt kernel.Optimizer, lr float64, step int64) (StepResult, error) {
+	r, err := e.Gradients(shards)
+	if err != nil {
+		return r, err
+	}
+	if math.IsNaN(r.Loss) || math.IsInf(r.Loss, 0) {
+		return r, &DivergedError{Step: step, Loss: r.Loss}
+	}
+	combined := len(shards) > 1 || e.plans[len(shards[0].Y)] != e.master
+	return r, e.Apply(opt, lr, step, combined)
+}
+
+// DivergedError reports a step whose loss is not finite.
+type DivergedError struct {
+	Step int64
+	Loss float64
+}
+
+func (d *DivergedError) Error() string {
+	return fmt.Sprintf("train: step %d: loss is %v (diverged; lower the learning rate)", d.Step, d.Loss)
+}
+
+// State is the master state a checkpoint holds.
+type State struct {
+	Params, Opt1, Opt2, Stats []float32
+}
+
+// Snapshot copies the master state.
+func (e *Engine) Snapshot() (*State, error) {
+	m := e.master
+	s := &State{
+		Params: make([]float32, m.Len(kernel.Params)),
+		Opt1:   make([]float32, m.Len(kernel.Opt1)),
+		Opt2:   make([]float32, m.Len(kernel.Opt2)),
+		Stats:  make([]float32, m.Len(kernel.State)),
+	}
+	for _, x := range []struct {
+		a kernel.Array
+		v []float32
+	}{{kernel.Params, s.Params}, {kernel.Opt1, s.Opt1}, {kernel.Opt2, s.Opt2}, {kernel.State, s.Stats}} {
+		if err := m.Get(x.a, x.v); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Restore loads a master state (from a checkpoint).
+func (e *Engine) Restore(s *State) error {
+	m := e.master
+	for _, x := range []struct {
+		a kernel.Array
+		v []float32
+	}{{kernel.Params, s.Params}, {kernel.Opt1, s.Opt1}, {kernel.Opt2, s.Opt2}, {kernel.State, s.Stats}} {
+		if len(x.v) != m.Len(x.a) {
+			return fmt.Errorf("train: checkpoint holds %d values where the model has %d", len(x.v), m.Len(x.a))
+		}
+		if err := m.Set(x.a, x.v); err != nil {
+			return err
+		}
+	}
+	e.version++
+	return nil
+}
+
+// Model exports the trained model (BatchNormalization folded into Conv where it can be).
+func (e *Engine) Model(foldBN bool) (*onnx.Model, error) { return e.master.Model(foldBN) }
