@@ -547,6 +547,9 @@ func TestGradCheckOps(t *testing.T) {
 	for i, c := range gradCases {
 		t.Run(c.name, func(t *testing.T) {
 			m := buildCase(t, c, uint64(i+1))
+			if d := m.Graph.Outputs[0].Dims; d[len(d)-1] != c.classes {
+				t.Fatalf("the case's model has %d classes, the table says %d", d[len(d)-1], c.classes)
+			}
 			threads := 1 + i%2
 			if c.name == "large_parallel_loops" {
 				threads = 2
