@@ -1418,17 +1418,20 @@ IDK_API idk_status_t idk_train_optimize(idk_plan_t *p, int32_t kind, int32_t fla
     }
     case IDK_OPT_ADAM:
     case IDK_OPT_ADAMW: {
+        /* 1 - beta and 1 - lr*wd in double, then rounded once, as PyTorch computes them
+         * (1.0f - (float)0.999 is 1.3e-5 away from 0.001f) */
         const float b1 = (float)beta1, b2 = (float)beta2, fe = (float)eps;
+        const float omb1 = (float)(1.0 - beta1), omb2 = (float)(1.0 - beta2), decay = (float)(1.0 - lr * weight_decay);
         const double bc1 = 1.0 - pow(beta1, (double)step), bc2 = 1.0 - pow(beta2, (double)step);
         const float step_size = (float)(lr / bc1), sbc2 = (float)sqrt(bc2);
         const int decoupled = kind == IDK_OPT_ADAMW;
 #pragma omp parallel for schedule(static) if (n > 65536)
         for (int64_t i = 0; i < n; i++) {
             float d = g[i];
-            if (decoupled) w[i] *= 1.0f - flr * fwd;
+            if (decoupled) w[i] *= decay;
             else d += fwd * w[i];
-            m1[i] = b1 * m1[i] + (1.0f - b1) * d;
-            m2[i] = b2 * m2[i] + (1.0f - b2) * d * d;
+            m1[i] = b1 * m1[i] + omb1 * d;
+            m2[i] = b2 * m2[i] + omb2 * d * d;
             float denom = sqrtf(m2[i]) / sbc2 + fe;
             w[i] -= step_size * (m1[i] / denom);
         }
