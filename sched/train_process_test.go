@@ -1,0 +1,235 @@
+package sched_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"idunno/kernel"
+	"idunno/kernel/onnx"
+	"idunno/kernel/zoo"
+	"idunno/sched"
+	"idunno/sched/dataset"
+	"idunno/sched/train"
+)
+
+func (c *procCluster) trainProgress(job string) (sched.TrainSummary, bool) {
+	var s sched.TrainSummary
+	for _, n := range c.lc.Live() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := c.rc.CallJSON(ctx, n.RPCAddr, "sched.train.get", sched.NameArgs{Name: job}, &s)
+		cancel()
+		if err == nil {
+			return s, true
+		}
+	}
+	return s, false
+}
+
+// localTraining computes, in this process, what the cluster's training job must produce.
+func localTraining(t *testing.T, epochs, batch, shards int) []byte {
+	m, err := zoo.Build("lenet5", zoo.Options{InputShape: []int64{1, 28, 28}, Classes: 10, Seed: 1, Init: zoo.InitTorch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(fmnistTest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ds, err := dataset.Open(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lf, err := os.Open(fmnistTestLabels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+	l32, err := dataset.ReadLabels(fmnistTestLabels, lf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := make([]int64, len(l32))
+	for i, v := range l32 {
+		labels[i] = int64(v)
+	}
+	cfg := train.Config{Plan: train.Plan{Batch: batch, Shards: shards, Epochs: epochs, Seed: 1}, LR: 0.01,
+		Optimizer: kernel.Optimizer{Kind: "sgd", Momentum: 0.9}, Schedule: train.Schedule{Kind: "constant"}, Threads: 2}
+	out, _, err := train.Local(context.Background(), m, cfg, train.Data{Images: ds, Labels: labels, Prep: dataset.Preprocess{Scale: 1.0 / 255}}, nil, train.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return onnx.Encode(out)
+}
+
+const fmnistTestLabels = "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz"
+
+// TestProcessTrainingSurvivesFailures trains LeNet-5 on a 6-node cluster of real processes
+// while two workers are killed at once (kill -9), the coordinator is killed, and a worker is
+// frozen (SIGSTOP) for longer than a shard takes; the trained model must be byte-identical to
+// train.Local's with the same settings, and every epoch's record must show every step and
+// every sample exactly once.
+func TestProcessTrainingSurvivesFailures(t *testing.T) {
+	needKernel(t)
+	const epochs, batch, shards = 2, 64, 3
+	want := localTraining(t, epochs, batch, shards)
+	c := upProcCluster(t, 6)
+	c.must("put", fmnistTest, "fm-test.gz")
+	c.must("put", fmnistTestLabels, "fm-test-labels.gz")
+	c.must("train", "start")
+	if out, err := c.run("train", "add", "--name", "bad", "--model", "zoo:lenet5", "--input-shape", "1,28,28",
+		"--data", "fm-test.gz", "--labels", "fm-missing.gz", "--scale", "1/255"); err == nil {
+		t.Fatalf("a training job with missing labels was accepted: %s", out)
+	}
+	c.must("train", "add", "--name", "l5", "--model", "zoo:lenet5", "--input-shape", "1,28,28", "--data", "fm-test.gz",
+		"--labels", "fm-test-labels.gz", "--epochs", strconv.Itoa(epochs), "--batch", strconv.Itoa(batch),
+		"--shards", strconv.Itoa(shards), "--scale", "1/255", "--checkpoint-every", "25", "--threads", "2")
+	if out, err := c.run("train", "add", "--name", "l5", "--model", "zoo:lenet5", "--input-shape", "1,28,28",
+		"--data", "fm-test.gz", "--labels", "fm-test-labels.gz", "--scale", "1/255"); err == nil {
+		t.Fatalf("a second job named l5 was accepted: %s", out)
+	}
+	total := 0
+	stage := 0
+	var killedCoordAt time.Time
+	var coordKillStep, replaysAtKill int
+	deadline := time.Now().Add(6 * time.Minute)
+	for {
+		if time.Now().After(deadline) {
+			s, _ := c.trainProgress("l5")
+			t.Fatalf("training not complete in time: %+v", s)
+		}
+		s, ok := c.trainProgress("l5")
+		if !ok {
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		total = s.StepsTotal
+		if s.Complete {
+			break
+		}
+		coord := c.coordinator()
+		var workers []string
+		for _, n := range c.lc.Live() {
+			if n.Name != coord {
+				workers = append(workers, n.Name)
+			}
+		}
+		switch {
+		case stage == 0 && s.Step >= 40 && len(workers) >= 3:
+			t.Logf("step %d: kill -9 workers %s and %s", s.Step, workers[0], workers[1])
+			if err := c.lc.Kill(workers[0], workers[1]); err != nil {
+				t.Fatal(err)
+			}
+			stage++
+		case stage == 1 && s.Step >= 120 && coord != "":
+			t.Logf("step %d: kill -9 the coordinator %s", s.Step, coord)
+			if err := c.lc.Kill(coord); err != nil {
+				t.Fatal(err)
+			}
+			killedCoordAt, coordKillStep, replaysAtKill = time.Now(), s.Step, s.Replays
+			stage++
+		case stage == 2 && (s.Replays > replaysAtKill || s.Step > coordKillStep):
+			// the first step committed by the new coordinator (a recomputed one after the checkpoint)
+			t.Logf("coordinator kill -9 to the next committed step: %.2f s (resumed from checkpoint %d, %d steps to recompute)",
+				time.Since(killedCoordAt).Seconds(), s.CheckpointStep, coordKillStep-s.CheckpointStep)
+			stage++
+		case stage == 3 && s.Step >= 200 && len(workers) >= 1:
+			w := workers[len(workers)-1]
+			t.Logf("step %d: SIGSTOP %s for 4 s", s.Step, w)
+			if err := c.lc.Stop(w); err != nil {
+				t.Fatal(err)
+			}
+			go func() { time.Sleep(4 * time.Second); c.lc.Cont(w) }()
+			stage++
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if stage < 4 {
+		t.Logf("the run finished at fault stage %d", stage)
+	}
+	s, _ := c.trainProgress("l5")
+	if s.Step != total || len(s.EpochRecords) != epochs {
+		t.Fatalf("summary %+v", s)
+	}
+	for _, e := range s.EpochRecords {
+		if !e.Complete || !e.ExactlyOnce || e.Samples != 10000 {
+			t.Errorf("epoch %d record: %+v", e.Epoch, e)
+		}
+	}
+	t.Logf("steps recomputed after the takeover: %d", s.Replays)
+	got := filepath.Join(t.TempDir(), "l5.onnx")
+	c.must("get", "idunno/models/l5.onnx", got)
+	b, err := os.ReadFile(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b, want) {
+		t.Fatalf("the cluster's trained model (%d bytes) differs from train.Local's (%d bytes)", len(b), len(want))
+	}
+}
+
+// TestProcessTrainingAllNodesRestart kills every node (kill -9) mid-training and restarts
+// them all on the same addresses: training resumes from the journals on disk and the last
+// checkpoint in SDFS, and the model is still byte-identical to train.Local's.
+func TestProcessTrainingAllNodesRestart(t *testing.T) {
+	needKernel(t)
+	const epochs, batch, shards = 1, 64, 2
+	want := localTraining(t, epochs, batch, shards)
+	c := upProcCluster(t, 4)
+	c.must("put", fmnistTest, "fm-test.gz")
+	c.must("put", fmnistTestLabels, "fm-test-labels.gz")
+	c.must("train", "start")
+	c.must("train", "add", "--name", "l5", "--model", "zoo:lenet5", "--input-shape", "1,28,28", "--data", "fm-test.gz",
+		"--labels", "fm-test-labels.gz", "--epochs", strconv.Itoa(epochs), "--batch", strconv.Itoa(batch),
+		"--shards", strconv.Itoa(shards), "--scale", "1/255", "--checkpoint-every", "20", "--threads", "2")
+	restarted := false
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		if time.Now().After(deadline) {
+			s, _ := c.trainProgress("l5")
+			t.Fatalf("training not complete in time: %+v", s)
+		}
+		s, ok := c.trainProgress("l5")
+		if ok && s.Complete {
+			break
+		}
+		if ok && !restarted && s.Step >= 50 {
+			var all []string
+			for _, n := range c.lc.Nodes() {
+				all = append(all, n.Name)
+			}
+			t.Logf("step %d (checkpoint %d): kill -9 every node, then restart them", s.Step, s.CheckpointStep)
+			if err := c.lc.Kill(all...); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.lc.Restart(all...); err != nil {
+				t.Fatal(err)
+			}
+			restarted = true
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !restarted {
+		t.Fatal("training finished before the restart")
+	}
+	s, _ := c.trainProgress("l5")
+	for _, e := range s.EpochRecords {
+		if !e.Complete || !e.ExactlyOnce {
+			t.Errorf("epoch %d record: %+v", e.Epoch, e)
+		}
+	}
+	got := filepath.Join(t.TempDir(), "l5.onnx")
+	c.must("get", "idunno/models/l5.onnx", got)
+	b, err := os.ReadFile(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b, want) {
+		t.Fatal("after a restart of every node the trained model differs from train.Local's")
+	}
+}
