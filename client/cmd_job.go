@@ -258,6 +258,7 @@ func runJobAdd(args []string) error {
 	var spec sched.JobSpec
 	fs.StringVar(&spec.Name, "name", "", "job name")
 	fs.StringVar(&spec.Model, "model", "", "trained model name, or the SDFS name of an ONNX file")
+	fs.StringVar(&spec.Labels, "labels", "", "SDFS name of the dataset's labels (IDX or .npy): job stats then reports accuracy")
 	fs.StringVar(&spec.Data, "data", "", "SDFS name of the dataset (IDX or .npy, optionally gzip), or a prefix with --format images")
 	fs.StringVar(&spec.Format, "format", "", "idx, npy (default: detected) or images (a folder of PNG/JPEG put with putdir)")
 	fs.IntVar(&spec.Batch, "batch", 0, "batch size (fixed for the job's life)")
@@ -392,6 +393,9 @@ func printStats(w io.Writer, r sched.JobStatsReport) {
 		ws = append(ws, fmt.Sprintf("%s(%.2f)", x.Name, x.Share))
 	}
 	fmt.Fprintf(w, "workers: %s\n", strings.Join(ws, " "))
+	if r.Accuracy != nil {
+		fmt.Fprintf(w, "accuracy against the labels: %.2f%%\n", 100**r.Accuracy)
+	}
 }
 
 func runJobList(args []string) error {

@@ -1,9 +1,11 @@
 package sched
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"idunno/sched/dataset"
 	"sort"
 	"time"
 
@@ -247,6 +249,19 @@ func (s *Scheduler) apiJobAdd(ctx context.Context, spec JobSpec) (JobAddReply, e
 	if n <= 0 {
 		return fail(fmt.Errorf("sched: dataset %s is empty", spec.Data))
 	}
+	if spec.Labels != "" {
+		lb, err := s.blobs.Get(ctx, spec.Labels)
+		if err != nil {
+			return fail(fmt.Errorf("sched: labels %q: %w", spec.Labels, err))
+		}
+		labels, err := dataset.ReadLabels(spec.Labels, bytes.NewReader(lb))
+		if err != nil {
+			return fail(err)
+		}
+		if len(labels) != n {
+			return fail(fmt.Errorf("sched: %d labels in %s for the %d queries of %s", len(labels), spec.Labels, n, spec.Data))
+		}
+	}
 	spec.Queries = n
 	spec.ID = s.now().UnixNano()
 	spec.ResizeFrom, spec.ResizeSize, spec.ResizeID, spec.SizeChosen = 0, 0, 0, false // the coordinator's
@@ -413,6 +428,10 @@ func (s *Scheduler) apiJobStats(_ context.Context, a NameArgs) (JobStatsReport, 
 		r.LatencyMS = st.Latency()
 	}
 	r.RateRatio = s.rateRatio(a.Name, r.Rate10s, now)
+	if j.Labelled && j.Spec.Queries > 0 {
+		acc := float64(j.Correct) / float64(j.Spec.Queries)
+		r.Accuracy = &acc
+	}
 	if !j.Complete {
 		for _, w := range sortedKeys(s.co.assign) {
 			for _, sh := range s.co.assign[w] {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"idunno/sched/dataset"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -619,7 +621,7 @@ func (s *Scheduler) recordDone(d TaskReport, now time.Time) error {
 // assemble concatenates a finished job's task results into its result CSV and commits
 // the job as complete. Re-running it writes the same bytes.
 func (s *Scheduler) assemble(epoch uint64, spec JobSpec) {
-	err := s.writeResult(spec)
+	correct, err := s.writeResult(spec)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.role != roleCoordinator || s.st.Epoch != epoch {
@@ -633,7 +635,11 @@ func (s *Scheduler) assemble(epoch uint64, spec JobSpec) {
 	if j, ok := s.st.Jobs[spec.Name]; !ok || j.Complete {
 		return
 	}
-	if err := s.commit(&Entry{Kind: EntryJobComplete, Name: spec.Name}); err != nil {
+	e := &Entry{Kind: EntryJobComplete, Name: spec.Name}
+	if spec.Labels != "" {
+		e.Size = 1 + correct
+	}
+	if err := s.commit(e); err != nil {
 		s.logf("sched: job %s: %v", spec.Name, err)
 		return
 	}
@@ -642,7 +648,7 @@ func (s *Scheduler) assemble(epoch uint64, spec JobSpec) {
 		spec.Name, spec.Queries, float64(j.Finished-j.Added)/1e9, JobResultName(spec.Name))
 }
 
-func (s *Scheduler) writeResult(spec JobSpec) error {
+func (s *Scheduler) writeResult(spec JobSpec) (int, error) {
 	n := spec.NumTasks()
 	parts := make([][]byte, n)
 	errs := make([]error, n)
@@ -672,13 +678,51 @@ func (s *Scheduler) writeResult(spec JobSpec) error {
 	buf.WriteString(ResultHeader)
 	for i := range parts {
 		if errs[i] != nil {
-			return errs[i]
+			return 0, errs[i]
 		}
 		buf.Write(parts[i])
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	return s.blobs.Put(ctx, JobResultName(spec.Name), buf.Bytes())
+	correct := 0
+	if spec.Labels != "" {
+		lb, err := s.blobs.Get(ctx, spec.Labels)
+		if err != nil {
+			return 0, fmt.Errorf("labels %s: %w", spec.Labels, err)
+		}
+		labels, err := dataset.ReadLabels(spec.Labels, bytes.NewReader(lb))
+		if err != nil {
+			return 0, err
+		}
+		if correct, err = CountCorrect(buf.Bytes(), labels); err != nil {
+			return 0, err
+		}
+	}
+	return correct, s.blobs.Put(ctx, JobResultName(spec.Name), buf.Bytes())
+}
+
+// CountCorrect counts the result lines (query,top1,score) whose top-1 class is the
+// query's label.
+func CountCorrect(result []byte, labels []int32) (int, error) {
+	n := 0
+	for i, line := range bytes.Split(result, []byte{'\n'}) {
+		if i == 0 || len(line) == 0 {
+			continue // the header
+		}
+		f := bytes.Split(line, []byte{','})
+		if len(f) < 2 {
+			return 0, fmt.Errorf("sched: result line %d malformed", i)
+		}
+		q, err1 := strconv.Atoi(string(f[0]))
+		c, err2 := strconv.Atoi(string(f[1]))
+		if err1 != nil || err2 != nil || q < 0 || q >= len(labels) {
+			return 0, fmt.Errorf("sched: result line %d malformed or beyond the %d labels", i, len(labels))
+		}
+		if int32(c) == labels[q] {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // assembleParallel bounds the task results read at once while assembling a job's result.

@@ -46,6 +46,9 @@ type JobSpec struct {
 	ResizeID   int64 `json:"resize_id,omitempty"`
 	// SizeChosen: the coordinator chose TaskSize (the client gave none), so it may resize.
 	SizeChosen bool `json:"size_chosen,omitempty"`
+	// Labels is the SDFS name of the dataset's labels (IDX or .npy): the job then also
+	// counts right answers (JobState.Correct) when its result is assembled.
+	Labels string `json:"labels,omitempty"`
 }
 
 func (s JobSpec) resized() bool { return s.ResizeSize > 0 }

@@ -61,6 +61,9 @@ type JobState struct {
 	Split      string `json:"split,omitempty"`
 	FirstStart int64  `json:"first_start,omitempty"`
 	LastDone   int64  `json:"last_done,omitempty"` // when the last task was committed (unix ns)
+	// Correct counts right top-1 answers against Spec.Labels (set when the job completes).
+	Correct  int  `json:"correct,omitempty"`
+	Labelled bool `json:"labelled,omitempty"`
 }
 
 // IsDone reports whether task i is committed.
@@ -220,6 +223,9 @@ func (s *State) Apply(e *Entry) error {
 	case EntryJobComplete:
 		j := s.Jobs[e.Name]
 		j.Complete, j.Finished = true, e.Time
+		if e.Job == nil && e.Size > 0 { // Size: 1 + the right answers, for a job with labels
+			j.Correct, j.Labelled = e.Size-1, true
+		}
 	case EntryTrainAdd, EntryTrainStep, EntryTrainCkpt, EntryTrainDone, EntryTrainRemove:
 		s.applyTrain(e)
 	}

@@ -203,6 +203,9 @@ type JobStatsReport struct {
 	// RateRatio is the job's 10 s rate over the mean 10 s rate per unit of weight of the
 	// other running jobs: fair time makes it Weight (0 with no other job running).
 	RateRatio float64 `json:"rate_ratio"`
+	// Accuracy is the share of right top-1 answers against the job's labels, once the job
+	// is complete (null without labels or before).
+	Accuracy *float64 `json:"accuracy"`
 }
 
 // doneQueries counts the queries of committed tasks.

@@ -232,4 +232,54 @@ func TestProcessTrainingAllNodesRestart(t *testing.T) {
 	if !bytes.Equal(b, want) {
 		t.Fatal("after a restart of every node the trained model differs from train.Local's")
 	}
+	// the trained model is registered: an inference job with labels reports its accuracy,
+	// which must be what evaluating it here gives
+	m, err := onnx.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.Open(fmnistTest)
+	ds, err := dataset.Open(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lf, _ := os.Open(fmnistTestLabels)
+	l32, err := dataset.ReadLabels(fmnistTestLabels, lf)
+	lf.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := make([]int64, len(l32))
+	for i, v := range l32 {
+		labels[i] = int64(v)
+	}
+	correct, n, err := train.Evaluate(m, train.Data{Images: ds, Labels: labels, Prep: dataset.Preprocess{Scale: 1.0 / 255}}, 256, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.must("train", "stop")
+	c.must("inference", "start")
+	c.must("job", "add", "--name", "eval", "--model", "l5", "--data", "fm-test.gz", "--labels", "fm-test-labels.gz",
+		"--batch", "64", "--scale", "1/255")
+	c.must("job", "wait", "eval", "--timeout", "3m")
+	var st sched.JobStatsReport
+	for _, nd := range c.lc.Live() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err = c.rc.CallJSON(ctx, nd.RPCAddr, "sched.job.stats", sched.NameArgs{Name: "eval"}, &st)
+		cancel()
+		if err == nil {
+			break
+		}
+	}
+	if err != nil || st.Accuracy == nil {
+		t.Fatalf("job stats: %v, accuracy %v", err, st.Accuracy)
+	}
+	if want := float64(correct) / float64(n); *st.Accuracy != want {
+		t.Fatalf("the inference job's accuracy is %v, evaluating the model here gives %v", *st.Accuracy, want)
+	}
+	t.Logf("trained LeNet-5: accuracy %.2f%% on the test set, from the cluster's inference job", 100**st.Accuracy)
+	if out, err := c.run("job", "add", "--name", "bad", "--model", "l5", "--data", "fm-test.gz", "--labels", "fm-nolabels.gz", "--batch", "64"); err == nil {
+		t.Fatalf("a job with missing labels was accepted: %s", out)
+	}
 }
