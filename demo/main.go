@@ -14,19 +14,23 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"idunno/demo/scenario"
+	"idunno/sched"
 )
 
 type config struct {
-	bin, dir           string
-	nodes, basePort    int
-	queries            int
-	bigModel, bigShape string
-	fmnist             string
+	fmnistLabels, fmnistTrain, fmnistTrainLabels string
+	trainEpochs                                  int
+	bin, dir                                     string
+	nodes, basePort                              int
+	queries                                      int
+	bigModel, bigShape                           string
+	fmnist                                       string
 }
 
 func main() {
@@ -39,6 +43,10 @@ func main() {
 	flag.StringVar(&c.bigModel, "big", "resnet50", "the expensive model (from idunno zoo)")
 	flag.StringVar(&c.bigShape, "big-shape", "224x224", "input size of the expensive model")
 	flag.StringVar(&c.fmnist, "fmnist", "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz", "Fashion-MNIST images (IDX)")
+	flag.StringVar(&c.fmnistLabels, "fmnist-labels", "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz", "Fashion-MNIST test labels")
+	flag.StringVar(&c.fmnistTrain, "fmnist-train", "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", "Fashion-MNIST training images")
+	flag.StringVar(&c.fmnistTrainLabels, "fmnist-train-labels", "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz", "Fashion-MNIST training labels")
+	flag.IntVar(&c.trainEpochs, "train-epochs", 2, "epochs of the training act")
 	flag.Parse()
 	if err := run(c); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
@@ -105,10 +113,27 @@ func (d *demo) script() error {
 	); err != nil {
 		return err
 	}
-	say("3. Training phase: validate both models with the kernel and store them for inference")
+	labels := filepath.Join(d.dir, "fmnist-labels.idx")
+	if err := scenario.LabelsPrefix(d.fmnistLabels, labels, d.queries); err != nil {
+		return err
+	}
+	say("3. Training phase: train LeNet-5 on Fashion-MNIST's %d training images on the cluster (data-parallel, %d shards a step), killing a worker mid-training", 60000, 4)
 	if err := d.Steps(
+		[]string{"put", d.fmnistTrain, "fmnist-train.gz"},
+		[]string{"put", d.fmnistTrainLabels, "fmnist-train-labels.gz"},
+		[]string{"put", labels, "fmnist-test-labels.idx"},
 		[]string{"train", "start"},
-		[]string{"train", "add", "--name", small, "--model", smallFile},
+		[]string{"train", "add", "--name", small, "--model", "zoo:lenet5", "--input-shape", "1,28,28",
+			"--data", "fmnist-train.gz", "--labels", "fmnist-train-labels.gz", "--epochs", strconv.Itoa(d.trainEpochs),
+			"--batch", "64", "--shards", "4", "--lr", "0.02", "--momentum", "0.9", "--scale", "0.003921569", "--checkpoint-every", "100"},
+	); err != nil {
+		return err
+	}
+	if err := d.trainWithFault(small); err != nil {
+		return err
+	}
+	if err := d.Steps(
+		[]string{"train", "stats", small},
 		[]string{"train", "add", "--name", big, "--model", bigFile},
 		[]string{"train", "stop"},
 		[]string{"inference", "start"},
@@ -133,7 +158,7 @@ func (d *demo) script() error {
 		return fmt.Errorf("%s never finished a task: %w", jobs[1], err)
 	}
 	if err := d.Steps([]string{"job", "add", "--name", jobs[0], "--model", small, "--data", "fmnist-test.idx",
-		"--batch", "8", "--scale", "0.003921569"}); err != nil {
+		"--labels", "fmnist-test-labels.idx", "--batch", "8", "--scale", "0.003921569"}); err != nil {
 		return err
 	}
 	say("5. Live statistics (what idunno job stats and idunno top show), then faults")
@@ -166,6 +191,9 @@ func (d *demo) script() error {
 		n, lost, dup, err := scenario.CheckResult(local, d.queries)
 		if err != nil {
 			return err
+		}
+		if st, err := d.Stats(j); err == nil && st.Accuracy != nil {
+			d.note("%s: accuracy of the trained model against the test labels: %.2f%%", j, 100**st.Accuracy)
 		}
 		s, _ := d.Job(j)
 		d.note("%s: %d of %d queries answered, %d lost, %d duplicated (checked in the CSV); result in SDFS as %s, copy at %s",
@@ -295,6 +323,63 @@ func (d *demo) killCoordinator([]string) error {
 	say("Restarting %s: it rejoins as standby", before.Coordinator)
 	_, err = d.Run("cluster", "restart", "--dir", d.Cluster.Dir(), before.Coordinator)
 	return err
+}
+
+// trainWithFault follows a training job, kills a worker that computed shards a third of the
+// way through, and waits for the job to complete.
+func (d *demo) trainWithFault(job string) error {
+	var s sched.TrainSummary
+	killed := false
+	var killedAt time.Time
+	var recovered bool
+	_, err := scenario.WaitUntil(8*time.Minute, func() bool {
+		if err := d.Call("sched.train.get", sched.NameArgs{Name: job}, &s); err != nil {
+			return false
+		}
+		fmt.Printf("\r  step %d/%d  epoch %d/%d  loss %s   ", s.Step, s.StepsTotal, s.Epoch+1, s.Epochs, lossString(s.Loss))
+		if !killed && s.Step >= s.StepsTotal/3 && len(s.Workers) > 0 {
+			info, _ := d.Info()
+			for _, w := range s.Workers {
+				if w.Name != info.Coordinator {
+					fmt.Println()
+					say("Killing worker %s (kill -9) mid-training, at step %d", w.Name, s.Step)
+					if _, err := d.Run("cluster", "kill", "--dir", d.Cluster.Dir(), w.Name); err == nil {
+						killed, killedAt = true, time.Now()
+					}
+					break
+				}
+			}
+			return false
+		}
+		if killed && !recovered {
+			var now sched.TrainSummary
+			if d.Call("sched.train.get", sched.NameArgs{Name: job}, &now) == nil && now.Step > s.Step {
+				recovered = true
+			}
+		}
+		return s.Complete
+	})
+	fmt.Println()
+	if err != nil {
+		return fmt.Errorf("training job %s did not complete: %w", job, err)
+	}
+	for _, e := range s.EpochRecords {
+		if !e.ExactlyOnce {
+			return fmt.Errorf("training job %s: epoch %d's record does not show every sample exactly once: %+v", job, e.Epoch, e)
+		}
+	}
+	if killed {
+		d.note("training: %s trained on the cluster in %d steps (%d epochs, %.0f samples/s) with a worker killed at %s; every epoch used every one of the 60,000 samples exactly once (per-epoch records); final loss %s; model registered as %s",
+			job, s.StepsTotal, s.Epochs, s.SamplesPerSec, killedAt.Format("15:04:05"), lossString(s.Loss), s.Output)
+	}
+	return nil
+}
+
+func lossString(l *float64) string {
+	if l == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*l, 'f', 4, 64)
 }
 
 type coordinator struct {

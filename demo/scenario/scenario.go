@@ -241,3 +241,38 @@ func CheckResult(path string, want int) (answered, lost, dup int, err error) {
 	}
 	return answered, lost, dup, nil
 }
+
+// LabelsPrefix writes the first n labels of a (gzipped) IDX label file as a plain IDX file.
+func LabelsPrefix(src, dst string, n int) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("scenario: %w (Debian's dataset-fashion-mnist provides it)", err)
+	}
+	defer f.Close()
+	var r io.Reader = bufio.NewReader(f)
+	if strings.HasSuffix(src, ".gz") {
+		if r, err = gzip.NewReader(r); err != nil {
+			return err
+		}
+	}
+	hdr := make([]byte, 8)
+	if _, err := io.ReadFull(r, hdr); err != nil {
+		return err
+	}
+	if binary.BigEndian.Uint32(hdr) != 0x801 || int(binary.BigEndian.Uint32(hdr[4:])) < n {
+		return fmt.Errorf("scenario: %s is not an IDX label file with %d labels", src, n)
+	}
+	binary.BigEndian.PutUint32(hdr[4:], uint32(n))
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	if _, err := out.Write(hdr); err != nil {
+		return err
+	}
+	if _, err := io.CopyN(out, r, int64(n)); err != nil {
+		return err
+	}
+	return out.Close()
+}
