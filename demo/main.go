@@ -46,7 +46,7 @@ func main() {
 	flag.StringVar(&c.fmnistLabels, "fmnist-labels", "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz", "Fashion-MNIST test labels")
 	flag.StringVar(&c.fmnistTrain, "fmnist-train", "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", "Fashion-MNIST training images")
 	flag.StringVar(&c.fmnistTrainLabels, "fmnist-train-labels", "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz", "Fashion-MNIST training labels")
-	flag.IntVar(&c.trainEpochs, "train-epochs", 2, "epochs of the training act")
+	flag.IntVar(&c.trainEpochs, "train-epochs", 1, "epochs of the training act")
 	flag.Parse()
 	if err := run(c); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
@@ -332,11 +332,15 @@ func (d *demo) trainWithFault(job string) error {
 	killed := false
 	var killedAt time.Time
 	var recovered bool
+	shown := -1
 	_, err := scenario.WaitUntil(8*time.Minute, func() bool {
 		if err := d.Call("sched.train.get", sched.NameArgs{Name: job}, &s); err != nil {
 			return false
 		}
-		fmt.Printf("\r  step %d/%d  epoch %d/%d  loss %s   ", s.Step, s.StepsTotal, s.Epoch+1, s.Epochs, lossString(s.Loss))
+		if s.Step/100 != shown {
+			shown = s.Step / 100
+			fmt.Printf("  step %d/%d  epoch %d/%d  loss %s\n", s.Step, s.StepsTotal, s.Epoch+1, s.Epochs, lossString(s.Loss))
+		}
 		if !killed && s.Step >= s.StepsTotal/3 && len(s.Workers) > 0 {
 			info, _ := d.Info()
 			for _, w := range s.Workers {
