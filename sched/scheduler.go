@@ -370,6 +370,44 @@ func handleEpoch[A, R any](srv *rpc.Server, method string, f func(epoch uint64, 
 	})
 }
 
+// handleEpochBody is handleEpoch for methods whose bulk data travels in the message body
+// (not JSON-encoded, up to rpc.MaxBody), both ways.
+func handleEpochBody[A, R any](srv *rpc.Server, method string, f func(epoch uint64, a A, body []byte) (R, []byte, uint64, error)) {
+	srv.Handle(method, func(ctx context.Context, req *rpc.Message) (*rpc.Message, error) {
+		var a A
+		if err := json.Unmarshal(req.Args, &a); err != nil {
+			return nil, fmt.Errorf("sched: %s: bad arguments: %w", method, err)
+		}
+		r, body, ep, err := f(req.Epoch, a, req.Body)
+		if err != nil {
+			return &rpc.Message{Err: err.Error(), Epoch: ep}, nil
+		}
+		raw, err := json.Marshal(r)
+		if err != nil {
+			return nil, err
+		}
+		return &rpc.Message{Args: raw, Epoch: ep, Body: body}, nil
+	})
+}
+
+// callEpochBody is callEpoch with a request body; it returns the reply's body.
+func (s *Scheduler) callEpochBody(ctx context.Context, addr, method string, epoch uint64, args any, body []byte, reply any) ([]byte, uint64, error) {
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return nil, 0, err
+	}
+	resp, err := s.rpc.Call(ctx, addr, &rpc.Message{Method: method, Args: raw, Epoch: epoch, Body: body})
+	if resp != nil && err == nil && reply != nil {
+		if err := json.Unmarshal(resp.Args, reply); err != nil {
+			return nil, resp.Epoch, fmt.Errorf("sched: %s: bad reply: %w", method, err)
+		}
+	}
+	if resp != nil {
+		return resp.Body, resp.Epoch, err
+	}
+	return nil, 0, err
+}
+
 // callEpoch calls a method with an epoch and decodes the reply; it returns the reply's epoch.
 func (s *Scheduler) callEpoch(ctx context.Context, addr, method string, epoch uint64, args, reply any) (uint64, error) {
 	raw, err := json.Marshal(args)
@@ -395,7 +433,7 @@ func (s *Scheduler) register(srv *rpc.Server) {
 	handleEpoch(srv, "sched.replicate", s.handleReplicate)
 	handleEpoch(srv, "sched.pull", s.handlePull)
 	handleEpoch(srv, "sched.train.pull", s.handleTrainPull)
-	handleEpoch(srv, "sched.train.params", s.handleTrainParams)
-	handleEpoch(srv, "sched.train.push", s.handleTrainPush)
+	handleEpochBody(srv, "sched.train.params", s.handleTrainParams)
+	handleEpochBody(srv, "sched.train.push", s.handleTrainPush)
 	s.registerClientAPI(srv)
 }

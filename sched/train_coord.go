@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"idunno/kernel/onnx"
+	"idunno/rpc"
 	"idunno/sched/train"
 )
 
@@ -68,9 +69,9 @@ type ParamsArgs struct {
 	Step int    `json:"step"`
 }
 
-// ParamsReply carries them (float32 little-endian).
+// ParamsReply describes them; the parameters (float32 little-endian) are the reply's body.
 type ParamsReply struct {
-	Params []byte `json:"params"`
+	Bytes int `json:"bytes"`
 }
 
 // ShardPush is a worker's result for one shard.
@@ -79,8 +80,9 @@ type ShardPush struct {
 	Step    int     `json:"step"`
 	Shard   int     `json:"shard"`
 	Worker  string  `json:"worker"`
-	Grads   []byte  `json:"grads"`
-	Stats   []byte  `json:"stats"`
+	Grads   []byte  `json:"-"` // in the message body, then Stats
+	Stats   []byte  `json:"-"`
+	NGrads  int     `json:"ngrads"` // bytes of Grads in the body
 	N       int     `json:"n"`
 	Loss    float64 `json:"loss"`
 	Correct int64   `json:"correct"`
@@ -182,6 +184,11 @@ func (s *Scheduler) loadRun(name string, r *trainRun, ckptName string, ckptStep 
 	eng, err := train.NewEngine(m, (p.Batch+p.Shards-1)/p.Shards, r.spec.Threads)
 	if err != nil {
 		fail(err)
+		return
+	}
+	if n := 4 * eng.Master().Len(0); n > rpc.MaxBody {
+		eng.Close()
+		fail(fmt.Errorf("the model's %d MiB of parameters exceed one RPC body (%d MiB): cluster training of models this large is not supported yet", n>>20, rpc.MaxBody>>20))
 		return
 	}
 	step := 0
@@ -330,48 +337,52 @@ func median(v []float64) float64 {
 }
 
 // handleTrainParams serves the master parameters of the current step.
-func (s *Scheduler) handleTrainParams(epoch uint64, a ParamsArgs) (ParamsReply, uint64, error) {
+func (s *Scheduler) handleTrainParams(epoch uint64, a ParamsArgs, _ []byte) (ParamsReply, []byte, uint64, error) {
 	s.mu.Lock()
 	e := s.st.Epoch
 	err := s.fenced(epoch)
 	s.mu.Unlock()
 	if err != nil {
-		return ParamsReply{}, e, err
+		return ParamsReply{}, nil, e, err
 	}
 	s.tt.mu.Lock()
 	r := s.tt.runs[a.Job]
 	s.tt.mu.Unlock()
 	if r == nil {
-		return ParamsReply{}, e, fmt.Errorf("sched: no running training job %q", a.Job)
+		return ParamsReply{}, nil, e, fmt.Errorf("sched: no running training job %q", a.Job)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.ready || r.step != a.Step {
-		return ParamsReply{}, e, fmt.Errorf("sched: training job %s is not at step %d", a.Job, a.Step)
+		return ParamsReply{}, nil, e, fmt.Errorf("sched: training job %s is not at step %d", a.Job, a.Step)
 	}
-	return ParamsReply{Params: r.params}, e, nil
+	return ParamsReply{Bytes: len(r.params)}, r.params, e, nil
 }
 
 // handleTrainPush takes a shard result; the last shard of a step completes the step.
-func (s *Scheduler) handleTrainPush(epoch uint64, a ShardPush) (struct{}, uint64, error) {
+func (s *Scheduler) handleTrainPush(epoch uint64, a ShardPush, body []byte) (struct{}, []byte, uint64, error) {
 	s.mu.Lock()
 	e := s.st.Epoch
 	err := s.fenced(epoch)
 	s.mu.Unlock()
 	if err != nil {
-		return struct{}{}, e, err
+		return struct{}{}, nil, e, err
 	}
+	if a.NGrads < 0 || a.NGrads > len(body) {
+		return struct{}{}, nil, e, fmt.Errorf("sched: train push: %d gradient bytes in a body of %d", a.NGrads, len(body))
+	}
+	a.Grads, a.Stats = body[:a.NGrads], body[a.NGrads:]
 	s.tt.mu.Lock()
 	r := s.tt.runs[a.Job]
 	s.tt.mu.Unlock()
 	if r == nil {
-		return struct{}{}, e, nil // a job removed, or a result for another coordinator: dropped
+		return struct{}{}, nil, e, nil // a job removed, or a result for another coordinator: dropped
 	}
 	r.mu.Lock()
 	p := r.spec.Plan()
 	if !r.ready || a.Step != r.step || a.Shard < 0 || a.Shard >= p.Shards || r.results[a.Shard] != nil {
 		r.mu.Unlock()
-		return struct{}{}, e, nil // late or duplicate (a straggler's twin): the first answer won
+		return struct{}{}, nil, e, nil // late or duplicate (a straggler's twin): the first answer won
 	}
 	r.results[a.Shard] = &a
 	r.busy += float64(a.Millis) / 1e3
@@ -388,7 +399,7 @@ func (s *Scheduler) handleTrainPush(epoch uint64, a ShardPush) (struct{}, uint64
 	}
 	if len(r.results) < n {
 		r.mu.Unlock()
-		return struct{}{}, e, nil
+		return struct{}{}, nil, e, nil
 	}
 	r.reducing = true
 	r.mu.Unlock()
@@ -399,7 +410,7 @@ func (s *Scheduler) handleTrainPush(epoch uint64, a ShardPush) (struct{}, uint64
 	if err != nil {
 		s.logf("sched: training job %s: step %d: %v", a.Job, a.Step, err)
 	}
-	return struct{}{}, e, nil
+	return struct{}{}, nil, e, nil
 }
 
 // finishStep reduces the step's shards, journals the step, checkpoints when due and, after

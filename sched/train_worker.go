@@ -35,13 +35,17 @@ func (s *Scheduler) trainWorkerLoop(ctx context.Context) {
 		idle = 0
 		var pr ParamsReply
 		cctx, cancel = context.WithTimeout(ctx, time.Minute)
-		_, err = s.callEpoch(cctx, addr, "sched.train.params", epoch, ParamsArgs{Job: o.Job, Step: o.Step}, &pr)
+		params, _, err := s.callEpochBody(cctx, addr, "sched.train.params", epoch, ParamsArgs{Job: o.Job, Step: o.Step}, nil, &pr)
 		cancel()
-		if err != nil {
+		if err != nil || len(params) != pr.Bytes {
+			if err != nil {
+				s.logf("sched: training job %s: step %d: parameters: %v", o.Job, o.Step, err)
+			}
+			idle = 200 * time.Millisecond
 			continue
 		}
 		cctx, cancel = context.WithTimeout(ctx, 10*time.Minute)
-		push, err := sc.ComputeShard(cctx, *o.Spec, pr.Params, o.Step, o.Shard)
+		push, err := sc.ComputeShard(cctx, *o.Spec, params, o.Step, o.Shard)
 		cancel()
 		if err != nil {
 			s.logf("sched: training job %s: step %d shard %d: %v", o.Job, o.Step, o.Shard, err)
@@ -50,8 +54,10 @@ func (s *Scheduler) trainWorkerLoop(ctx context.Context) {
 		}
 		push.Worker = s.name
 		s.logf("sched: training job %s: step %d shard %d computed (%d ms)", o.Job, o.Step, o.Shard, push.Millis)
+		body := append(push.Grads, push.Stats...)
+		push.NGrads = len(push.Grads)
 		cctx, cancel = context.WithTimeout(ctx, time.Minute)
-		_, err = s.callEpoch(cctx, addr, "sched.train.push", epoch, *push, nil)
+		_, _, err = s.callEpochBody(cctx, addr, "sched.train.push", epoch, *push, body, nil)
 		cancel()
 		if err != nil {
 			s.logf("sched: training job %s: step %d shard %d: sending: %v", o.Job, o.Step, o.Shard, err)
