@@ -50,6 +50,13 @@ type Config struct {
 	MaxPiggyback      int           // updates carried per packet (default 12)
 	RecvQueue         int           // packets buffered between socket and protocol (default 1024)
 
+	// ThreadNice is the nice value of the detector's two threads (the protocol loop and the
+	// socket reader), each locked to its goroutine: -10 lets heartbeats, timers and
+	// refutations run ahead of the node's compute on a saturated machine without raising
+	// the whole process. Lowering nice needs CAP_SYS_NICE; without it the detector logs why
+	// and runs at the process's priority. Zero (the default) leaves the threads alone.
+	ThreadNice int
+
 	// InjectLoss drops this fraction of outgoing packets on purpose (fault injection for
 	// tests and benchmarks; nodes read it from IDUNNO_FD_LOSS). Zero in production.
 	InjectLoss float64

@@ -50,7 +50,7 @@ func Start(cfg Config) (*Detector, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	tr, err := ListenUDP(cfg.Addr, cfg.RecvQueue)
+	tr, err := listenUDP(cfg.Addr, cfg.RecvQueue, cfg.ThreadNice)
 	if err != nil {
 		return nil, err
 	}
@@ -86,6 +86,13 @@ func StartOn(cfg Config, tr Transport) (*Detector, error) {
 
 func (d *Detector) run() {
 	defer close(d.done)
+	if d.cfg.ThreadNice != 0 {
+		if err := lockThreadNice(d.cfg.ThreadNice); err != nil {
+			d.cfg.Logf("cannot run the detector at nice %d: %v (running at the process's priority)", d.cfg.ThreadNice, err)
+		} else {
+			d.cfg.Logf("detector threads at nice %d", d.cfg.ThreadNice)
+		}
+	}
 	tick := time.NewTicker(d.cfg.TickInterval)
 	defer tick.Stop()
 	d.step(func(m *Membership, now time.Time) { m.Tick(now) })
