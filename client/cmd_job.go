@@ -103,7 +103,16 @@ func runPhase(args []string, cmd string, phase sched.Phase) error {
 		return err
 	}
 	fmt.Printf("phase: %s (coordinator %s, epoch %d)\n", info.Phase, info.Coordinator, info.Epoch)
+	warnNoStandby(info.NoStandby)
 	return nil
+}
+
+// warnNoStandby tells the user that a change was confirmed by the coordinator's disk alone:
+// no other node was live to hold it as the standby.
+func warnNoStandby(none bool) {
+	if none {
+		fmt.Fprintln(os.Stderr, "warning: the cluster runs without a standby (no other live node): this change is only on the coordinator's disk")
+	}
 }
 
 func runInference(args []string) error { return runPhase(args, "inference", sched.PhaseInference) }
@@ -128,6 +137,7 @@ func runTrain(args []string) error {
 				return err
 			}
 			fmt.Printf("model %s removed (its file stays in SDFS)\n", *name)
+			warnNoStandby(info.NoStandby)
 			return nil
 		}
 		if err := schedCall(t, "sched.info", struct{}{}, &info); err != nil {
@@ -199,6 +209,7 @@ func runTrainAdd(args []string) error {
 		return err
 	}
 	fmt.Printf("model %s stored in SDFS as %s (%d bytes) and checked by the kernel\n", *name, sdfsName, len(data))
+	warnNoStandby(info.NoStandby)
 	return nil
 }
 
@@ -265,6 +276,7 @@ func runJobAdd(args []string) error {
 		return err
 	}
 	fmt.Printf("job %s added: %d queries in %d tasks of %d; shares %s\n", spec.Name, r.Queries, r.Tasks, r.TaskSize, r.Split)
+	warnNoStandby(r.NoStandby)
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 )
 
 // Journal is the coordinator state's file on local disk (DATA_DIR/sched/journal). Each line
@@ -15,12 +16,18 @@ import (
 // snapshot, followed by entries. A line that fails its checksum or does not apply ends the
 // journal: it is the torn tail of a write cut short by a crash, and is cut off on open.
 //
-// Writes are not fsynced: a process killed with SIGKILL loses nothing the kernel has, and the
-// journal is also replicated to the standby before an entry takes effect.
+// Appends are not fsynced one by one: a process killed with SIGKILL loses nothing the kernel
+// has, and a change is acknowledged only once the standby holds it too. Without a standby the
+// coordinator calls Sync before it acknowledges (see replicator). Snapshots are fsynced before
+// they replace the file. Its methods are safe for concurrent use (the replicator syncs while
+// the coordinator appends).
 type Journal struct {
-	path    string
+	path string
+
+	mu      sync.Mutex
 	f       *os.File
 	entries int // entries since the snapshot; Compact rewrites past CompactAfter
+	closed  bool
 }
 
 // CompactAfter is how many entries the journal holds before it is rewritten as a snapshot.
@@ -115,6 +122,10 @@ func appendLine(b []byte, kind byte, v any) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sched: journal: encode: %w", err)
 	}
+	return appendPayload(b, kind, payload)
+}
+
+func appendPayload(b []byte, kind byte, payload []byte) ([]byte, error) {
 	if len(payload) > MaxJournalLine {
 		return nil, fmt.Errorf("sched: journal: line of %d bytes over the limit", len(payload))
 	}
@@ -126,9 +137,24 @@ func appendLine(b []byte, kind byte, v any) ([]byte, error) {
 
 // Append writes one entry.
 func (j *Journal) Append(e *Entry) error {
-	line, err := appendLine(nil, 'E', e)
+	payload, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("sched: journal: encode: %w", err)
+	}
+	return j.AppendEncoded(payload)
+}
+
+// AppendEncoded writes one entry already encoded as JSON (the bytes json.Marshal gives
+// for it: the coordinator encodes an entry once, for its journal and for the standby).
+func (j *Journal) AppendEncoded(payload []byte) error {
+	line, err := appendPayload(nil, 'E', payload)
 	if err != nil {
 		return err
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return fmt.Errorf("sched: journal: closed")
 	}
 	if _, err := j.f.Write(line); err != nil {
 		return fmt.Errorf("sched: journal: write: %w", err)
@@ -138,7 +164,24 @@ func (j *Journal) Append(e *Entry) error {
 }
 
 // NeedsCompaction reports whether the journal should be rewritten as a snapshot.
-func (j *Journal) NeedsCompaction() bool { return j.entries >= CompactAfter }
+func (j *Journal) NeedsCompaction() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.entries >= CompactAfter
+}
+
+// Sync flushes every entry written so far to stable storage.
+func (j *Journal) Sync() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return fmt.Errorf("sched: journal: closed")
+	}
+	if err := j.f.Sync(); err != nil {
+		return fmt.Errorf("sched: journal: sync: %w", err)
+	}
+	return nil
+}
 
 // Reset replaces the journal by a snapshot of st (atomically: write aside, then rename).
 func (j *Journal) Reset(st *State) error {
@@ -146,12 +189,21 @@ func (j *Journal) Reset(st *State) error {
 	if err != nil {
 		return err
 	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return fmt.Errorf("sched: journal: closed")
+	}
 	tmp := j.path + ".tmp"
-	if err := os.WriteFile(tmp, line, 0o644); err != nil {
+	if err := writeSynced(tmp, line); err != nil {
 		return fmt.Errorf("sched: journal: snapshot: %w", err)
 	}
 	if err := os.Rename(tmp, j.path); err != nil {
 		return fmt.Errorf("sched: journal: snapshot: %w", err)
+	}
+	if d, err := os.Open(filepath.Dir(j.path)); err == nil {
+		d.Sync() // the rename itself
+		d.Close()
 	}
 	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -162,5 +214,30 @@ func (j *Journal) Reset(st *State) error {
 	return nil
 }
 
-// Close closes the file.
-func (j *Journal) Close() error { return j.f.Close() }
+// writeSynced writes data to a new file at path and fsyncs it.
+func writeSynced(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// Close closes the file; later calls do nothing.
+func (j *Journal) Close() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return nil
+	}
+	j.closed = true
+	return j.f.Close()
+}
