@@ -43,6 +43,7 @@ type Config struct {
 	PauseThreshold    time.Duration // a gap between ticks longer than this means we were paused: restart silence timers (default 200ms)
 	JoinRetry         time.Duration // while alone, how often to ask the introducers again (default 500ms)
 	RetainDead        time.Duration // how long failed and left members stay listed (default 60s)
+	ForgetTombstones  time.Duration // how long a dropped member's last record still refuses stale alive records of it (default 10m)
 	DeadProbeInterval time.Duration // how often to heartbeat one failed member, to heal partitions (default 1s)
 	SyncInterval      time.Duration // how often to compare views with one random live member (anti-entropy; default 1s)
 	Fanout            int           // members each fresh update is pushed to at once (default 3)
@@ -78,6 +79,7 @@ func DefaultConfig() Config {
 		PauseThreshold:    200 * time.Millisecond,
 		JoinRetry:         500 * time.Millisecond,
 		RetainDead:        60 * time.Second,
+		ForgetTombstones:  10 * time.Minute,
 		DeadProbeInterval: time.Second,
 		SyncInterval:      time.Second,
 		Fanout:            3,
@@ -93,7 +95,7 @@ func (c Config) withDefaults() Config {
 	durs := []struct{ v, def *time.Duration }{
 		{&c.TickInterval, &d.TickInterval}, {&c.HeartbeatInterval, &d.HeartbeatInterval},
 		{&c.SuspectTimeout, &d.SuspectTimeout}, {&c.SuspicionTimeout, &d.SuspicionTimeout},
-		{&c.PauseThreshold, &d.PauseThreshold}, {&c.JoinRetry, &d.JoinRetry}, {&c.RetainDead, &d.RetainDead},
+		{&c.PauseThreshold, &d.PauseThreshold}, {&c.JoinRetry, &d.JoinRetry}, {&c.RetainDead, &d.RetainDead}, {&c.ForgetTombstones, &d.ForgetTombstones},
 		{&c.DeadProbeInterval, &d.DeadProbeInterval}, {&c.SyncInterval, &d.SyncInterval},
 	}
 	for _, x := range durs {
