@@ -120,7 +120,7 @@ func (s *Scheduler) commit(e *Entry) error {
 		s.co.repl.enqueue(e.Seq, raw)
 	}
 	if s.journal.NeedsCompaction() {
-		if err := s.journal.Reset(s.st); err != nil {
+		if err := s.journal.ResetWithStats(s.st, s.statsSnapshot()); err != nil {
 			s.logf("sched: journal compaction: %v", err)
 		}
 	}
@@ -139,6 +139,31 @@ func (s *Scheduler) observe(e *Entry) {
 		if j := s.st.Jobs[e.Name]; j != nil && e.Report != nil {
 			s.jobStats(e.Name).Record(*e.Report, j.Spec.Batch, time.Unix(0, e.Time))
 		}
+	}
+}
+
+// statsSnapshot returns every job's statistics as snapshots. Called with s.mu held.
+func (s *Scheduler) statsSnapshot() map[string]*StatsSnapshot {
+	out := make(map[string]*StatsSnapshot, len(s.stats))
+	for n, st := range s.stats {
+		out[n] = st.Snapshot()
+	}
+	return out
+}
+
+// restoreStats rebuilds the job statistics from a journal read back at start: the
+// statistics saved with its snapshot, then the entries after it. Called before Start.
+func (s *Scheduler) restoreStats(rec Recovered) {
+	for n, ss := range rec.Stats {
+		if _, ok := s.st.Jobs[n]; !ok || ss == nil {
+			continue
+		}
+		if st, err := ss.Restore(); err == nil {
+			s.stats[n] = st
+		}
+	}
+	for _, e := range rec.Entries {
+		s.observe(e)
 	}
 }
 

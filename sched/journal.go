@@ -12,8 +12,10 @@ import (
 )
 
 // Journal is the coordinator state's file on local disk (DATA_DIR/sched/journal). Each line
-// is "S <crc32> <snapshot JSON>" or "E <crc32> <entry JSON>"; the file starts with at most one
-// snapshot, followed by entries. A line that fails its checksum or does not apply ends the
+// is "S <crc32> <snapshot JSON>", "T <crc32> <job statistics JSON>" or "E <crc32> <entry
+// JSON>"; the file starts with at most one snapshot (and the job statistics as of it),
+// followed by entries. The statistics and the entries read back at open (Recovered) let a
+// node rebuild every job's latencies, rates and costs after a restart of every node. A line that fails its checksum or does not apply ends the
 // journal: it is the torn tail of a write cut short by a crash, and is cut off on open.
 //
 // Appends are not fsynced one by one: a process killed with SIGKILL loses nothing the kernel
@@ -28,6 +30,14 @@ type Journal struct {
 	f       *os.File
 	entries int // entries since the snapshot; Compact rewrites past CompactAfter
 	closed  bool
+	rec     *Recovered
+}
+
+// Recovered is what a journal held besides the state when it was opened: the job
+// statistics saved with its snapshot, and the entries after it, in order.
+type Recovered struct {
+	Stats   map[string]*StatsSnapshot
+	Entries []*Entry
 }
 
 // CompactAfter is how many entries the journal holds before it is rewritten as a snapshot.
@@ -46,7 +56,8 @@ func OpenJournal(dir string) (*Journal, *State, error) {
 	if err != nil && !os.IsNotExist(err) {
 		return nil, nil, fmt.Errorf("sched: journal: %w", err)
 	}
-	st, good, n, _ := DecodeJournal(data)
+	rec := &Recovered{}
+	st, good, n, _ := decodeJournal(data, rec)
 	if good < len(data) {
 		if err := os.Truncate(path, int64(good)); err != nil {
 			return nil, nil, fmt.Errorf("sched: journal: cut torn tail: %w", err)
@@ -56,14 +67,34 @@ func OpenJournal(dir string) (*Journal, *State, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("sched: journal: %w", err)
 	}
-	return &Journal{path: path, f: f, entries: n}, st, nil
+	return &Journal{path: path, f: f, entries: n, rec: rec}, st, nil
+}
+
+// TakeRecovered returns what the journal held besides the state when it was opened (once;
+// later calls return an empty Recovered).
+func (j *Journal) TakeRecovered() Recovered {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	r := j.rec
+	j.rec = nil
+	if r == nil {
+		return Recovered{}
+	}
+	return *r
 }
 
 // DecodeJournal rebuilds the state from a journal's bytes. It returns the state, how many
 // leading bytes were good, how many entries followed the snapshot, and why decoding stopped
 // early (nil when every byte was good).
 func DecodeJournal(data []byte) (st *State, good, entries int, stop error) {
+	return decodeJournal(data, nil)
+}
+
+// decodeJournal is DecodeJournal that also collects, into rec if not nil, the statistics
+// line and the entries.
+func decodeJournal(data []byte, rec *Recovered) (st *State, good, entries int, stop error) {
 	st = NewState()
+	snapshotEnd := -1 // where the line after the snapshot starts
 	for off := 0; off < len(data); {
 		nl := bytes.IndexByte(data[off:], '\n')
 		if nl < 0 {
@@ -84,6 +115,15 @@ func DecodeJournal(data []byte) (st *State, good, entries int, stop error) {
 				return st, off, entries, err
 			}
 			st = &s
+			snapshotEnd = off + nl + 1
+		case kind == 'T' && off == snapshotEnd:
+			var ss map[string]*StatsSnapshot
+			if err := json.Unmarshal(payload, &ss); err != nil {
+				return st, off, entries, fmt.Errorf("sched: journal: statistics: %w", err)
+			}
+			if rec != nil {
+				rec.Stats = ss
+			}
 		case kind == 'E':
 			var e Entry
 			if err := json.Unmarshal(payload, &e); err != nil {
@@ -93,6 +133,9 @@ func DecodeJournal(data []byte) (st *State, good, entries int, stop error) {
 				return st, off, entries, err
 			}
 			entries++
+			if rec != nil {
+				rec.Entries = append(rec.Entries, &e)
+			}
 		default:
 			return st, off, entries, fmt.Errorf("sched: journal: unexpected %q line at byte %d", kind, off)
 		}
@@ -184,10 +227,18 @@ func (j *Journal) Sync() error {
 }
 
 // Reset replaces the journal by a snapshot of st (atomically: write aside, then rename).
-func (j *Journal) Reset(st *State) error {
+func (j *Journal) Reset(st *State) error { return j.ResetWithStats(st, nil) }
+
+// ResetWithStats is Reset that also saves the job statistics as of the snapshot (nil: none).
+func (j *Journal) ResetWithStats(st *State, stats map[string]*StatsSnapshot) error {
 	line, err := appendLine(nil, 'S', st)
 	if err != nil {
 		return err
+	}
+	if stats != nil {
+		if line, err = appendLine(line, 'T', stats); err != nil {
+			return err
+		}
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()

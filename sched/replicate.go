@@ -285,10 +285,7 @@ func (r *replicator) sendSnapshot(target, addr string) bool {
 		return false
 	}
 	snap := s.st.Clone()
-	stats := make(map[string]*StatsSnapshot, len(s.stats))
-	for n, st := range s.stats {
-		stats[n] = st.Snapshot()
-	}
+	stats := s.statsSnapshot()
 	r.mu.Lock()
 	r.pending = r.pending[:0] // all in the snapshot; later entries queue from here
 	r.mu.Unlock()
@@ -441,7 +438,7 @@ func (s *Scheduler) handleReplicate(epoch uint64, a ReplicateArgs) (struct{}, ui
 		if err := a.Snapshot.validate(); err != nil {
 			return struct{}{}, s.maxEpoch, err
 		}
-		if err := s.journal.Reset(a.Snapshot); err != nil {
+		if err := s.journal.ResetWithStats(a.Snapshot, a.Stats); err != nil {
 			return struct{}{}, s.maxEpoch, err
 		}
 		s.st = a.Snapshot

@@ -134,6 +134,7 @@ func NewScheduler(d Deps, cfg SchedConfig, srv *rpc.Server) (*Scheduler, error) 
 		stop: make(chan struct{}), stats: map[string]*JobStats{},
 	}
 	s.lostSince = s.now()
+	s.restoreStats(j.TakeRecovered())
 	s.w.init(cfg)
 	s.register(srv)
 	if st.Seq > 0 {
