@@ -37,11 +37,11 @@ type disk struct {
 	root string
 	cfg  Config
 
-	mu    sync.Mutex
+	mu      sync.Mutex
 	files   map[string][]*Manifest // committed versions per name, oldest first
 	pending map[string]pendingVersion
 	txns    map[string]*txn
-	bytes int64 // bytes of committed data versions
+	bytes   int64 // bytes of committed data versions
 }
 
 // pendingVersion is a version committed but not confirmed, keyed by pendingKey.
