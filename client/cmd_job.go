@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -271,6 +273,10 @@ func runJobAdd(args []string) error {
 	if err := spec.ValidateRequest(); err != nil {
 		return err
 	}
+	// The key makes schedCall's retries of this add idempotent (see JobSpec.Request).
+	key := make([]byte, 12)
+	rand.Read(key)
+	spec.Request = hex.EncodeToString(key)
 	var r sched.JobAddReply
 	if err := schedCall(t, "sched.job.add", spec, &r); err != nil {
 		return err

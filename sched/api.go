@@ -255,7 +255,12 @@ func (s *Scheduler) apiJobAdd(ctx context.Context, spec JobSpec) (JobAddReply, e
 		s.mu.Unlock()
 		return fail(fmt.Errorf("sched: inference jobs need the inference phase (idunno inference start); phase is %s", phase))
 	}
-	if _, dup := s.st.Jobs[spec.Name]; dup {
+	if j, dup := s.st.Jobs[spec.Name]; dup {
+		if s.isRetryOf(j, spec) {
+			r := JobAddReply{Queries: j.Spec.Queries, Tasks: j.Spec.NumTasks(), TaskSize: j.Spec.TaskSize, Split: j.Split}
+			s.mu.Unlock()
+			return r, nil // confirmed (again) by the caller, see confirmed
+		}
 		s.mu.Unlock()
 		return fail(fmt.Errorf("sched: job name %q is already in use", spec.Name))
 	}

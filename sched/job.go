@@ -33,6 +33,10 @@ type JobSpec struct {
 	// accepts the job (0: unknown). The fair-time controller's cost prior until the job's
 	// cost is measured.
 	FLOPsPerQuery float64 `json:"flops_per_query,omitempty"`
+	// Request is the client's idempotency key (random, at most 64 bytes; optional): an add
+	// repeated with the same name and key is a retry of one that was applied but not
+	// confirmed, and gets that job instead of "already in use".
+	Request string `json:"request,omitempty"`
 }
 
 // MaxTasks bounds the number of tasks of one job, and with it the journal's size.
@@ -45,6 +49,8 @@ func (s JobSpec) ValidateRequest() error {
 	switch {
 	case !jobNameRE.MatchString(s.Name):
 		return fmt.Errorf("sched: job name %q: use 1-64 letters, digits, '.', '_' or '-'", s.Name)
+	case len(s.Request) > 64:
+		return fmt.Errorf("sched: job %s: request key of %d bytes (at most 64)", s.Name, len(s.Request))
 	case s.Model == "":
 		return fmt.Errorf("sched: job %s: no model given", s.Name)
 	case s.Data == "":

@@ -406,6 +406,14 @@ type replicateOut struct {
 	Entries []json.RawMessage `json:"entries,omitempty"`
 }
 
+// isRetryOf reports whether a job add request repeats the add of job j: the same name
+// and idempotency key (JobSpec.Request). A client whose add was applied but not confirmed
+// (errNotConfirmed) retries it with the same key, and must get the job it asked for rather
+// than "name already in use". Called with s.mu held.
+func (s *Scheduler) isRetryOf(j *JobState, req JobSpec) bool {
+	return req.Request != "" && req.Request == j.Spec.Request
+}
+
 // ReplicateArgs carries journal entries (or a whole snapshot, with the job statistics the
 // entries since the journal's start built) to the standby.
 type ReplicateArgs struct {

@@ -133,7 +133,7 @@ func waitStandby(t *testing.T, c *memCluster, want string) {
 
 func addJob(c *memCluster, via, name string) (JobAddReply, error) {
 	var r JobAddReply
-	err := c.call(via, "sched.job.add", JobSpec{Name: name, Model: "slow.onnx", Data: "small.idx", Batch: 10}, &r)
+	err := c.call(via, "sched.job.add", JobSpec{Name: name, Model: "slow.onnx", Data: "small.idx", Batch: 10, Request: "key-" + name}, &r)
 	return r, err
 }
 
@@ -159,6 +159,14 @@ func TestReplicationFailureDoesNotAcknowledge(t *testing.T) {
 		t.Fatalf("add while the standby is cut off: %v", err)
 	}
 	proxy.Heal()
+	// The client retries the add it was not sure of (same idempotency key): it gets the job
+	// (once), confirmed. The same add under another key is a duplicate.
+	if r, err := addJob(c, "node0", "during"); err != nil || r.Standby != "node1" {
+		t.Fatalf("retry of the unconfirmed add: %+v, %v", r, err)
+	}
+	if err := c.call("node0", "sched.job.add", JobSpec{Name: "during", Model: "slow.onnx", Data: "small.idx", Batch: 10, Request: "other"}, nil); err == nil || !strings.Contains(err.Error(), "already in use") {
+		t.Fatalf("add of a taken name under another key: %v", err)
+	}
 	r, err = addJob(c, "node0", "after")
 	if err != nil || r.Standby != "node1" {
 		t.Fatalf("add after the heal: %+v, %v", r, err)

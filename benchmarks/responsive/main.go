@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -35,6 +36,7 @@ var keep bool
 type options struct {
 	fmnist, train, python string
 	nodes, probes, kills  int
+	rounds                int
 	window, warmup        time.Duration
 	resnetSize            string
 }
@@ -49,6 +51,7 @@ type result struct {
 	falseFailures, pauses        int       // false failures (distinct victim lives), detector pauses logged
 	jobAQueries, jobBQueries     int
 	rateWindowsBase, rateWindows []float64
+	probeCPU, probedSeconds      float64 // CPU seconds the probes used, and the probed windows' length
 }
 
 func main() {
@@ -62,6 +65,7 @@ func main() {
 	flag.IntVar(&o.nodes, "nodes", 10, "cluster size")
 	flag.IntVar(&o.probes, "probes", 20, "probes of each kind per phase")
 	flag.IntVar(&o.kills, "kills", 3, "workers killed one after another (detection)")
+	flag.IntVar(&o.rounds, "rounds", 3, "probed windows (each between two unprobed ones)")
 	flag.DurationVar(&o.window, "window", 20*time.Second, "length of each throughput window")
 	flag.StringVar(&o.resnetSize, "resnet-size", "112x112", "ResNet-18 input size")
 	flag.BoolVar(&keep, "keep", false, "keep the cluster directory (node logs)")
@@ -138,7 +142,8 @@ func run(o options, bin string) (*result, error) {
 		r.statsIdle = append(r.statsIdle, stats())
 	}
 	if err := d.Steps(
-		[]string{"job", "add", "--name", "a-lenet5", "--model", "lenet5", "--data", "train.idx.gz", "--batch", "64", "--scale", "0.003921569"},
+		// Tasks of a few hundred queries, so a window's query count moves in small steps.
+		[]string{"job", "add", "--name", "a-lenet5", "--model", "lenet5", "--data", "train.idx.gz", "--batch", "64", "--task-size", "256", "--scale", "0.003921569"},
 		[]string{"job", "add", "--name", "b-resnet18", "--model", "resnet18", "--data", "train.idx.gz", "--batch", "8",
 			"--scale", "0.003921569", "--grey-to-rgb", "--resize", o.resnetSize},
 	); err != nil {
@@ -159,18 +164,25 @@ func run(o options, bin string) (*result, error) {
 		t0, n0 := time.Now(), done()
 		if probe {
 			for time.Since(t0) < o.window {
-				r.pyLoaded = append(r.pyLoaded, timeCmd(exec.Command(py, "-c", "pass")))
-				r.statsLoaded = append(r.statsLoaded, stats())
+				w, c := timeCmdCPU(exec.Command(py, "-c", "pass"))
+				r.pyLoaded = append(r.pyLoaded, w)
+				r.probeCPU += c
+				sc := exec.Command(bin, "job", "stats", "idle")
+				sc.Env = append(os.Environ(), "IDUNNO_CLUSTER="+d.Cluster.Dir())
+				w, c = timeCmdCPU(sc)
+				r.statsLoaded = append(r.statsLoaded, w)
+				r.probeCPU += c
 				time.Sleep(o.window / time.Duration(o.probes))
 			}
+			r.probedSeconds += time.Since(t0).Seconds()
 		} else {
 			time.Sleep(o.window)
 		}
 		return float64(done()-n0) / time.Since(t0).Seconds()
 	}
-	// base, probed, base, probed, base: the probed windows are compared with the mean of
-	// the base windows around them, so a slow drift of the rate cancels out.
-	for i := 0; i < 2; i++ {
+	// base, probed, base, probed, ..., base: the probed windows are compared with the
+	// base windows around them, so a slow drift of the rate cancels out.
+	for i := 0; i < o.rounds; i++ {
 		r.rateWindowsBase = append(r.rateWindowsBase, window(false))
 		r.rateWindows = append(r.rateWindows, window(true))
 	}
@@ -243,11 +255,21 @@ func run(o options, bin string) (*result, error) {
 
 // timeCmd runs c and returns its wall time in seconds (-1 if it failed).
 func timeCmd(c *exec.Cmd) float64 {
+	w, _ := timeCmdCPU(c)
+	return w
+}
+
+// timeCmdCPU runs c and returns its wall time and the CPU time it used (user + system), in seconds.
+func timeCmdCPU(c *exec.Cmd) (wall, cpu float64) {
 	t0 := time.Now()
 	if err := c.Run(); err != nil {
-		return -1
+		return -1, 0
 	}
-	return time.Since(t0).Seconds()
+	wall = time.Since(t0).Seconds()
+	if ps := c.ProcessState; ps != nil {
+		cpu = (ps.UserTime() + ps.SystemTime()).Seconds()
+	}
+	return wall, cpu
 }
 
 type failedLine struct {
@@ -335,8 +357,9 @@ func report(r *result) {
 		pi, pl, pl/pi, pct(r.pyLoaded, 100), pct(r.pyLoaded, 100)/pi)
 	fmt.Printf("  idunno job stats: idle p50 %.3f s; under load p50 %.3f s (%.2fx), max %.3f s (%.2fx)\n",
 		si, sl, sl/si, pct(r.statsLoaded, 100), pct(r.statsLoaded, 100)/si)
-	fmt.Printf("  jobs' rate: %.1f q/s without probes (windows %s), %.1f q/s with probes (windows %s): %+.1f%%\n",
-		r.rateBase, fmtList(r.rateWindowsBase), r.rateProbed, fmtList(r.rateWindows), 100*(r.rateProbed/r.rateBase-1))
+	fmt.Printf("  jobs' rate: %.1f q/s without probes (windows %s), %.1f q/s with probes (windows %s): %+.1f%%; the probes used %.1f%% of the machine's CPU time in their windows\n",
+		r.rateBase, fmtList(r.rateWindowsBase), r.rateProbed, fmtList(r.rateWindows), 100*(r.rateProbed/r.rateBase-1),
+		100*r.probeCPU/(r.probedSeconds*float64(runtime.NumCPU())))
 	fmt.Printf("  detection of a killed worker at every live member: %s ms (max %.0f ms); false failures: %d; detector pauses over 200 ms: %d\n",
 		fmtList(r.detect), pct(r.detect, 100), r.falseFailures, r.pauses)
 	fmt.Printf("  queries done: a-lenet5 %d, b-resnet18 %d\n", r.jobAQueries, r.jobBQueries)
