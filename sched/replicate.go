@@ -324,7 +324,7 @@ func (r *replicator) sendBatch(target, addr string) bool {
 	if n == 0 && !beat {
 		return false
 	}
-	if err := r.call(addr, replicateOut{From: r.s.name, Entries: batch}); err != nil {
+	if err := r.call(addr, ReplicateArgs{From: r.s.name, Entries: batch}); err != nil {
 		r.failed(target, err)
 		return false
 	}
@@ -342,7 +342,7 @@ func (r *replicator) sendBatch(target, addr string) bool {
 	return more
 }
 
-func (r *replicator) call(addr string, a any) error {
+func (r *replicator) call(addr string, a ReplicateArgs) error {
 	ctx, cancel := context.WithTimeout(context.Background(), r.s.cfg.ReplicateTimeout)
 	defer cancel()
 	_, err := r.s.callEpoch(ctx, addr, "sched.replicate", r.epoch, a, nil)
@@ -400,12 +400,6 @@ func (s *Scheduler) confirm(ctx context.Context) (string, error) {
 	return r.wait(ctx, seq)
 }
 
-// replicateOut is ReplicateArgs as the coordinator sends entries: already encoded.
-type replicateOut struct {
-	From    string            `json:"from"`
-	Entries []json.RawMessage `json:"entries,omitempty"`
-}
-
 // isRetryOf reports whether a job add request repeats the add of job j: the same name
 // and idempotency key (JobSpec.Request). A client whose add was applied but not confirmed
 // (errNotConfirmed) retries it with the same key, and must get the job it asked for rather
@@ -415,12 +409,13 @@ func (s *Scheduler) isRetryOf(j *JobState, req JobSpec) bool {
 }
 
 // ReplicateArgs carries journal entries (or a whole snapshot, with the job statistics the
-// entries since the journal's start built) to the standby.
+// entries since the journal's start built) to the standby. Entries travel as the JSON the
+// coordinator wrote to its journal, and the standby writes the same bytes to its own.
 type ReplicateArgs struct {
 	From     string                    `json:"from"`
 	Snapshot *State                    `json:"snapshot,omitempty"`
 	Stats    map[string]*StatsSnapshot `json:"stats,omitempty"`
-	Entries  []*Entry                  `json:"entries,omitempty"`
+	Entries  []json.RawMessage         `json:"entries,omitempty"`
 	// Release: the coordinator has another standby now; the receiver stops being one.
 	Release bool `json:"release,omitempty"`
 }
@@ -467,7 +462,11 @@ func (s *Scheduler) handleReplicate(epoch uint64, a ReplicateArgs) (struct{}, ui
 	} else if s.role != roleStandby || s.standbyOf != a.From {
 		return struct{}{}, s.maxEpoch, fmt.Errorf("sched: %s needs a snapshot first", s.name)
 	}
-	for _, e := range a.Entries {
+	for _, raw := range a.Entries {
+		e := &Entry{}
+		if err := json.Unmarshal(raw, e); err != nil {
+			return struct{}{}, s.maxEpoch, fmt.Errorf("sched: replicate: bad entry: %w", err)
+		}
 		if e.Seq <= s.st.Seq {
 			continue
 		}
@@ -475,7 +474,7 @@ func (s *Scheduler) handleReplicate(epoch uint64, a ReplicateArgs) (struct{}, ui
 			s.role = roleFollower
 			return struct{}{}, s.maxEpoch, fmt.Errorf("sched: %s needs a snapshot: %w", s.name, err)
 		}
-		if err := s.journal.Append(e); err != nil {
+		if err := s.journal.AppendEncoded(raw); err != nil {
 			return struct{}{}, s.maxEpoch, err
 		}
 		s.observe(e)
