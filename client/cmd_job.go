@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -103,7 +105,16 @@ func runPhase(args []string, cmd string, phase sched.Phase) error {
 		return err
 	}
 	fmt.Printf("phase: %s (coordinator %s, epoch %d)\n", info.Phase, info.Coordinator, info.Epoch)
+	warnNoStandby(info.NoStandby)
 	return nil
+}
+
+// warnNoStandby tells the user that a change was confirmed by the coordinator's disk alone:
+// no other node was live to hold it as the standby.
+func warnNoStandby(none bool) {
+	if none {
+		fmt.Fprintln(os.Stderr, "warning: the cluster runs without a standby (no other live node): this change is only on the coordinator's disk")
+	}
 }
 
 func runInference(args []string) error { return runPhase(args, "inference", sched.PhaseInference) }
@@ -141,6 +152,7 @@ func runTrain(args []string) error {
 				return err
 			}
 			fmt.Printf("model %s removed (its file stays in SDFS)\n", *name)
+			warnNoStandby(info.NoStandby)
 			return nil
 		}
 		if err := schedCall(t, "sched.info", struct{}{}, &info); err != nil {
@@ -212,6 +224,7 @@ func runTrainAdd(args []string) error {
 		return err
 	}
 	fmt.Printf("model %s stored in SDFS as %s (%d bytes) and checked by the kernel\n", *name, sdfsName, len(data))
+	warnNoStandby(info.NoStandby)
 	return nil
 }
 
@@ -275,11 +288,16 @@ func runJobAdd(args []string) error {
 	if err := spec.ValidateRequest(); err != nil {
 		return err
 	}
+	// The key makes schedCall's retries of this add idempotent (see JobSpec.Request).
+	key := make([]byte, 12)
+	rand.Read(key)
+	spec.Request = hex.EncodeToString(key)
 	var r sched.JobAddReply
 	if err := schedCall(t, "sched.job.add", spec, &r); err != nil {
 		return err
 	}
 	fmt.Printf("job %s added: %d queries in %d tasks of %d; shares %s\n", spec.Name, r.Queries, r.Tasks, r.TaskSize, r.Split)
+	warnNoStandby(r.NoStandby)
 	return nil
 }
 

@@ -15,7 +15,7 @@ import (
 )
 
 func init() {
-	register("node", "node --config FILE [--nice N] | --name N --host H --base-port P --data-dir D [--introducers A,B] [--secret S] [--threads T]",
+	register("node", "node --config FILE | --name N --host H --base-port P --data-dir D [--introducers A,B] [--secret S] [--threads T] [--fd-nice N] [--compute-nice N]",
 		"run one node until SIGTERM or SIGINT (then leave the cluster)", runNode)
 }
 
@@ -35,7 +35,8 @@ func runNode(args []string) error {
 	fs.StringVar(&intro, "introducers", "", "comma-separated fd addresses (host:port) to join through")
 	fs.StringVar(&c.Secret, "secret", "", "cluster secret (default $IDUNNO_SECRET)")
 	fs.IntVar(&c.Threads, "threads", 1, "kernel threads per model instance")
-	nice := fs.Int("nice", -10, "scheduling priority to run at, so heartbeats survive a saturated CPU (0: leave as is)")
+	fdNice := fs.Int("fd-nice", sched.DefaultFDNice, "nice of the failure detector's threads (below 0 needs CAP_SYS_NICE; 0: as the process)")
+	computeNice := fs.Int("compute-nice", sched.DefaultComputeNice, "nice of the worker's task and kernel threads (0: as the process)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -47,11 +48,23 @@ func runNode(args []string) error {
 	} else if intro != "" {
 		c.Introducers = strings.Split(intro, ",")
 	}
+	// Flags given on the command line win over the config file.
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "fd-nice":
+			c.FDNice = fdNice
+		case "compute-nice":
+			c.ComputeNice = computeNice
+		}
+	})
 	n, err := sched.NewNode(c)
 	if err != nil {
 		return err
 	}
-	raisePriority(*nice, n.Logger("node"))
+	// A local cluster's nodes run in the session of the command that started them (one
+	// scheduling group for the whole cluster, see localcluster): closing that terminal must
+	// not stop them.
+	signal.Ignore(syscall.SIGHUP)
 	if os.Getenv("IDUNNO_FD_STARVE") == c.Name {
 		starve(n.Logger("node"))
 	}

@@ -43,12 +43,20 @@ type Config struct {
 	PauseThreshold    time.Duration // a gap between ticks longer than this means we were paused: restart silence timers (default 200ms)
 	JoinRetry         time.Duration // while alone, how often to ask the introducers again (default 500ms)
 	RetainDead        time.Duration // how long failed and left members stay listed (default 60s)
+	ForgetTombstones  time.Duration // how long a dropped member's last record still refuses stale alive records of it (default 10m)
 	DeadProbeInterval time.Duration // how often to heartbeat one failed member, to heal partitions (default 1s)
 	SyncInterval      time.Duration // how often to compare views with one random live member (anti-entropy; default 1s)
 	Fanout            int           // members each fresh update is pushed to at once (default 3)
 	RetransmitMult    int           // piggyback each update RetransmitMult*ceil(log2(n+1)) times (default 3)
 	MaxPiggyback      int           // updates carried per packet (default 12)
 	RecvQueue         int           // packets buffered between socket and protocol (default 1024)
+
+	// ThreadNice is the nice value of the detector's two threads (the protocol loop and the
+	// socket reader), each locked to its goroutine: -10 lets heartbeats, timers and
+	// refutations run ahead of the node's compute on a saturated machine without raising
+	// the whole process. Lowering nice needs CAP_SYS_NICE; without it the detector logs why
+	// and runs at the process's priority. Zero (the default) leaves the threads alone.
+	ThreadNice int
 
 	// InjectLoss drops this fraction of outgoing packets on purpose (fault injection for
 	// tests and benchmarks; nodes read it from IDUNNO_FD_LOSS). Zero in production.
@@ -71,6 +79,7 @@ func DefaultConfig() Config {
 		PauseThreshold:    200 * time.Millisecond,
 		JoinRetry:         500 * time.Millisecond,
 		RetainDead:        60 * time.Second,
+		ForgetTombstones:  10 * time.Minute,
 		DeadProbeInterval: time.Second,
 		SyncInterval:      time.Second,
 		Fanout:            3,
@@ -86,7 +95,7 @@ func (c Config) withDefaults() Config {
 	durs := []struct{ v, def *time.Duration }{
 		{&c.TickInterval, &d.TickInterval}, {&c.HeartbeatInterval, &d.HeartbeatInterval},
 		{&c.SuspectTimeout, &d.SuspectTimeout}, {&c.SuspicionTimeout, &d.SuspicionTimeout},
-		{&c.PauseThreshold, &d.PauseThreshold}, {&c.JoinRetry, &d.JoinRetry}, {&c.RetainDead, &d.RetainDead},
+		{&c.PauseThreshold, &d.PauseThreshold}, {&c.JoinRetry, &d.JoinRetry}, {&c.RetainDead, &d.RetainDead}, {&c.ForgetTombstones, &d.ForgetTombstones},
 		{&c.DeadProbeInterval, &d.DeadProbeInterval}, {&c.SyncInterval, &d.SyncInterval},
 	}
 	for _, x := range durs {

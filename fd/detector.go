@@ -27,7 +27,7 @@ type Detector struct {
 	stopOnce sync.Once
 
 	packetsSent, packetsRecv, bytesSent, bytesRecv, sendErrors atomic.Uint64
-	malformed, badMAC, otherCluster, eventsDropped             atomic.Uint64
+	malformed, badMAC, otherCluster, eventsDropped, replayed   atomic.Uint64
 }
 
 // Stats are the detector's counters since Start.
@@ -38,6 +38,7 @@ type Stats struct {
 	DroppedMalformed         uint64 // undecodable packets
 	DroppedBadMAC            uint64 // right cluster tag, wrong HMAC
 	DroppedOtherCluster      uint64 // another cluster's tag
+	DroppedReplay            uint64 // authentic, but seen before or from an earlier life of its sender
 	DroppedQueue             uint64 // receive queue full
 	EventsDropped            uint64 // events not delivered to a full subscriber
 	InjectedLoss             uint64 // outgoing packets dropped by Config.InjectLoss
@@ -50,7 +51,7 @@ func Start(cfg Config) (*Detector, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	tr, err := ListenUDP(cfg.Addr, cfg.RecvQueue)
+	tr, err := listenUDP(cfg.Addr, cfg.RecvQueue, cfg.ThreadNice)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +77,11 @@ func StartOn(cfg Config, tr Transport) (*Detector, error) {
 	if cfg.InjectLoss > 0 {
 		tr = NewLossy(tr, cfg.InjectLoss, uint64(time.Now().UnixNano()))
 	}
-	d := &Detector{cfg: cfg, tr: tr, codec: NewCodec(cfg.Secret), subs: map[int]chan Event{},
+	session := cfg.Incarnation
+	if session == 0 {
+		session = uint64(time.Now().UnixMicro())
+	}
+	d := &Detector{cfg: cfg, tr: tr, codec: NewCodecSession(cfg.Secret, session), subs: map[int]chan Event{},
 		quit: make(chan struct{}), done: make(chan struct{})}
 	now := time.Now()
 	d.m = NewMembership(cfg, now, uint64(now.UnixNano()))
@@ -86,6 +91,13 @@ func StartOn(cfg Config, tr Transport) (*Detector, error) {
 
 func (d *Detector) run() {
 	defer close(d.done)
+	if d.cfg.ThreadNice != 0 {
+		if err := lockThreadNice(d.cfg.ThreadNice); err != nil {
+			d.cfg.Logf("cannot run the detector at nice %d: %v (running at the process's priority)", d.cfg.ThreadNice, err)
+		} else {
+			d.cfg.Logf("detector threads at nice %d", d.cfg.ThreadNice)
+		}
+	}
 	tick := time.NewTicker(d.cfg.TickInterval)
 	defer tick.Stop()
 	d.step(func(m *Membership, now time.Time) { m.Tick(now) })
@@ -115,6 +127,8 @@ func (d *Detector) receive(p Packet) {
 		d.otherCluster.Add(1)
 	case errors.Is(err, ErrBadMAC):
 		d.badMAC.Add(1)
+	case errors.Is(err, ErrReplay):
+		d.replayed.Add(1)
 	default:
 		d.malformed.Add(1)
 	}
@@ -215,7 +229,7 @@ func (d *Detector) Stats() Stats {
 		PacketsSent: d.packetsSent.Load(), PacketsRecv: d.packetsRecv.Load(),
 		BytesSent: d.bytesSent.Load(), BytesRecv: d.bytesRecv.Load(), SendErrors: d.sendErrors.Load(),
 		DroppedMalformed: d.malformed.Load(), DroppedBadMAC: d.badMAC.Load(),
-		DroppedOtherCluster: d.otherCluster.Load(), DroppedQueue: d.tr.Dropped(),
+		DroppedOtherCluster: d.otherCluster.Load(), DroppedReplay: d.replayed.Load(), DroppedQueue: d.tr.Dropped(),
 		EventsDropped: d.eventsDropped.Load(), InjectedLoss: d.injected(),
 	}
 }

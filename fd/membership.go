@@ -37,7 +37,21 @@ type Membership struct {
 	syncAnswered map[string]time.Time // when we last answered each requester's sync
 	syncWindow   time.Time            // start of the current SyncInterval window of answers
 	syncAnswers  int                  // answers sent in that window
+
+	// forgotten keeps the last record of each member dropped after RetainDead, for
+	// ForgetTombstones: a stale record that still says it is alive (from a node paused
+	// longer than RetainDead) must not bring it back. Only a newer incarnation does.
+	forgotten map[string]tombstone
+	replyTo   string // the sender of the message being received (for corrections)
 }
+
+type tombstone struct {
+	m  Member
+	at time.Time
+}
+
+// maxTombstones bounds Membership.forgotten.
+const maxTombstones = 8192
 
 type entry struct {
 	Member
@@ -68,7 +82,7 @@ func NewMembership(cfg Config, now time.Time, seed uint64) *Membership {
 		Incarnation: inc, State: Alive}, changed: now, heard: now}
 	m := &Membership{cfg: cfg, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), self: self,
 		members: map[string]*entry{cfg.Addr: self}, watched: map[string]bool{}, suspects: map[string]bool{},
-		syncAnswered: map[string]time.Time{}}
+		syncAnswered: map[string]time.Time{}, forgotten: map[string]tombstone{}}
 	// Syncs start at a random phase, so a cluster's syncs spread over the interval.
 	m.lastSync = now.Add(-time.Duration(m.rng.Int64N(int64(cfg.SyncInterval))))
 	m.rebuildRing(now)
@@ -183,8 +197,29 @@ func (m *Membership) checkTimeouts(now time.Time) {
 	for a, e := range m.members {
 		if (e.State == Failed || e.State == Left) && now.Sub(e.changed) > m.cfg.RetainDead {
 			delete(m.members, a)
+			m.forget(now, e.Member)
 		}
 	}
+	for a, t := range m.forgotten {
+		if now.Sub(t.at) > m.cfg.ForgetTombstones {
+			delete(m.forgotten, a)
+		}
+	}
+}
+
+// forget keeps a dropped member's last record as a tombstone (at most maxTombstones,
+// the oldest going first).
+func (m *Membership) forget(now time.Time, u Member) {
+	if len(m.forgotten) >= maxTombstones {
+		old, oldAt := "", now
+		for a, t := range m.forgotten {
+			if old == "" || t.at.Before(oldAt) {
+				old, oldAt = a, t.at
+			}
+		}
+		delete(m.forgotten, old)
+	}
+	m.forgotten[u.Addr] = tombstone{m: u, at: now}
 }
 
 // Receive handles one authenticated message.
@@ -200,6 +235,8 @@ func (m *Membership) Receive(now time.Time, msg *Message) {
 	if msg.Kind == MsgJoinAck || msg.Kind == MsgSyncAck {
 		mode = piggyback // a whole membership list: pass it on, but at heartbeat pace
 	}
+	m.replyTo = from.Addr
+	defer func() { m.replyTo = "" }()
 	m.apply(now, from, mode)
 	if e := m.members[from.Addr]; e != nil {
 		if (e.State == Alive || e.State == Suspect) && from.Incarnation >= e.Incarnation {
@@ -286,6 +323,17 @@ func (m *Membership) apply(now time.Time, u Member, mode spread) bool {
 	}
 	e := m.members[u.Addr]
 	if e == nil {
+		if t, ok := m.forgotten[u.Addr]; ok {
+			if u.Incarnation <= t.m.Incarnation {
+				// A stale record of a member we dropped as dead. Tell whoever sent it (if it is
+				// the member itself, it refutes with a newer incarnation and comes back).
+				if m.replyTo != "" && u.State != Failed && u.State != Left {
+					m.send(m.replyTo, MsgGossip, []Member{t.m})
+				}
+				return false
+			}
+			delete(m.forgotten, u.Addr)
+		}
 		e = &entry{Member: u, changed: now, heard: now}
 		m.members[u.Addr] = e
 		if u.State == Suspect {

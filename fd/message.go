@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
+	"time"
 )
 
 // MsgKind says what a packet is for.
@@ -33,16 +35,20 @@ type Message struct {
 
 // Wire format, all integers unsigned varints:
 //
-//	packet  = magic(4) tag(8) body mac(32)
+//	packet  = magic(4) tag(8) session(8) seq(8) body mac(32)   (session, seq: big-endian)
 //	body    = kind(1) member count member* [digest]
 //	member  = str(name) str(addr) str(rpc) str(http) incarnation state(1)
 //	str     = len bytes            (len <= maxString)
 //	digest  = count uint32be*      (kind sync only, 1 <= count <= maxDigest)
 //
-// tag identifies the cluster (derived from the secret), mac is HMAC-SHA256(secret, magic tag body).
+// tag identifies the cluster (derived from the secret), mac is HMAC-SHA256(secret, magic tag
+// session seq body). session identifies the sending codec's life (the node's starting
+// incarnation: larger after every restart) and seq counts its packets, so a receiver can
+// refuse a packet it has seen, or one from an earlier life (see replayWindow).
 const (
 	magicLen   = 4
 	tagLen     = 8
+	seqLen     = 16 // session and seq
 	macLen     = sha256.Size
 	maxString  = 255
 	maxUpdates = 1024
@@ -51,24 +57,38 @@ const (
 	MaxPacket = 1400
 )
 
-var magic = [magicLen]byte{'I', 'D', 'F', '1'}
+var magic = [magicLen]byte{'I', 'D', 'F', '2'}
 
 // Reasons a packet is dropped.
 var (
 	ErrMalformed    = errors.New("fd: malformed packet")
 	ErrOtherCluster = errors.New("fd: packet from another cluster")
 	ErrBadMAC       = errors.New("fd: packet failed authentication")
+	ErrReplay       = errors.New("fd: replayed or stale packet")
 )
 
-// Codec seals and opens packets for one cluster secret.
+// Codec seals and opens packets for one cluster secret. It numbers the packets it seals,
+// and remembers, per sender, which numbers it has opened (a replay window), so a captured
+// packet sent again is refused. Safe for concurrent use.
 type Codec struct {
-	secret []byte
-	tag    [tagLen]byte
+	secret  []byte
+	tag     [tagLen]byte
+	session uint64
+	seq     atomic.Uint64
+	replay  replayWindow
 }
 
-// NewCodec returns a codec keyed by secret.
+// NewCodec returns a codec keyed by secret whose session is the current time in
+// microseconds (as a node's first incarnation).
 func NewCodec(secret []byte) *Codec {
-	c := &Codec{secret: append([]byte(nil), secret...)}
+	return NewCodecSession(secret, uint64(time.Now().UnixMicro()))
+}
+
+// NewCodecSession returns a codec keyed by secret that seals packets under session, which
+// must be larger than any session an earlier life of the same member used: receivers
+// refuse packets of a session older than the newest they have seen from that member.
+func NewCodecSession(secret []byte, session uint64) *Codec {
+	c := &Codec{secret: append([]byte(nil), secret...), session: session}
 	sum := sha256.Sum256(append([]byte("idunno fd cluster tag\x00"), secret...))
 	copy(c.tag[:], sum[:])
 	return c
@@ -79,20 +99,28 @@ func (c *Codec) Encode(m *Message) []byte {
 	return c.seal(appendBody(make([]byte, 0, 128+64*len(m.Updates)), m))
 }
 
-// seal frames and authenticates a body.
+// seal frames, numbers and authenticates a body.
 func (c *Codec) seal(body []byte) []byte {
-	b := make([]byte, 0, magicLen+tagLen+len(body)+macLen)
+	return c.sealAs(c.session, c.seq.Add(1), body)
+}
+
+func (c *Codec) sealAs(session, seq uint64, body []byte) []byte {
+	b := make([]byte, 0, magicLen+tagLen+seqLen+len(body)+macLen)
 	b = append(b, magic[:]...)
 	b = append(b, c.tag[:]...)
+	b = binary.BigEndian.AppendUint64(b, session)
+	b = binary.BigEndian.AppendUint64(b, seq)
 	b = append(b, body...)
 	h := hmac.New(sha256.New, c.secret)
 	h.Write(b)
 	return h.Sum(b)
 }
 
-// Decode authenticates and parses a packet. Errors wrap ErrMalformed, ErrOtherCluster or ErrBadMAC.
+// Decode authenticates and parses a packet, and refuses one whose (session, seq) it has
+// already opened for the same sender, or that is older than its window. Errors wrap
+// ErrMalformed, ErrOtherCluster, ErrBadMAC or ErrReplay.
 func (c *Codec) Decode(p []byte) (*Message, error) {
-	if len(p) < magicLen+tagLen+macLen+1 || [magicLen]byte(p[:magicLen]) != magic {
+	if len(p) < magicLen+tagLen+seqLen+macLen+1 || [magicLen]byte(p[:magicLen]) != magic {
 		return nil, ErrMalformed
 	}
 	if [tagLen]byte(p[magicLen:magicLen+tagLen]) != c.tag {
@@ -104,16 +132,21 @@ func (c *Codec) Decode(p []byte) (*Message, error) {
 	if !hmac.Equal(h.Sum(nil), p[n:]) {
 		return nil, ErrBadMAC
 	}
-	m, err := decodeBody(p[magicLen+tagLen : n])
+	hdr := p[magicLen+tagLen:]
+	session, seq := binary.BigEndian.Uint64(hdr), binary.BigEndian.Uint64(hdr[8:])
+	m, err := decodeBody(p[magicLen+tagLen+seqLen : n])
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if !c.replay.accept(m.From.Addr, session, seq) {
+		return nil, fmt.Errorf("%w: %s session %d packet %d", ErrReplay, m.From.Addr, session, seq)
 	}
 	return m, nil
 }
 
 // EncodedSize is the length of m's sealed packet.
 func EncodedSize(m *Message) int {
-	n := magicLen + tagLen + macLen + 1 + memberSize(m.From) + uvarintLen(uint64(len(m.Updates)))
+	n := magicLen + tagLen + seqLen + macLen + 1 + memberSize(m.From) + uvarintLen(uint64(len(m.Updates)))
 	for _, u := range m.Updates {
 		n += memberSize(u)
 	}

@@ -271,3 +271,45 @@ func TestSimStaleViewCatchesUpBySync(t *testing.T) {
 		t.Logf("seed %d: node 6 learned of node 7's failure again %v later", seed, learned.Sub(forgot))
 	}
 }
+
+// TestSimLongPauseDoesNotReviveForgottenMember: node 6 is paused longer than the others
+// keep dead members (RetainDead), and node 7 crashes meanwhile. When 6 wakes with its stale
+// view (7 alive), its records must not bring 7 back to the members that forgot it; 6 itself,
+// which is alive, comes back.
+func TestSimLongPauseDoesNotReviveForgottenMember(t *testing.T) {
+	for seed := uint64(1); seed <= 5; seed++ {
+		cfg := DefaultConfig()
+		cfg.RetainDead = 5 * time.Second
+		s := NewSim(SimConfig{N: 10, Seed: seed, Latency: time.Millisecond, Jitter: 2 * time.Millisecond, Bootstrap: true, Config: cfg})
+		s.Run(2 * time.Second)
+		s.Pause(6)
+		s.Run(time.Second)
+		s.Crash(7)
+		s.Run(20 * time.Second) // 6 and 7 failed everywhere, then forgotten
+		for i := range s.Nodes {
+			if _, ok := s.View(i)[7]; ok && i != 6 && i != 7 {
+				t.Fatalf("seed %d: node %d still lists node 7 (%v) after RetainDead", seed, i, s.View(i)[7])
+			}
+		}
+		resumed := s.Now
+		s.Resume(6)
+		s.Run(10 * time.Second)
+		for _, e := range s.Events {
+			if e.At.After(resumed) && e.Event.Member.Addr == SimAddr(7) && (e.Event.Kind == Joined || e.Event.Kind == Refuted) {
+				t.Fatalf("seed %d: node %d took the forgotten node 7 back as alive at +%v", seed, e.Observer, e.At.Sub(resumed))
+			}
+		}
+		for i := range s.Nodes {
+			if i == 7 {
+				continue
+			}
+			v := s.View(i)
+			if st, ok := v[7]; ok && st != Failed && st != Left {
+				t.Fatalf("seed %d: node %d sees the crashed node 7 %v", seed, i, st)
+			}
+			if i != 6 && v[6] != Alive {
+				t.Fatalf("seed %d: node %d sees the resumed node 6 %v, want alive", seed, i, v[6])
+			}
+		}
+	}
+}

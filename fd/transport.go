@@ -39,7 +39,10 @@ type UDPTransport struct {
 }
 
 // ListenUDP binds addr and starts reading. queue bounds the packets buffered for the reader.
-func ListenUDP(addr string, queue int) (*UDPTransport, error) {
+func ListenUDP(addr string, queue int) (*UDPTransport, error) { return listenUDP(addr, queue, 0) }
+
+// listenUDP is ListenUDP with the reader's thread at nice (see Config.ThreadNice; 0: as is).
+func listenUDP(addr string, queue, nice int) (*UDPTransport, error) {
 	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("fd: resolve %s: %w", addr, err)
@@ -51,13 +54,16 @@ func ListenUDP(addr string, queue int) (*UDPTransport, error) {
 	c.SetReadBuffer(1 << 20)
 	t := &UDPTransport{conn: c, ch: make(chan Packet, queue), addrs: map[string]*net.UDPAddr{}}
 	t.wg.Add(1)
-	go t.read()
+	go t.read(nice)
 	return t, nil
 }
 
-func (t *UDPTransport) read() {
+func (t *UDPTransport) read(nice int) {
 	defer t.wg.Done()
 	defer close(t.ch)
+	if nice != 0 {
+		lockThreadNice(nice) // best effort: the detector's loop reports a failure
+	}
 	buf := make([]byte, 64<<10)
 	for {
 		n, from, err := t.conn.ReadFromUDP(buf)

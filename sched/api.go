@@ -41,6 +41,10 @@ type JobAddReply struct {
 	Tasks    int    `json:"tasks"`
 	TaskSize int    `json:"task_size"`
 	Split    string `json:"split"` // shares of the running jobs right after the add
+	// Standby holds the job as well as the coordinator; NoStandby says no other node was
+	// live, so the job is only on the coordinator's disk.
+	Standby   string `json:"standby,omitempty"`
+	NoStandby bool   `json:"no_standby,omitempty"`
 }
 
 // PhaseArgs sets the cluster's phase.
@@ -66,6 +70,9 @@ type ClusterInfo struct {
 	Epoch       uint64            `json:"epoch"`
 	Models      map[string]string `json:"models"`
 	Standby     string            `json:"standby"`
+	// NoStandby (in the reply to a change) says no other node was live: the change is only
+	// on the coordinator's disk.
+	NoStandby bool `json:"no_standby,omitempty"`
 }
 
 // coordMethod registers a client method that runs on the coordinator: any node accepts it
@@ -104,13 +111,34 @@ func (s *Scheduler) IsCoordinator() bool {
 	return s.role == roleCoordinator
 }
 
+// confirmed wraps a client method that changes the journal: its answer waits until the
+// standby holds the change (or, with no other live node, the coordinator's disk does), and
+// an answer that cannot be confirmed is an error (the change may or may not have been made).
+func confirmed[A, R any](s *Scheduler, f func(ctx context.Context, a A) (R, error)) func(ctx context.Context, a A) (R, error) {
+	return func(ctx context.Context, a A) (R, error) {
+		r, err := f(ctx, a)
+		if err != nil {
+			return r, err
+		}
+		standby, err := s.confirm(ctx)
+		if err != nil {
+			var zero R
+			return zero, err
+		}
+		if d, ok := any(&r).(durability); ok {
+			d.setDurability(standby)
+		}
+		return r, nil
+	}
+}
+
 func (s *Scheduler) registerClientAPI(srv *rpc.Server) {
-	coordMethod(s, srv, "sched.phase", s.apiPhase)
+	coordMethod(s, srv, "sched.phase", confirmed(s, s.apiPhase))
 	coordMethod(s, srv, "sched.info", s.apiInfo)
-	coordMethod(s, srv, "sched.model.add", s.apiModelAdd)
-	coordMethod(s, srv, "sched.model.remove", s.apiModelRemove)
-	coordMethod(s, srv, "sched.job.add", s.apiJobAdd)
-	coordMethod(s, srv, "sched.job.remove", s.apiJobRemove)
+	coordMethod(s, srv, "sched.model.add", confirmed(s, s.apiModelAdd))
+	coordMethod(s, srv, "sched.model.remove", confirmed(s, s.apiModelRemove))
+	coordMethod(s, srv, "sched.job.add", confirmed(s, s.apiJobAdd))
+	coordMethod(s, srv, "sched.job.remove", confirmed(s, s.apiJobRemove))
 	coordMethod(s, srv, "sched.job.list", s.apiJobList)
 	coordMethod(s, srv, "sched.job.get", s.apiJobGet)
 	coordMethod(s, srv, "sched.job.stats", s.apiJobStats)
@@ -165,8 +193,8 @@ func (s *Scheduler) info() ClusterInfo {
 	for k, v := range s.st.Models {
 		ci.Models[k] = v
 	}
-	if s.co != nil && s.co.synced {
-		ci.Standby = s.co.standby
+	if s.co != nil && s.co.repl != nil {
+		ci.Standby = s.co.repl.standby()
 	}
 	return ci
 }
@@ -234,7 +262,12 @@ func (s *Scheduler) apiJobAdd(ctx context.Context, spec JobSpec) (JobAddReply, e
 		s.mu.Unlock()
 		return fail(fmt.Errorf("sched: inference jobs need the inference phase (idunno inference start); phase is %s", phase))
 	}
-	if _, dup := s.st.Jobs[spec.Name]; dup {
+	if j, dup := s.st.Jobs[spec.Name]; dup {
+		if s.isRetryOf(j, spec) {
+			r := JobAddReply{Queries: j.Spec.Queries, Tasks: j.Spec.NumTasks(), TaskSize: j.Spec.TaskSize, Split: j.Split}
+			s.mu.Unlock()
+			return r, nil // confirmed (again) by the caller, see confirmed
+		}
 		s.mu.Unlock()
 		return fail(fmt.Errorf("sched: job name %q is already in use", spec.Name))
 	}

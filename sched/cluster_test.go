@@ -381,6 +381,15 @@ func TestClusterRestartAll(t *testing.T) {
 	if recomputed > 4*2 {
 		t.Fatalf("%d tasks recomputed after the restart", recomputed)
 	}
+	// The latency statistics are rebuilt from the journals: every query's latency counts
+	// once, those measured before the restart included.
+	var h LatencyHistogram
+	if err := c.callRetry("sched.job.histogram", NameArgs{"j"}, &h); err != nil {
+		t.Fatal(err)
+	}
+	if h.Count != 2000 {
+		t.Fatalf("latencies of %d queries after a restart of every node, want 2000", h.Count)
+	}
 }
 
 // TestClusterFairTime runs two jobs whose queries cost 10x apart on 5 workers and checks

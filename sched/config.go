@@ -31,6 +31,37 @@ type NodeConfig struct {
 	Secret      string   `json:"secret"`      // cluster secret; IDUNNO_SECRET overrides when empty
 	Threads     int      `json:"threads"`     // kernel threads per model instance (default 1)
 	HTTPToken   string   `json:"http_token"`  // bearer token for the HTTP endpoint; IDUNNO_HTTP_TOKEN when empty
+	// FDNice is the nice value of the failure detector's threads (default DefaultFDNice);
+	// ComputeNice that of the worker's task threads and the kernel threads they start
+	// (default DefaultComputeNice). The process itself stays at its normal priority, so a
+	// node never starves the machine's other work: only its heartbeats are raised, and only
+	// its compute lowered. Nil means the default; 0 leaves the threads as they are.
+	FDNice      *int `json:"fd_nice,omitempty"`
+	ComputeNice *int `json:"compute_nice,omitempty"`
+}
+
+// Default thread priorities (see NodeConfig.FDNice and ComputeNice). Lowering nice below 0
+// needs CAP_SYS_NICE; without it the detector runs at the process's priority and says so
+// in the log.
+const (
+	DefaultFDNice      = -10
+	DefaultComputeNice = 10
+)
+
+// FDThreadNice is the failure detector's thread nice value (FDNice or its default).
+func (c NodeConfig) FDThreadNice() int {
+	if c.FDNice != nil {
+		return *c.FDNice
+	}
+	return DefaultFDNice
+}
+
+// ComputeThreadNice is the compute threads' nice value (ComputeNice or its default).
+func (c NodeConfig) ComputeThreadNice() int {
+	if c.ComputeNice != nil {
+		return *c.ComputeNice
+	}
+	return DefaultComputeNice
 }
 
 // FDAddr is the failure detector's UDP address.
@@ -78,6 +109,8 @@ func (c NodeConfig) Validate() error {
 		return fmt.Errorf("sched: config: base_port %d out of range", c.BasePort)
 	case c.DataDir == "":
 		return fmt.Errorf("sched: config: data_dir is empty")
+	case c.FDThreadNice() < -20 || c.FDThreadNice() > 19 || c.ComputeThreadNice() < -20 || c.ComputeThreadNice() > 19:
+		return fmt.Errorf("sched: config: fd_nice %d and compute_nice %d must be within -20..19", c.FDThreadNice(), c.ComputeThreadNice())
 	}
 	_, err := c.SecretBytes()
 	return err

@@ -3,6 +3,7 @@ package sched
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"idunno/sched/dataset"
 	"sort"
@@ -24,13 +25,10 @@ type coordTables struct {
 	fairRate    float64            // queries per second per unit of weight every running job would get
 	estCost     map[string]float64 // job -> cost per query the controller assumed
 	workers     []string
-	standby     string
-	standbyAddr string
-	synced      bool // the standby has our snapshot and every entry since
+	repl        *replicator // sends the journal to the standby (see replicate.go)
 	lastControl time.Time
 	assembling  map[string]bool
 	since       time.Time
-	lastBeat    time.Time
 	lastGain    time.Time
 	started     map[string]bool      // jobs whose first task has been leased
 	heard       map[string]time.Time // worker -> its last pull
@@ -59,6 +57,10 @@ func (s *Scheduler) takeOver(why string) {
 	}
 	s.maxEpoch = epoch
 	s.coordName, s.coordAddr, s.standbyOf = s.name, s.addr, ""
+	s.co.repl = newReplicator(s, epoch, s.st.Seq)
+	s.pickStandby(s.mem.Alive())
+	s.wg.Add(1)
+	go s.co.repl.run()
 	s.logf("sched: became coordinator, epoch %d (%s); %d jobs in the journal", epoch, why, len(s.st.Jobs))
 	s.w.wake()
 }
@@ -66,13 +68,30 @@ func (s *Scheduler) takeOver(why string) {
 // stepDown leaves the coordinator role. Called with s.mu held.
 func (s *Scheduler) stepDown(why string) {
 	s.logf("sched: stepping down as coordinator of epoch %d: %s", s.st.Epoch, why)
+	if s.co != nil && s.co.repl != nil {
+		s.co.repl.halt(fmt.Errorf("sched: %s stepped down: %s", s.name, why))
+	}
 	s.role, s.co = roleFollower, nil
 	s.coordName, s.coordAddr, s.lostSince = "", "", s.now()
 	go s.dropRuns()
 }
 
-// commit makes one state change: checked, replicated to the standby, written to the local
-// journal, then applied. Called with s.mu held.
+// pickStandby makes the first other live node (in the membership's order) the standby.
+// Called with s.mu held.
+func (s *Scheduler) pickStandby(alive []Peer) {
+	for _, p := range alive {
+		if p.Name != s.name {
+			s.co.repl.setTarget(p.Name, p.RPCAddr)
+			return
+		}
+	}
+	s.co.repl.setTarget("", "")
+}
+
+// commit makes one state change: checked, written to the local journal, applied, and
+// queued for the standby (replicator). It does not wait for the standby: a client's change
+// is answered only after confirm; a worker's task-done report is acknowledged at once,
+// since losing one only means running the task again. Called with s.mu held.
 func (s *Scheduler) commit(e *Entry) error {
 	e.Seq = s.st.Seq + 1
 	if e.Epoch == 0 {
@@ -82,29 +101,22 @@ func (s *Scheduler) commit(e *Entry) error {
 	if err := s.st.Check(e); err != nil {
 		return err
 	}
-	if s.co != nil && s.co.synced {
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ReplicateTimeout)
-		_, err := s.callEpoch(ctx, s.co.standbyAddr, "sched.replicate", e.Epoch,
-			ReplicateArgs{From: s.name, Entries: []*Entry{e}}, nil)
-		cancel()
-		if err != nil {
-			if strings.Contains(err.Error(), "fenced") {
-				s.stepDown(err.Error())
-				return err
-			}
-			s.logf("sched: standby %s missed entry %d: %v", s.co.standby, e.Seq, err)
-			s.co.synced = false
-		}
+	raw, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("sched: journal: encode: %w", err)
 	}
-	if err := s.journal.Append(e); err != nil {
+	if err := s.journal.AppendEncoded(raw); err != nil {
 		return err
 	}
 	if err := s.st.Apply(e); err != nil {
 		panic("sched: checked entry failed to apply: " + err.Error())
 	}
 	s.observe(e)
+	if s.co != nil && s.co.repl != nil {
+		s.co.repl.enqueue(e.Seq, raw)
+	}
 	if s.journal.NeedsCompaction() {
-		if err := s.journal.Reset(s.st); err != nil {
+		if err := s.journal.ResetWithStats(s.st, s.statsSnapshot()); err != nil {
 			s.logf("sched: journal compaction: %v", err)
 		}
 	}
@@ -126,6 +138,31 @@ func (s *Scheduler) observe(e *Entry) {
 	}
 }
 
+// statsSnapshot returns every job's statistics as snapshots. Called with s.mu held.
+func (s *Scheduler) statsSnapshot() map[string]*StatsSnapshot {
+	out := make(map[string]*StatsSnapshot, len(s.stats))
+	for n, st := range s.stats {
+		out[n] = st.Snapshot()
+	}
+	return out
+}
+
+// restoreStats rebuilds the job statistics from a journal read back at start: the
+// statistics saved with its snapshot, then the entries after it. Called before Start.
+func (s *Scheduler) restoreStats(rec Recovered) {
+	for n, ss := range rec.Stats {
+		if _, ok := s.st.Jobs[n]; !ok || ss == nil {
+			continue
+		}
+		if st, err := ss.Restore(); err == nil {
+			s.stats[n] = st
+		}
+	}
+	for _, e := range rec.Entries {
+		s.observe(e)
+	}
+}
+
 // jobStats returns a job's statistics, created empty if this node has none (a journal
 // recovered from disk). Called with s.mu held.
 func (s *Scheduler) jobStats(job string) *JobStats {
@@ -137,111 +174,14 @@ func (s *Scheduler) jobStats(job string) *JobStats {
 	return st
 }
 
-// ReplicateArgs carries journal entries (or a whole snapshot, with the job statistics the
-// entries since the journal's start built) to the standby.
-type ReplicateArgs struct {
-	From     string                    `json:"from"`
-	Snapshot *State                    `json:"snapshot,omitempty"`
-	Stats    map[string]*StatsSnapshot `json:"stats,omitempty"`
-	Entries  []*Entry                  `json:"entries,omitempty"`
-}
-
-func (s *Scheduler) handleReplicate(epoch uint64, a ReplicateArgs) (struct{}, uint64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.fenced(epoch); err != nil {
-		return struct{}{}, s.maxEpoch, err
-	}
-	if s.role == roleCoordinator {
-		return struct{}{}, s.maxEpoch, fmt.Errorf("sched: fenced: %s coordinates epoch %d", s.name, s.st.Epoch)
-	}
-	if a.Snapshot != nil {
-		if err := a.Snapshot.validate(); err != nil {
-			return struct{}{}, s.maxEpoch, err
-		}
-		if err := s.journal.Reset(a.Snapshot); err != nil {
-			return struct{}{}, s.maxEpoch, err
-		}
-		s.st = a.Snapshot
-		s.stats = map[string]*JobStats{}
-		for n, ss := range a.Stats {
-			if _, ok := s.st.Jobs[n]; !ok || ss == nil {
-				continue
-			}
-			st, err := ss.Restore()
-			if err != nil {
-				return struct{}{}, s.maxEpoch, err
-			}
-			s.stats[n] = st
-		}
-		if s.role != roleStandby || s.standbyOf != a.From {
-			s.logf("sched: standby of coordinator %s (epoch %d)", a.From, epoch)
-		}
-	} else if s.role != roleStandby || s.standbyOf != a.From {
-		return struct{}{}, s.maxEpoch, fmt.Errorf("sched: %s needs a snapshot first", s.name)
-	}
-	for _, e := range a.Entries {
-		if e.Seq <= s.st.Seq {
-			continue
-		}
-		if err := s.st.Apply(e); err != nil {
-			s.role = roleFollower
-			return struct{}{}, s.maxEpoch, fmt.Errorf("sched: %s needs a snapshot: %w", s.name, err)
-		}
-		if err := s.journal.Append(e); err != nil {
-			return struct{}{}, s.maxEpoch, err
-		}
-		s.observe(e)
-	}
-	s.role, s.standbyOf, s.lastBeat = roleStandby, a.From, s.now()
-	s.follow(a.From, s.lookupAddr(a.From), epoch)
-	return struct{}{}, s.maxEpoch, nil
-}
-
-func (s *Scheduler) lookupAddr(name string) string {
-	for _, p := range s.mem.Alive() {
-		if p.Name == name {
-			return p.RPCAddr
-		}
-	}
-	return ""
-}
-
 // coordTick: expire leases of dead workers, keep a synced standby, run the controller and
 // finish complete jobs. Called with s.mu held.
 func (s *Scheduler) coordTick(alive []Peer, live map[string]string) {
 	now := s.now()
 	co := s.co
 	s.expireLeases(live, now)
-	// Standby: the lowest-named live node other than this one.
-	want, wantAddr := "", ""
-	for _, p := range alive {
-		if p.Name != s.name {
-			want, wantAddr = p.Name, p.RPCAddr
-			break
-		}
-	}
-	if want != co.standby {
-		co.standby, co.standbyAddr, co.synced = want, wantAddr, false
-	}
-	if want != "" && !co.synced {
-		s.syncStandby()
-	} else if want != "" && now.Sub(co.lastBeat) >= 4*s.cfg.Tick {
-		// An empty replication is the standby's heartbeat: a standby that stops hearing it
-		// (because another node replaced it) no longer takes over on its own.
-		co.lastBeat = now
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ReplicateTimeout)
-		_, err := s.callEpoch(ctx, co.standbyAddr, "sched.replicate", s.st.Epoch, ReplicateArgs{From: s.name}, nil)
-		cancel()
-		if err != nil && strings.Contains(err.Error(), "fenced") {
-			s.stepDown(err.Error())
-		} else if err != nil {
-			co.synced = false
-		}
-	}
-	if s.role != roleCoordinator {
-		return
-	}
+	// The replicator syncs a new standby, sends entries and heartbeats outside the lock.
+	s.pickStandby(alive)
 	workers := make([]string, 0, len(alive))
 	for _, p := range alive {
 		if p.Name != s.name {
@@ -300,28 +240,6 @@ func equalStrings(a, b []string) bool {
 		}
 	}
 	return true
-}
-
-// syncStandby sends the standby a snapshot. Called with s.mu held.
-func (s *Scheduler) syncStandby() {
-	co := s.co
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ReplicateTimeout)
-	defer cancel()
-	stats := make(map[string]*StatsSnapshot, len(s.stats))
-	for n, st := range s.stats {
-		stats[n] = st.Snapshot()
-	}
-	_, err := s.callEpoch(ctx, co.standbyAddr, "sched.replicate", s.st.Epoch,
-		ReplicateArgs{From: s.name, Snapshot: s.st, Stats: stats}, nil)
-	if err != nil {
-		if strings.Contains(err.Error(), "fenced") {
-			s.stepDown(err.Error())
-			return
-		}
-		return // retried next tick
-	}
-	co.synced = true
-	s.logf("sched: standby %s has the journal (entry %d)", co.standby, s.st.Seq)
 }
 
 // running lists the jobs that still have work, in the order they were added.

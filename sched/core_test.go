@@ -289,16 +289,66 @@ func FuzzDecodeJournal(f *testing.F) {
 	snap, _ = appendLine(nil, 'S', st)
 	f.Add(snap)
 	f.Add([]byte("S 00000000 {}\n"))
+	// A snapshot with the job statistics line after it, then entries.
+	js := NewJobStats()
+	js.Record(TaskReport{Queries: 10, BusyNanos: 5e6, BatchUS: []int64{400, 600}}, 5, time.Unix(1, 0))
+	withStats, _ := appendLine(snap, 'T', map[string]*StatsSnapshot{"j": js.Snapshot()})
+	f.Add(append(withStats, b...))
+	f.Add(append(append([]byte(nil), snap...), "T 00000000 {\"j\":null}\n"...))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		st, good, _, _ := DecodeJournal(data)
+		var rec Recovered
+		st, good, _, _ := decodeJournal(data, &rec)
 		if good > len(data) || st == nil {
 			t.Fatal("bad result")
+		}
+		// Recovered statistics must restore or be refused, never panic.
+		for _, ss := range rec.Stats {
+			if ss != nil {
+				ss.Restore()
+			}
 		}
 		// Whatever decoded must be usable: count done queries of every job.
 		for _, j := range st.Jobs {
 			doneQueries(j)
 		}
 	})
+}
+
+// TestJournalKeepsStatistics: a snapshot written with the job statistics, and the entries
+// after it, come back at open (Recovered), so a restarted node can rebuild the statistics.
+func TestJournalKeepsStatistics(t *testing.T) {
+	dir := t.TempDir()
+	j, st, err := OpenJournal(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := NewJobStats()
+	js.Record(TaskReport{Queries: 10, BusyNanos: 5e6, BatchUS: []int64{400, 600}}, 5, time.Unix(1, 0))
+	if err := j.ResetWithStats(st, map[string]*StatsSnapshot{"j": js.Snapshot()}); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range sampleEntries() {
+		if err := j.Append(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j.Close()
+	j, _, err = OpenJournal(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	rec := j.TakeRecovered()
+	if rec.Stats["j"] == nil || len(rec.Entries) != len(sampleEntries()) {
+		t.Fatalf("recovered %d stats, %d entries", len(rec.Stats), len(rec.Entries))
+	}
+	back, err := rec.Stats["j"].Restore()
+	if err != nil || back.Histogram(LatencyBucketsMS).Count != 10 || back.Latency() != js.Latency() {
+		t.Fatalf("statistics back: %v %+v", err, back)
+	}
+	if again := j.TakeRecovered(); again.Entries != nil {
+		t.Fatal("recovered twice")
+	}
 }
 
 // TestJobStatsSnapshotRestore: the stats a coordinator sends a new standby rebuild the

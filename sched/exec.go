@@ -14,11 +14,18 @@ import (
 
 // KernelExecutor is the worker's Executor: models and datasets come from the store (and
 // stay cached in memory, a few of each), inputs are preprocessed by sched/dataset, and the
-// kernel runs the model with Threads threads.
+// kernel runs the model with Threads threads. The kernel's calls (plan builds and runs)
+// run on threads at nice Nice (0: as the process), and so do the OpenMP threads they start;
+// preprocessing stays on ordinary goroutines (see lowThreads).
 type KernelExecutor struct {
 	Blobs   Blobs
 	Threads int
 	Keep    int // models and datasets kept in memory (each); default 4
+	Nice    int
+	Logf    func(string, ...any) // nil: no log
+
+	lowOnce sync.Once
+	low     *lowThreads
 
 	mu     sync.Mutex
 	models map[string]*cachedModel
@@ -76,7 +83,8 @@ func (x *KernelExecutor) model(ctx context.Context, name string) (*cachedModel, 
 			c.err = fmt.Errorf("sched: model %q: %w", name, err)
 			return
 		}
-		m, err := kernel.LoadModel(om, kernel.Options{Threads: max(x.Threads, 1)})
+		var m *kernel.Model
+		x.lowered(func() { m, err = kernel.LoadModel(om, kernel.Options{Threads: max(x.Threads, 1)}) })
 		if err != nil {
 			c.err = fmt.Errorf("sched: model %q: %w", name, err)
 			return
@@ -96,6 +104,12 @@ func (x *KernelExecutor) model(ctx context.Context, name string) (*cachedModel, 
 		x.mu.Unlock()
 	}
 	return c, c.err
+}
+
+// lowered runs f (a kernel call) on a thread at nice x.Nice.
+func (x *KernelExecutor) lowered(f func()) {
+	x.lowOnce.Do(func() { x.low = &lowThreads{nice: x.Nice, logf: x.Logf} })
+	x.low.do(f)
 }
 
 // evictModel drops the least recently used model other than keep. Called with x.mu held.
@@ -274,7 +288,8 @@ func (x *KernelExecutor) Run(ctx context.Context, spec JobSpec, from, to int) ([
 	// The plan for this batch size is built before the first batch is timed: that one-off
 	// belongs to the task's busy time (the controller's cost leaves it out, see
 	// JobStats.Record), not to the latency of the queries in the batch.
-	if err := c.m.Prepare(spec.Batch); err != nil {
+	x.lowered(func() { err = c.m.Prepare(spec.Batch) })
+	if err != nil {
 		return nil, nil, err
 	}
 	preds := make([]Prediction, 0, to-from)
@@ -292,7 +307,8 @@ func (x *KernelExecutor) Run(ctx context.Context, spec JobSpec, from, to int) ([
 		if cap(in.F32) > cap(c.buf) {
 			c.buf = in.F32[:cap(in.F32)]
 		}
-		outs, err := c.m.Run([]*onnx.Tensor{in})
+		var outs []*onnx.Tensor
+		x.lowered(func() { outs, err = c.m.Run([]*onnx.Tensor{in}) })
 		if err != nil {
 			return nil, nil, err
 		}

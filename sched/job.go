@@ -49,6 +49,10 @@ type JobSpec struct {
 	// Labels is the SDFS name of the dataset's labels (IDX or .npy): the job then also
 	// counts right answers (JobState.Correct) when its result is assembled.
 	Labels string `json:"labels,omitempty"`
+	// Request is the client's idempotency key (random, at most 64 bytes; optional): an add
+	// repeated with the same name and key is a retry of one that was applied but not
+	// confirmed, and gets that job instead of "already in use".
+	Request string `json:"request,omitempty"`
 }
 
 func (s JobSpec) resized() bool { return s.ResizeSize > 0 }
@@ -91,6 +95,8 @@ func (s JobSpec) ValidateRequest() error {
 	switch {
 	case !jobNameRE.MatchString(s.Name):
 		return fmt.Errorf("sched: job name %q: use 1-64 letters, digits, '.', '_' or '-'", s.Name)
+	case len(s.Request) > 64:
+		return fmt.Errorf("sched: job %s: request key of %d bytes (at most 64)", s.Name, len(s.Request))
 	case s.Model == "":
 		return fmt.Errorf("sched: job %s: no model given", s.Name)
 	case s.Data == "":

@@ -8,19 +8,36 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 )
 
 // Journal is the coordinator state's file on local disk (DATA_DIR/sched/journal). Each line
-// is "S <crc32> <snapshot JSON>" or "E <crc32> <entry JSON>"; the file starts with at most one
-// snapshot, followed by entries. A line that fails its checksum or does not apply ends the
+// is "S <crc32> <snapshot JSON>", "T <crc32> <job statistics JSON>" or "E <crc32> <entry
+// JSON>"; the file starts with at most one snapshot (and the job statistics as of it),
+// followed by entries. The statistics and the entries read back at open (Recovered) let a
+// node rebuild every job's latencies, rates and costs after a restart of every node. A line that fails its checksum or does not apply ends the
 // journal: it is the torn tail of a write cut short by a crash, and is cut off on open.
 //
-// Writes are not fsynced: a process killed with SIGKILL loses nothing the kernel has, and the
-// journal is also replicated to the standby before an entry takes effect.
+// Appends are not fsynced one by one: a process killed with SIGKILL loses nothing the kernel
+// has, and a change is acknowledged only once the standby holds it too. Without a standby the
+// coordinator calls Sync before it acknowledges (see replicator). Snapshots are fsynced before
+// they replace the file. Its methods are safe for concurrent use (the replicator syncs while
+// the coordinator appends).
 type Journal struct {
-	path    string
+	path string
+
+	mu      sync.Mutex
 	f       *os.File
 	entries int // entries since the snapshot; Compact rewrites past CompactAfter
+	closed  bool
+	rec     *Recovered
+}
+
+// Recovered is what a journal held besides the state when it was opened: the job
+// statistics saved with its snapshot, and the entries after it, in order.
+type Recovered struct {
+	Stats   map[string]*StatsSnapshot
+	Entries []*Entry
 }
 
 // CompactAfter is how many entries the journal holds before it is rewritten as a snapshot.
@@ -39,7 +56,8 @@ func OpenJournal(dir string) (*Journal, *State, error) {
 	if err != nil && !os.IsNotExist(err) {
 		return nil, nil, fmt.Errorf("sched: journal: %w", err)
 	}
-	st, good, n, _ := DecodeJournal(data)
+	rec := &Recovered{}
+	st, good, n, _ := decodeJournal(data, rec)
 	if good < len(data) {
 		if err := os.Truncate(path, int64(good)); err != nil {
 			return nil, nil, fmt.Errorf("sched: journal: cut torn tail: %w", err)
@@ -49,14 +67,34 @@ func OpenJournal(dir string) (*Journal, *State, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("sched: journal: %w", err)
 	}
-	return &Journal{path: path, f: f, entries: n}, st, nil
+	return &Journal{path: path, f: f, entries: n, rec: rec}, st, nil
+}
+
+// TakeRecovered returns what the journal held besides the state when it was opened (once;
+// later calls return an empty Recovered).
+func (j *Journal) TakeRecovered() Recovered {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	r := j.rec
+	j.rec = nil
+	if r == nil {
+		return Recovered{}
+	}
+	return *r
 }
 
 // DecodeJournal rebuilds the state from a journal's bytes. It returns the state, how many
 // leading bytes were good, how many entries followed the snapshot, and why decoding stopped
 // early (nil when every byte was good).
 func DecodeJournal(data []byte) (st *State, good, entries int, stop error) {
+	return decodeJournal(data, nil)
+}
+
+// decodeJournal is DecodeJournal that also collects, into rec if not nil, the statistics
+// line and the entries.
+func decodeJournal(data []byte, rec *Recovered) (st *State, good, entries int, stop error) {
 	st = NewState()
+	snapshotEnd := -1 // where the line after the snapshot starts
 	for off := 0; off < len(data); {
 		nl := bytes.IndexByte(data[off:], '\n')
 		if nl < 0 {
@@ -77,6 +115,15 @@ func DecodeJournal(data []byte) (st *State, good, entries int, stop error) {
 				return st, off, entries, err
 			}
 			st = &s
+			snapshotEnd = off + nl + 1
+		case kind == 'T' && off == snapshotEnd:
+			var ss map[string]*StatsSnapshot
+			if err := json.Unmarshal(payload, &ss); err != nil {
+				return st, off, entries, fmt.Errorf("sched: journal: statistics: %w", err)
+			}
+			if rec != nil {
+				rec.Stats = ss
+			}
 		case kind == 'E':
 			var e Entry
 			if err := json.Unmarshal(payload, &e); err != nil {
@@ -86,6 +133,9 @@ func DecodeJournal(data []byte) (st *State, good, entries int, stop error) {
 				return st, off, entries, err
 			}
 			entries++
+			if rec != nil {
+				rec.Entries = append(rec.Entries, &e)
+			}
 		default:
 			return st, off, entries, fmt.Errorf("sched: journal: unexpected %q line at byte %d", kind, off)
 		}
@@ -115,6 +165,10 @@ func appendLine(b []byte, kind byte, v any) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sched: journal: encode: %w", err)
 	}
+	return appendPayload(b, kind, payload)
+}
+
+func appendPayload(b []byte, kind byte, payload []byte) ([]byte, error) {
 	if len(payload) > MaxJournalLine {
 		return nil, fmt.Errorf("sched: journal: line of %d bytes over the limit", len(payload))
 	}
@@ -126,9 +180,24 @@ func appendLine(b []byte, kind byte, v any) ([]byte, error) {
 
 // Append writes one entry.
 func (j *Journal) Append(e *Entry) error {
-	line, err := appendLine(nil, 'E', e)
+	payload, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("sched: journal: encode: %w", err)
+	}
+	return j.AppendEncoded(payload)
+}
+
+// AppendEncoded writes one entry already encoded as JSON (the bytes json.Marshal gives
+// for it: the coordinator encodes an entry once, for its journal and for the standby).
+func (j *Journal) AppendEncoded(payload []byte) error {
+	line, err := appendPayload(nil, 'E', payload)
 	if err != nil {
 		return err
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return fmt.Errorf("sched: journal: closed")
 	}
 	if _, err := j.f.Write(line); err != nil {
 		return fmt.Errorf("sched: journal: write: %w", err)
@@ -138,20 +207,54 @@ func (j *Journal) Append(e *Entry) error {
 }
 
 // NeedsCompaction reports whether the journal should be rewritten as a snapshot.
-func (j *Journal) NeedsCompaction() bool { return j.entries >= CompactAfter }
+func (j *Journal) NeedsCompaction() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.entries >= CompactAfter
+}
+
+// Sync flushes every entry written so far to stable storage.
+func (j *Journal) Sync() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return fmt.Errorf("sched: journal: closed")
+	}
+	if err := j.f.Sync(); err != nil {
+		return fmt.Errorf("sched: journal: sync: %w", err)
+	}
+	return nil
+}
 
 // Reset replaces the journal by a snapshot of st (atomically: write aside, then rename).
-func (j *Journal) Reset(st *State) error {
+func (j *Journal) Reset(st *State) error { return j.ResetWithStats(st, nil) }
+
+// ResetWithStats is Reset that also saves the job statistics as of the snapshot (nil: none).
+func (j *Journal) ResetWithStats(st *State, stats map[string]*StatsSnapshot) error {
 	line, err := appendLine(nil, 'S', st)
 	if err != nil {
 		return err
 	}
+	if stats != nil {
+		if line, err = appendLine(line, 'T', stats); err != nil {
+			return err
+		}
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return fmt.Errorf("sched: journal: closed")
+	}
 	tmp := j.path + ".tmp"
-	if err := os.WriteFile(tmp, line, 0o644); err != nil {
+	if err := writeSynced(tmp, line); err != nil {
 		return fmt.Errorf("sched: journal: snapshot: %w", err)
 	}
 	if err := os.Rename(tmp, j.path); err != nil {
 		return fmt.Errorf("sched: journal: snapshot: %w", err)
+	}
+	if d, err := os.Open(filepath.Dir(j.path)); err == nil {
+		d.Sync() // the rename itself
+		d.Close()
 	}
 	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -162,5 +265,30 @@ func (j *Journal) Reset(st *State) error {
 	return nil
 }
 
-// Close closes the file.
-func (j *Journal) Close() error { return j.f.Close() }
+// writeSynced writes data to a new file at path and fsyncs it.
+func writeSynced(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// Close closes the file; later calls do nothing.
+func (j *Journal) Close() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return nil
+	}
+	j.closed = true
+	return j.f.Close()
+}

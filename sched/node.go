@@ -74,6 +74,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	n.FDConfig.RPCAddr, n.FDConfig.HTTPAddr = cfg.RPCAddr(), cfg.HTTPAddr()
 	n.FDConfig.Secret, n.FDConfig.Introducers = secret, cfg.Introducers
 	n.FDConfig.Logf = n.Logger("fd")
+	n.FDConfig.ThreadNice = cfg.FDThreadNice()
 	if v := os.Getenv("IDUNNO_FD_LOSS"); v != "" {
 		// Fault injection for tests and benchmarks: drop this fraction of fd packets.
 		if p, err := strconv.ParseFloat(v, 64); err == nil {

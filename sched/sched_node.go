@@ -15,7 +15,7 @@ func (n *Node) AddScheduler() error {
 	blobs := sdfsBlobs{sdfs.NewClient(sdfs.DefaultConfig(), n.Client, mem.sdfsPeers)}
 	s, err := NewScheduler(Deps{
 		Name: n.Cfg.Name, RPCAddr: n.Cfg.RPCAddr(), DataDir: n.Cfg.DataDir,
-		Membership: mem, Blobs: blobs, Executor: &KernelExecutor{Blobs: blobs, Threads: n.Cfg.Threads},
+		Membership: mem, Blobs: blobs, Executor: &KernelExecutor{Blobs: blobs, Threads: n.Cfg.Threads, Nice: n.Cfg.ComputeThreadNice(), Logf: n.Logger("sched")},
 		Client: n.Client, Logf: n.Logger("sched"),
 	}, DefaultSchedConfig(), n.RPC)
 	if err != nil {

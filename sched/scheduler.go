@@ -23,6 +23,7 @@ type SchedConfig struct {
 	ControlEvery     time.Duration // fair-time controller period
 	RateWindow       time.Duration // window of the rates the controller compares
 	ReplicateTimeout time.Duration // deadline of one replication call to the standby
+	AckTimeout       time.Duration // how long a client's change waits for the standby (or the disk) to hold it
 	CallTimeout      time.Duration // deadline of other scheduler calls
 	TaskQueries      int           // about this many queries per task...
 	MaxTaskBatches   int           // ...but at most this many batches (and at least MinTaskQueries queries)
@@ -50,6 +51,7 @@ func DefaultSchedConfig() SchedConfig {
 		ControlEvery:     time.Second,
 		RateWindow:       5 * time.Second,
 		ReplicateTimeout: 300 * time.Millisecond,
+		AckTimeout:       5 * time.Second,
 		CallTimeout:      2 * time.Second,
 		TaskQueries:      1024,
 		MaxTaskBatches:   16,
@@ -142,6 +144,7 @@ func NewScheduler(d Deps, cfg SchedConfig, srv *rpc.Server) (*Scheduler, error) 
 		stop: make(chan struct{}), stats: map[string]*JobStats{},
 	}
 	s.lostSince = s.now()
+	s.restoreStats(j.TakeRecovered())
 	s.w.init(cfg)
 	s.register(srv)
 	if st.Seq > 0 {
@@ -340,7 +343,7 @@ func (s *Scheduler) Status() StatusReply {
 // node step down if it coordinates.
 func (s *Scheduler) fenced(epoch uint64) error {
 	if epoch < s.maxEpoch {
-		return fmt.Errorf("sched: fenced: epoch %d is older than %d", epoch, s.maxEpoch)
+		return &FencedError{Epoch: epoch, Newest: s.maxEpoch, Reason: fmt.Sprintf("%s has seen epoch %d", s.name, s.maxEpoch)}
 	}
 	if epoch > s.maxEpoch {
 		s.maxEpoch = epoch
@@ -360,7 +363,7 @@ func handleEpoch[A, R any](srv *rpc.Server, method string, f func(epoch uint64, 
 		}
 		r, ep, err := f(req.Epoch, a)
 		if err != nil {
-			return &rpc.Message{Err: err.Error(), Epoch: ep}, nil
+			return &rpc.Message{Err: err.Error(), Epoch: ep, Args: encodeFence(err)}, nil
 		}
 		raw, err := json.Marshal(r)
 		if err != nil {
@@ -409,12 +412,18 @@ func (s *Scheduler) callEpochBody(ctx context.Context, addr, method string, epoc
 }
 
 // callEpoch calls a method with an epoch and decodes the reply; it returns the reply's epoch.
+// A refusal for fencing comes back as a *FencedError.
 func (s *Scheduler) callEpoch(ctx context.Context, addr, method string, epoch uint64, args, reply any) (uint64, error) {
 	raw, err := json.Marshal(args)
 	if err != nil {
 		return 0, err
 	}
 	resp, err := s.rpc.Call(ctx, addr, &rpc.Message{Method: method, Args: raw, Epoch: epoch})
+	if resp != nil && err != nil && rpc.IsRemote(err) {
+		if f := decodeFence(resp.Args); f != nil {
+			return resp.Epoch, f
+		}
+	}
 	if resp != nil && err == nil && reply != nil {
 		if err := json.Unmarshal(resp.Args, reply); err != nil {
 			return resp.Epoch, fmt.Errorf("sched: %s: bad reply: %w", method, err)

@@ -26,7 +26,8 @@ const (
 )
 
 // Entry is one state change of the coordinator. Entries are applied in Seq order; the
-// coordinator replicates each to the standby and writes it to disk before it takes effect.
+// coordinator writes each to its journal, applies it and replicates it to the standby, and
+// acknowledges a client's change only once the standby holds it (see replicator).
 type Entry struct {
 	Seq   uint64   `json:"seq"`
 	Epoch uint64   `json:"epoch"`

@@ -3,7 +3,6 @@ package sched
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"time"
 )
@@ -116,7 +115,7 @@ func (s *Scheduler) pullOnce() {
 	rEpoch, err := s.callEpoch(ctx, addr, "sched.pull", epoch, args, &r)
 	cancel()
 	if err != nil {
-		if strings.Contains(err.Error(), "fenced") {
+		if IsFenced(err) {
 			s.mu.Lock()
 			if rEpoch > s.maxEpoch {
 				s.maxEpoch = rEpoch

@@ -320,7 +320,7 @@ func (c *Client) writeSmall(ctx context.Context, targets []Peer, tmpl Manifest, 
 	if len(body) > 0 {
 		m.Sums = append(m.Sums, sumHex(sha256.Sum256(body)))
 	}
-	args, err := json.Marshal(commitArgs{Txn: randHex(16), Manifest: m})
+	args, err := json.Marshal(commitArgs{Txn: randHex(16), Manifest: m, Pending: rollback})
 	if err != nil {
 		return nil, nil, fmt.Errorf("sdfs: encode write: %w", err)
 	}
@@ -351,7 +351,41 @@ func (c *Client) writeSmall(ctx context.Context, targets []Peer, tmpl Manifest, 
 		}
 		return nil, bad, first
 	}
+	if rollback {
+		if bad, err := c.confirm(ctx, targets, m.Name, m.Version); err != nil {
+			return nil, bad, err
+		}
+	}
 	return &m, nil, nil
+}
+
+// confirm makes a put's version visible on every target, once every target committed it
+// (pending). If any target fails, the version is dropped everywhere and the failed targets
+// are returned: a version is visible only where its put was acknowledged, so a replica that
+// crashed holding it (pending) drops it at restart instead of bringing it back.
+func (c *Client) confirm(ctx context.Context, targets []Peer, name string, v Version) ([]Peer, error) {
+	errs := c.each(targets, func(_ int, p Peer) error {
+		cctx, cancel := context.WithTimeout(ctx, c.cfg.StatTimeout)
+		defer cancel()
+		return c.rc.CallJSON(cctx, p.Addr, "sdfs.confirm", versionArgs{Name: name, Version: v}, nil)
+	})
+	var bad []Peer
+	var first error
+	for i, err := range errs {
+		if err != nil {
+			bad = append(bad, targets[i])
+			if first == nil {
+				first = fmt.Errorf("sdfs: put %s: confirm on %s: %w", name, targets[i].Name, err)
+			}
+		}
+	}
+	if first != nil {
+		c.dropVersion(targets, name, v)
+		if ctx.Err() != nil {
+			bad = nil
+		}
+	}
+	return bad, first
 }
 
 // dropVersion takes a version back from peers (best effort) after a failed write.
@@ -482,7 +516,7 @@ func (c *Client) writeVersion(ctx context.Context, targets []Peer, tmpl Manifest
 	errs := c.each(targets, func(_ int, p Peer) error {
 		cctx, ccancel := context.WithTimeout(ctx, c.cfg.BlockTimeout)
 		defer ccancel()
-		return c.rc.CallJSON(cctx, p.Addr, "sdfs.commit", commitArgs{Txn: txn, Manifest: m}, nil)
+		return c.rc.CallJSON(cctx, p.Addr, "sdfs.commit", commitArgs{Txn: txn, Manifest: m, Pending: rollback}, nil)
 	})
 	var committed []Peer
 	for i, err := range errs {
@@ -498,6 +532,11 @@ func (c *Client) writeVersion(ctx context.Context, targets []Peer, tmpl Manifest
 			c.dropVersion(committed, m.Name, m.Version)
 		}
 		return nil, badList(), err
+	}
+	if rollback {
+		if bad, err := c.confirm(ctx, targets, m.Name, m.Version); err != nil {
+			return nil, bad, err
+		}
 	}
 	return &m, nil, nil
 }

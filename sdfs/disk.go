@@ -24,6 +24,11 @@ var errCorrupt = errors.New("sdfs: block checksum mismatch")
 //	staging/<txn>/b000000 ...        blocks of uncommitted writes (wiped at start)
 //	v/<hh>/<hash of name>/<version>/ manifest.json and blocks of a committed version
 //
+// A put's version is committed pending (Manifest.Pending): installed but invisible until
+// the writer confirms it, which it does only once every replica committed. A pending
+// version is dropped at start, and after TxnIdle without a confirm: its put was never
+// acknowledged, so a replica that crashed before the writer's drop reached it cannot
+// bring a failed put's version back when it restarts.
 // User names never become paths: a name's directory is the hex SHA-256 of the name. A
 // version is visible once its directory is renamed from staging into v/, which happens
 // only after every block and the manifest are fsynced. The index of names and versions
@@ -32,11 +37,20 @@ type disk struct {
 	root string
 	cfg  Config
 
-	mu    sync.Mutex
-	files map[string][]*Manifest // committed versions per name, oldest first
-	txns  map[string]*txn
-	bytes int64 // bytes of committed data versions
+	mu      sync.Mutex
+	files   map[string][]*Manifest // committed versions per name, oldest first
+	pending map[string]pendingVersion
+	txns    map[string]*txn
+	bytes   int64 // bytes of committed data versions
 }
+
+// pendingVersion is a version committed but not confirmed, keyed by pendingKey.
+type pendingVersion struct {
+	m  *Manifest
+	at time.Time
+}
+
+func pendingKey(name string, v Version) string { return name + "\x00" + v.dirName() }
 
 type txn struct {
 	name    string
@@ -49,7 +63,7 @@ type txn struct {
 }
 
 func openDisk(root string, cfg Config) (*disk, error) {
-	d := &disk{root: root, cfg: cfg, files: map[string][]*Manifest{}, txns: map[string]*txn{}}
+	d := &disk{root: root, cfg: cfg, files: map[string][]*Manifest{}, pending: map[string]pendingVersion{}, txns: map[string]*txn{}}
 	if err := os.RemoveAll(filepath.Join(root, "staging")); err != nil {
 		return nil, fmt.Errorf("sdfs: clear staging: %w", err)
 	}
@@ -80,8 +94,8 @@ func (d *disk) rebuild() error {
 		if err == nil && (d.versionDir(m.Name, m.Version) != dir) {
 			err = fmt.Errorf("sdfs: manifest of %s in wrong directory", m.Name)
 		}
-		if err != nil {
-			os.RemoveAll(dir)
+		if err != nil || m.Pending {
+			os.RemoveAll(dir) // a pending version's put was never acknowledged
 			continue
 		}
 		d.insert(m)
@@ -243,9 +257,21 @@ func (d *disk) putBlock(id string, idx int, sum string, body []byte, now time.Ti
 // manifest, fsyncs, and renames the staging directory into place. Committing a version the
 // node already holds succeeds and discards the staged copy.
 func (d *disk) commit(id string, m *Manifest, now time.Time) error {
+	return d.commitAs(id, m, now, false)
+}
+
+// commitPending is commit for a put's new version: installed but invisible until confirm.
+func (d *disk) commitPending(id string, m *Manifest, now time.Time) error {
+	return d.commitAs(id, m, now, true)
+}
+
+func (d *disk) commitAs(id string, m *Manifest, now time.Time, pending bool) error {
 	if err := m.Validate(d.cfg); err != nil {
 		return err
 	}
+	mm := *m
+	mm.Pending = pending
+	m = &mm
 	t, err := d.take(id, now)
 	if err != nil {
 		if held := d.manifest(m.Name, m.Version); held != nil && slices.Equal(held.Sums, m.Sums) {
@@ -268,11 +294,46 @@ func (d *disk) commit(id string, m *Manifest, now time.Time) error {
 		}
 	}
 	d.mu.Unlock()
-	return d.install(t.dir, m)
+	return d.install(t.dir, m, now)
+}
+
+// confirm makes a pending version visible (and durable as such). Confirming a version
+// already visible succeeds.
+func (d *disk) confirm(name string, v Version) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p, ok := d.pending[pendingKey(name, v)]
+	if !ok {
+		if d.hasLocked(name, v) {
+			return nil
+		}
+		return fmt.Errorf("sdfs: confirm of %s %s: not committed here", name, v)
+	}
+	m := *p.m
+	m.Pending = false
+	b, err := json.Marshal(&m)
+	if err != nil {
+		return fmt.Errorf("sdfs: encode manifest: %w", err)
+	}
+	dir := d.versionDir(name, v)
+	tmp := filepath.Join(dir, "manifest.json.tmp")
+	if err := writeFileSync(tmp, b); err != nil {
+		return fmt.Errorf("sdfs: confirm of %s: %w", name, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "manifest.json")); err != nil {
+		return fmt.Errorf("sdfs: confirm of %s: %w", name, err)
+	}
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("sdfs: %w", err)
+	}
+	delete(d.pending, pendingKey(name, v))
+	d.insert(&m)
+	d.prune(name)
+	return nil
 }
 
 // install writes m into staged directory dir and moves dir into the store.
-func (d *disk) install(dir string, m *Manifest) error {
+func (d *disk) install(dir string, m *Manifest, now time.Time) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("sdfs: encode manifest: %w", err)
@@ -304,6 +365,10 @@ func (d *disk) install(dir string, m *Manifest) error {
 		syncDir(filepath.Dir(parent))
 		syncDir(filepath.Dir(filepath.Dir(parent)))
 	}
+	if m.Pending {
+		d.pending[pendingKey(m.Name, m.Version)] = pendingVersion{m: m, at: now}
+		return nil
+	}
 	d.insert(m)
 	d.prune(m.Name)
 	return nil
@@ -329,7 +394,8 @@ func (d *disk) abort(id string) {
 	os.RemoveAll(t.dir)
 }
 
-// expire discards staged writes idle for longer than TxnIdle.
+// expire discards staged writes idle for longer than TxnIdle, and pending versions not
+// confirmed within TxnIdle (their writer gave up or died).
 func (d *disk) expire(now time.Time) {
 	d.mu.Lock()
 	var dead []*txn
@@ -337,6 +403,12 @@ func (d *disk) expire(now time.Time) {
 		if t.busy == 0 && now.Sub(t.touched) > d.cfg.TxnIdle {
 			dead = append(dead, t)
 			delete(d.txns, id)
+		}
+	}
+	for k, p := range d.pending {
+		if now.Sub(p.at) > d.cfg.TxnIdle {
+			os.RemoveAll(d.versionDir(p.m.Name, p.m.Version))
+			delete(d.pending, k)
 		}
 	}
 	d.mu.Unlock()
@@ -352,6 +424,9 @@ func (d *disk) has(name string, v Version) bool {
 }
 
 func (d *disk) hasLocked(name string, v Version) bool {
+	if _, ok := d.pending[pendingKey(name, v)]; ok {
+		return true
+	}
 	for _, m := range d.files[name] {
 		if m.Version == v {
 			return true
@@ -448,6 +523,14 @@ func (d *disk) repairBlock(name string, v Version, idx int, body []byte) error {
 func (d *disk) drop(name string, v Version) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if _, ok := d.pending[pendingKey(name, v)]; ok {
+		os.RemoveAll(d.versionDir(name, v))
+		delete(d.pending, pendingKey(name, v))
+		if len(d.files[name]) == 0 {
+			os.Remove(d.nameDir(name))
+		}
+		return
+	}
 	vs := d.files[name]
 	for i, m := range vs {
 		if m.Version == v {

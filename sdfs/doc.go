@@ -19,15 +19,18 @@ package sdfs
 // version, size, block sums) to every replica, which checks it against the staged blocks,
 // fsyncs it and renames the staging directory into the store: only then is the version
 // visible there. The put returns success only after every replica committed, so an
-// acknowledged version is on the disks of 4 nodes and survives any 3 crashes. If a
-// replica fails, the write is aborted (staging discarded, and the version dropped where
-// it was already committed) and, when the source can be re-read, retried with the failed
-// nodes replaced by the next ones in the rendezvous order. Files up to 64 KiB (and
-// tombstones) skip the separate phases: one "sdfs.write" call per replica carries the
-// manifest and the bytes, and the replica stages, fsyncs and commits them in one step; a
-// failure anywhere drops the version where it landed, as above. A version that was committed
-// on a node which crashed before the drop reached it can reappear when that node
-// restarts; it is complete (all its blocks are checked), merely unacknowledged.
+// acknowledged version is on the disks of 4 nodes and survives any 3 crashes. A put's
+// commit is pending: the version is installed but invisible until the writer, once every
+// replica committed, sends "sdfs.confirm" to all of them (fsynced there too); only then
+// does the put return. If a replica fails, the write is aborted (staging discarded, and
+// the version dropped where it was already committed or confirmed) and, when the source
+// can be re-read, retried with the failed nodes replaced by the next ones in the
+// rendezvous order. Files up to 64 KiB (and tombstones) skip the separate staging phase:
+// one "sdfs.write" call per replica carries the manifest and the bytes, and the replica
+// stages, fsyncs and commits them (pending) in one step; the confirm follows as above. A
+// replica that crashed holding a pending version drops it when it restarts (and a live
+// one after TxnIdle without a confirm), so a failed put's version cannot reappear after a
+// replica crash. Repair copies (already acknowledged versions) commit directly.
 //
 // Reads (R = ReadQuorum, W+R > N). A read asks the first 2N nodes of the rendezvous
 // order for their versions (where copies may still sit after membership changes; if none

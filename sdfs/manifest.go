@@ -16,6 +16,9 @@ type Manifest struct {
 	Sums      []string `json:"sums"` // hex SHA-256 of each block, in order
 	Deleted   bool     `json:"deleted,omitempty"`
 	Created   int64    `json:"created"` // unix nanoseconds, set by the writer
+	// Pending marks a version committed by a put that has not confirmed it yet (on disk
+	// only): it is invisible, and dropped at start, since its put was never acknowledged.
+	Pending bool `json:"pending,omitempty"`
 }
 
 // VersionInfo is a manifest without its block sums, as stat and list report it.

@@ -96,6 +96,7 @@ type (
 	commitArgs struct {
 		Txn      string   `json:"txn"`
 		Manifest Manifest `json:"manifest"`
+		Pending  bool     `json:"pending,omitempty"` // a put's new version: invisible until sdfs.confirm
 	}
 	versionArgs struct {
 		Name    string  `json:"name"`
@@ -161,10 +162,16 @@ func (s *Store) handlers() map[string]rpc.Handler {
 		if err := json.Unmarshal(m.Args, &a); err != nil {
 			return nil, fmt.Errorf("sdfs: write: bad arguments: %w", err)
 		}
-		return &rpc.Message{}, s.writeSmall(a.Txn, &a.Manifest, m.Body)
+		return &rpc.Message{}, s.writeSmall(a.Txn, &a.Manifest, m.Body, a.Pending)
 	})
 	hs["sdfs.commit"] = jsonHandler("sdfs.commit", func(ctx context.Context, a commitArgs) (empty, error) {
+		if a.Pending {
+			return empty{}, s.disk.commitPending(a.Txn, &a.Manifest, s.now())
+		}
 		return empty{}, s.disk.commit(a.Txn, &a.Manifest, s.now())
+	})
+	hs["sdfs.confirm"] = jsonHandler("sdfs.confirm", func(ctx context.Context, a versionArgs) (empty, error) {
+		return empty{}, s.disk.confirm(a.Name, a.Version)
 	})
 	hs["sdfs.abort"] = jsonHandler("sdfs.abort", func(ctx context.Context, a beginArgs) (empty, error) {
 		s.disk.abort(a.Txn)
@@ -239,8 +246,9 @@ func jsonHandler[A, R any](method string, f func(ctx context.Context, args A) (R
 	}
 }
 
-// writeSmall stages and commits a version of at most one block in one step.
-func (s *Store) writeSmall(txn string, m *Manifest, body []byte) error {
+// writeSmall stages and commits (pending: see disk.commitPending) a version of at most one
+// block in one step.
+func (s *Store) writeSmall(txn string, m *Manifest, body []byte, pending bool) error {
 	if err := m.Validate(s.cfg); err != nil {
 		return err
 	}
@@ -256,7 +264,7 @@ func (s *Store) writeSmall(txn string, m *Manifest, body []byte) error {
 		err = s.disk.putBlock(txn, 0, m.Sums[0], body, now)
 	}
 	if err == nil {
-		err = s.disk.commit(txn, m, now)
+		err = s.disk.commitAs(txn, m, now, pending)
 	}
 	if err != nil {
 		s.disk.abort(txn)

@@ -370,3 +370,76 @@ func TestStatChunkFitsOneFrame(t *testing.T) {
 		t.Fatalf("chunks cover %d names", total)
 	}
 }
+
+// TestDiskPendingVersion: a put's version committed pending is invisible until confirmed;
+// if the node restarts before the confirm (the put was never acknowledged), the version is
+// gone instead of reappearing; a confirmed one survives the restart.
+func TestDiskPendingVersion(t *testing.T) {
+	root := t.TempDir()
+	cfg := testConfig()
+	d, err := openDisk(root, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := block(100, 7)
+	commit := func(d *disk, m *Manifest) {
+		t.Helper()
+		txn := randHex(16)
+		if err := d.begin(txn, m.Name, m.Version, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.putBlock(txn, 0, m.Sums[0], b, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.commitPending(txn, m, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	failed := manifestFor("f", Version{Seq: 1, Writer: randHex(8)}, b)
+	commit(d, failed)
+	if len(d.versions("f")) != 0 || d.manifest("f", failed.Version) != nil {
+		t.Fatal("pending version visible")
+	}
+	if _, err := d.readBlock("f", failed.Version, 0); err == nil {
+		t.Fatal("pending version readable")
+	}
+	// The node crashes before the writer confirms (or drops) it.
+	d2, err := openDisk(root, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d2.versions("f")) != 0 {
+		t.Fatal("a never-acknowledged version reappeared after a restart")
+	}
+	if err := d2.confirm("f", failed.Version); err == nil {
+		t.Fatal("confirm of a version dropped at restart succeeded")
+	}
+	ok := manifestFor("f", Version{Seq: 2, Writer: randHex(8)}, b)
+	commit(d2, ok)
+	if err := d2.confirm("f", ok.Version); err != nil {
+		t.Fatal(err)
+	}
+	if err := d2.confirm("f", ok.Version); err != nil {
+		t.Fatalf("a repeated confirm: %v", err)
+	}
+	d3, err := openDisk(root, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vs := d3.versions("f"); len(vs) != 1 || vs[0].Version != ok.Version {
+		t.Fatalf("after a restart: %+v, want the confirmed version", vs)
+	}
+	// A pending version whose writer never comes back expires; a drop removes one at once.
+	late := manifestFor("g", Version{Seq: 1, Writer: randHex(8)}, b)
+	commit(d3, late)
+	d3.expire(time.Now().Add(cfg.TxnIdle + time.Second))
+	if err := d3.confirm("g", late.Version); err == nil {
+		t.Fatal("expired pending version confirmed")
+	}
+	dropped := manifestFor("h", Version{Seq: 1, Writer: randHex(8)}, b)
+	commit(d3, dropped)
+	d3.drop("h", dropped.Version)
+	if err := d3.confirm("h", dropped.Version); err == nil {
+		t.Fatal("dropped pending version confirmed")
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -137,7 +138,7 @@ func start(dir string, n, basePort int, bin string) (*Cluster, error) {
 	}
 	for _, nd := range c.f.Nodes {
 		cfg := sched.NodeConfig{Name: nd.Name, Host: nd.Host, BasePort: nd.BasePort, DataDir: nd.DataDir,
-			Introducers: intro, Secret: c.f.Secret, Threads: 1}
+			Introducers: intro, Secret: c.f.Secret, Threads: ThreadsPerNode(n, runtime.NumCPU())}
 		if err := os.MkdirAll(nd.DataDir, 0o755); err != nil {
 			return nil, fmt.Errorf("localcluster: %w", err)
 		}
@@ -168,7 +169,18 @@ func start(dir string, n, basePort int, bin string) (*Cluster, error) {
 
 func configPath(n Node) string { return filepath.Join(n.DataDir, "config.json") }
 
-// spawn starts node i's process, detached in its own session. Caller holds mu.
+// ThreadsPerNode is the kernel threads each of n local nodes gets on a machine of cpus
+// cores: the nodes share the cores instead of each assuming all of them. The coordinator
+// of a cluster of more than one node runs no tasks, so the n-1 workers divide the cores
+// (at least one thread each).
+func ThreadsPerNode(n, cpus int) int {
+	return max(1, cpus/max(1, n-1))
+}
+
+// spawn starts node i's process in a process group of its own (so the terminal's Ctrl-C
+// does not reach it; nodes ignore SIGHUP) but in the caller's session: with autogroup
+// scheduling, the kernel weighs a session as one group, so a whole local cluster competes
+// with the machine's other sessions as one, not as one per node. Caller holds mu.
 func (c *Cluster) spawn(i int) error {
 	nd := &c.f.Nodes[i]
 	out, err := os.OpenFile(filepath.Join(nd.DataDir, "stdout.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -179,7 +191,7 @@ func (c *Cluster) spawn(i int) error {
 	cmd := exec.Command(c.f.Bin, "node", "--config", configPath(*nd))
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(os.Environ(), "IDUNNO_CLUSTER="+c.dir)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if DieWithParent {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}

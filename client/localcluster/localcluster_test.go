@@ -155,3 +155,15 @@ func TestThreeSimultaneousKillsConverge(t *testing.T) {
 		}
 	}
 }
+
+// TestThreadsPerNodeShareTheCores: a local cluster's workers (every node but the
+// coordinator) divide the machine's cores; a node never gets fewer than one thread.
+func TestThreadsPerNodeShareTheCores(t *testing.T) {
+	for _, tc := range []struct{ nodes, cpus, want int }{
+		{10, 2, 1}, {10, 64, 7}, {3, 8, 4}, {2, 8, 8}, {1, 4, 4}, {5, 1, 1},
+	} {
+		if got := ThreadsPerNode(tc.nodes, tc.cpus); got != tc.want {
+			t.Errorf("%d nodes on %d cores: %d threads each, want %d", tc.nodes, tc.cpus, got, tc.want)
+		}
+	}
+}

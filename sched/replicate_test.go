@@ -1,0 +1,282 @@
+package sched
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// cutProxy forwards TCP connections to target until Cut, which closes every connection and
+// refuses new ones until Heal: a link that fails on real sockets.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  map[net.Conn]bool
+	wg     sync.WaitGroup
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	p.wg.Add(1)
+	go p.serve()
+	t.Cleanup(func() { ln.Close(); p.Cut(); p.wg.Wait() })
+	return p
+}
+
+func (p *cutProxy) Addr() string { return p.ln.Addr().String() }
+
+func (p *cutProxy) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.cut {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		up, err := net.DialTimeout("tcp", p.target, time.Second)
+		if err != nil {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		p.conns[c], p.conns[up] = true, true
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go func() { defer p.wg.Done(); io.Copy(up, c); up.Close() }()
+		go func() { defer p.wg.Done(); io.Copy(c, up); c.Close() }()
+	}
+}
+
+// Cut closes every forwarded connection and refuses new ones.
+func (p *cutProxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for c := range p.conns {
+		c.Close()
+		delete(p.conns, c)
+	}
+}
+
+// Heal accepts connections again.
+func (p *cutProxy) Heal() {
+	p.mu.Lock()
+	p.cut = false
+	p.mu.Unlock()
+}
+
+// newCutCluster starts a 3-node in-process cluster whose coordinator (node0) reaches its
+// standby (node1) only through a cutProxy.
+func newCutCluster(t *testing.T) (*memCluster, *cutProxy) {
+	cfg := DefaultSchedConfig()
+	cfg.TakeoverGrace = 500 * time.Millisecond
+	cfg.PullEvery = 50 * time.Millisecond
+	cfg.AckTimeout = time.Second
+	c := &memCluster{t: t, mem: NewStaticMembership(), blobs: NewMemBlobs(), cfg: cfg, nodes: map[string]*memNode{},
+		exec: &FakeExecutor{Datasets: map[string]int{"small.idx": 2000}, Models: map[string]time.Duration{"slow.onnx": 2 * time.Millisecond}}}
+	t.Cleanup(func() {
+		for name, nd := range c.nodes {
+			if nd.running {
+				c.kill(name)
+			}
+		}
+		if t.Failed() {
+			t.Logf("logs:\n%s", c.logs.String())
+		}
+	})
+	var proxy *cutProxy
+	for i := 0; i < 3; i++ {
+		name := fmt.Sprintf("node%d", i)
+		c.nodes[name] = &memNode{name: name, dir: t.TempDir()}
+		c.start(name)
+		if name == "node1" {
+			proxy = newCutProxy(t, c.nodes[name].addr)
+			c.mem.Set(Peer{Name: name, RPCAddr: proxy.Addr()}, true)
+		}
+	}
+	if co := c.waitCoordinator(""); co.name != "node0" {
+		t.Fatalf("coordinator %s, want node0", co.name)
+	}
+	waitStandby(t, c, "node1")
+	return c, proxy
+}
+
+func waitStandby(t *testing.T, c *memCluster, want string) {
+	t.Helper()
+	var info ClusterInfo
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if err := c.call("node0", "sched.info", struct{}{}, &info); err == nil && info.Standby == want {
+			return
+		}
+	}
+	t.Fatalf("standby %q, want %q", info.Standby, want)
+}
+
+func addJob(c *memCluster, via, name string) (JobAddReply, error) {
+	var r JobAddReply
+	err := c.call(via, "sched.job.add", JobSpec{Name: name, Model: "slow.onnx", Data: "small.idx", Batch: 10, Request: "key-" + name}, &r)
+	return r, err
+}
+
+// A change the standby did not confirm is not acknowledged; once the link heals, the
+// standby gets a snapshot and changes are acknowledged again.
+func TestReplicationFailureDoesNotAcknowledge(t *testing.T) {
+	c, proxy := newCutCluster(t)
+	var info ClusterInfo
+	if err := c.call("node0", "sched.phase", PhaseArgs{PhaseInference}, &info); err != nil {
+		t.Fatal(err)
+	}
+	if info.Standby != "node1" || info.NoStandby {
+		t.Fatalf("phase change confirmed by %q (no standby %v), want node1", info.Standby, info.NoStandby)
+	}
+	r, err := addJob(c, "node0", "before")
+	if err != nil || r.Standby != "node1" {
+		t.Fatalf("add before the cut: %+v, %v", r, err)
+	}
+	proxy.Cut()
+	if r, err := addJob(c, "node0", "during"); err == nil {
+		t.Fatalf("add while the standby is cut off was acknowledged: %+v", r)
+	} else if !errors.Is(err, errNotConfirmed) && !strings.Contains(err.Error(), "not confirmed") {
+		t.Fatalf("add while the standby is cut off: %v", err)
+	}
+	proxy.Heal()
+	// The client retries the add it was not sure of (same idempotency key): it gets the job
+	// (once), confirmed. The same add under another key is a duplicate.
+	if r, err := addJob(c, "node0", "during"); err != nil || r.Standby != "node1" {
+		t.Fatalf("retry of the unconfirmed add: %+v, %v", r, err)
+	}
+	if err := c.call("node0", "sched.job.add", JobSpec{Name: "during", Model: "slow.onnx", Data: "small.idx", Batch: 10, Request: "other"}, nil); err == nil || !strings.Contains(err.Error(), "already in use") {
+		t.Fatalf("add of a taken name under another key: %v", err)
+	}
+	r, err = addJob(c, "node0", "after")
+	if err != nil || r.Standby != "node1" {
+		t.Fatalf("add after the heal: %+v, %v", r, err)
+	}
+	// The standby holds every job, the unconfirmed one included (it was applied on the
+	// coordinator, and the snapshot that re-synced the standby carried it).
+	st := c.nodes["node1"].s.Status()
+	if st.Role != roleStandby.String() {
+		t.Fatalf("node1 is %s", st.Role)
+	}
+	s1 := c.nodes["node1"].s
+	s1.mu.Lock()
+	defer s1.mu.Unlock()
+	for _, j := range []string{"before", "during", "after"} {
+		if _, ok := s1.st.Jobs[j]; !ok {
+			t.Errorf("standby lacks job %s", j)
+		}
+	}
+}
+
+// Jepsen-style: every job add the client was told succeeded survives a takeover that
+// follows a replication failure; adds made while the standby was cut off were refused.
+func TestTakeoverAfterReplicationFailureKeepsAcknowledgedAdds(t *testing.T) {
+	c, proxy := newCutCluster(t)
+	if err := c.call("node0", "sched.phase", PhaseArgs{PhaseInference}, nil); err != nil {
+		t.Fatal(err)
+	}
+	acked := map[string]bool{}
+	add := func(name string) {
+		if _, err := addJob(c, "node0", name); err == nil {
+			acked[name] = true
+		}
+	}
+	add("a1")
+	add("a2")
+	proxy.Cut()
+	add("b1")
+	add("b2")
+	if acked["b1"] || acked["b2"] {
+		t.Fatalf("adds acknowledged while the standby was cut off: %v", acked)
+	}
+	if !acked["a1"] || !acked["a2"] {
+		t.Fatalf("adds before the cut not acknowledged: %v", acked)
+	}
+	// The coordinator dies; the standby (still within its heartbeat window) takes over.
+	c.kill("node0")
+	proxy.Heal()
+	co := c.waitCoordinator("node0")
+	if co.name != "node1" {
+		t.Fatalf("%s took over, want the standby node1", co.name)
+	}
+	var jobs []JobSummary
+	if err := c.callRetry("sched.job.list", struct{}{}, &jobs); err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, j := range jobs {
+		have[j.Name] = true
+	}
+	for j := range acked {
+		if !have[j] {
+			t.Errorf("acknowledged job %s lost in the takeover (have %v)", j, have)
+		}
+	}
+}
+
+// With no other live node, a change is confirmed by the coordinator's disk, and the reply
+// says the cluster runs without a standby.
+func TestNoStandbyConfirmsOnDisk(t *testing.T) {
+	c := newMemCluster(t, 1)
+	c.waitCoordinator("")
+	var info ClusterInfo
+	if err := c.callRetry("sched.phase", PhaseArgs{PhaseInference}, &info); err != nil {
+		t.Fatal(err)
+	}
+	if !info.NoStandby || info.Standby != "" {
+		t.Fatalf("reply %+v, want no standby", info)
+	}
+	var r JobAddReply
+	if err := c.callRetry("sched.job.add", JobSpec{Name: "j", Model: "fast.onnx", Data: "small.idx", Batch: 10}, &r); err != nil {
+		t.Fatal(err)
+	}
+	if !r.NoStandby {
+		t.Fatalf("reply %+v, want no standby", r)
+	}
+	// The journal on disk holds the job (it was synced before the answer).
+	b, err := os.ReadFile(filepath.Join(c.nodes["node0"].dir, "sched", "journal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _, _, _ := DecodeJournal(b); st.Jobs["j"] == nil {
+		t.Fatal("the journal on disk lacks the acknowledged job")
+	}
+}
+
+// A refusal for fencing crosses the network as a *FencedError, not as text to match.
+func TestFencedErrorIsTyped(t *testing.T) {
+	c := newMemCluster(t, 2)
+	co := c.waitCoordinator("")
+	other := "node0"
+	if co.name == "node0" {
+		other = "node1"
+	}
+	nd := c.nodes[other]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	// An order of epoch 0 is older than anything node has seen.
+	_, err := co.s.callEpoch(ctx, nd.addr, "sched.replicate", 0, ReplicateArgs{From: "ghost"}, nil)
+	var f *FencedError
+	if !errors.As(err, &f) || f.Newest == 0 {
+		t.Fatalf("got %v (%T), want a *FencedError", err, err)
+	}
+}
