@@ -143,8 +143,8 @@ func (s *Scheduler) registerClientAPI(srv *rpc.Server) {
 	coordMethod(s, srv, "sched.job.get", s.apiJobGet)
 	coordMethod(s, srv, "sched.job.stats", s.apiJobStats)
 	coordMethod(s, srv, "sched.job.histogram", s.apiJobHistogram)
-	coordMethod(s, srv, "sched.train.add", s.apiTrainAdd)
-	coordMethod(s, srv, "sched.train.remove", s.apiTrainRemove)
+	coordMethod(s, srv, "sched.train.add", confirmed(s, s.apiTrainAdd))
+	coordMethod(s, srv, "sched.train.remove", confirmed(s, s.apiTrainRemove))
 	coordMethod(s, srv, "sched.train.list", s.apiTrainList)
 	coordMethod(s, srv, "sched.train.get", s.apiTrainGet)
 	srv.Handle("sched.job.result", func(ctx context.Context, req *rpc.Message) (*rpc.Message, error) {

@@ -108,7 +108,8 @@ func (x *KernelExecutor) ProbeTrain(ctx context.Context, spec TrainSpec) (int, e
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	size := (spec.Batch + spec.Shards - 1) / spec.Shards
-	t, err := c.plan(size, spec.Threads)
+	var t *kernel.Trainer
+	x.lowered(func() { t, err = c.plan(size, spec.Threads) })
 	if err != nil {
 		return 0, err
 	}
@@ -168,7 +169,8 @@ func (x *KernelExecutor) ComputeShard(ctx context.Context, spec TrainSpec, param
 		c.order, c.epoch = p.Order(epoch), epoch
 	}
 	idx := c.order[a:b]
-	t, err := c.plan(b-a, spec.Threads)
+	var t *kernel.Trainer
+	x.lowered(func() { t, err = c.plan(b-a, spec.Threads) })
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +189,8 @@ func (x *KernelExecutor) ComputeShard(ctx context.Context, spec TrainSpec, param
 	if err != nil {
 		return nil, err
 	}
-	g, err := train.ComputeShard(t, train.Shard{X: xb, Y: yb, Seed: p.ShardSeed(step, shard)}, to-from)
+	var g train.ShardGrad
+	x.lowered(func() { g, err = train.ComputeShard(t, train.Shard{X: xb, Y: yb, Seed: p.ShardSeed(step, shard)}, to-from) })
 	if err != nil {
 		return nil, err
 	}
