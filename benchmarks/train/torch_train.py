@@ -16,7 +16,8 @@ drop at their ratio unless --dropout-off.
 Throughput mode (default): after --warmup steps, runs whole steps (zero_grad, forward,
 loss, backward, optimizer step) for --seconds and prints samples/s and the median step
 time. Batches are cut in order from the data, held in memory as float32 tensors (data
-loading is not timed); without --data, one random batch is reused.
+loading is not timed); without --data, one random batch is reused. The JSON also gives
+batch / median step time, and the 1-minute load average before and after the window.
 
 Epoch mode (--epochs): trains E epochs over the whole training set in a seeded shuffled
 order (the last batch may be short), and after each epoch prints the mean training loss
@@ -107,6 +108,7 @@ def throughput(net, opt, xs, ys, a):
 
     for i in range(a.warmup):
         step(net, opt, *batch(i))
+    load_start = os.getloadavg()[0]
     times, i = [], a.warmup
     start = time.perf_counter()
     while time.perf_counter() - start < a.seconds:
@@ -118,8 +120,11 @@ def throughput(net, opt, xs, ys, a):
     res = {"framework": "pytorch", "torch_version": torch.__version__, "model": os.path.basename(a.model),
            "batch": a.batch, "threads": a.threads, "optimizer": a.optimizer, "steps": len(times),
            "seconds": round(elapsed, 3), "samples_per_sec": round(len(times) * a.batch / elapsed, 2),
-           "step_ms_median": round(statistics.median(times) * 1000, 3), "last_loss": round(loss.item(), 5),
-           "data": os.path.basename(a.data) if a.data else "random"}
+           "step_ms_median": round(statistics.median(times) * 1000, 3),
+           # batch / median step: steadier than the mean when other processes share the cores
+           "samples_per_sec_at_median": round(a.batch / statistics.median(times), 2),
+           "last_loss": round(loss.item(), 5), "data": os.path.basename(a.data) if a.data else "random",
+           "loadavg_1m": [round(load_start, 2), round(os.getloadavg()[0], 2)]}
     if a.json:
         print(json.dumps(res))
     else:

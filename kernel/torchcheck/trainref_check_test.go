@@ -121,6 +121,16 @@ func TestTrainRefLeNet5(t *testing.T) {
 		}
 		compareTrainRuns(t, runTorchTrain(t, variant, x, dims, y, sgd, "float64"), r64, 0, nil)
 	})
+	t.Run("a batch per step", func(t *testing.T) {
+		// Steps 1 and 3 see the batch r64 trained on, step 2 another one.
+		x2, _, y2 := randomBatch(9)
+		xs := append(append(append([]float32(nil), x...), x2...), x...)
+		ys := append(append(append([]int64(nil), y...), y2...), y...)
+		r := runTorchTrain(t, path, xs, append([]int64{3}, dims...), ys, sgd, "float64")
+		if r.Loss[0] != r64.Loss[0] || r.Loss[1] == r64.Loss[1] {
+			t.Errorf("losses %v with a batch per step, %v with one batch: want the first equal and the second not", r.Loss, r64.Loss)
+		}
+	})
 	t.Run("an unknown op exits 2 naming the node", func(t *testing.T) { checkUnknownOp(t, m) })
 }
 
