@@ -125,7 +125,7 @@ class GraphModule(nn.Module):
         g = model.graph
         self.dtype = dtype
         self.dropout = dropout
-        self.margin = None  # set to math.inf to record the forward's margin (see record_margin)
+        self.margin = None  # (inf, "") makes forward record its smallest margin (record_margin)
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
         inits = {t.name: t for t in g.initializer}
         inputs = [vi.name for vi in g.input if vi.name not in inits]
