@@ -38,7 +38,8 @@ const builderTol = 1e-12
 // float32 rounding can flip the sign of Adam's first update (see adamStableMask).
 const adamNoise = 1e-5
 
-// trainModel builds a zoo model for 1x32x32 inputs and 10 classes and writes it to dir.
+// trainModel builds a zoo model for 1x32x32 inputs and 10 classes and writes it to a
+// temporary file.
 func trainModel(t *testing.T, name string) (*onnx.Model, string) {
 	t.Helper()
 	m, err := zoo.Build(name, zoo.Options{InputShape: []int64{1, 32, 32}, Classes: 10, Seed: 1})
@@ -67,8 +68,8 @@ func randomBatch(seed uint64) ([]float32, []int64, []int64) {
 	return x, dims, y
 }
 
-// kernelLogits runs m in IDunno's inference kernel.
-func kernelLogits(t *testing.T, m *onnx.Model, x []float32, dims []int64) []float64 {
+// kernelOutput runs m on x in IDunno's inference kernel and returns its first output.
+func kernelOutput(t *testing.T, m *onnx.Model, x []float32, dims []int64) []float64 {
 	t.Helper()
 	km, err := kernel.LoadModel(m, kernel.Options{Threads: 2})
 	if err != nil {
@@ -104,7 +105,7 @@ func TestTrainRefLeNet5(t *testing.T) {
 			func(step int, name string) []bool { mask, _ := adamStableMask(a64, name, step, adamNoise); return mask })
 	})
 	t.Run("logits equal the inference kernel's", func(t *testing.T) {
-		want := kernelLogits(t, m, x, dims)
+		want := kernelOutput(t, m, x, dims)
 		// LeNet-5 has no BatchNormalization: training and eval forwards are the same.
 		if d := relDiff(r64.Logits0, want, nil); !(d <= trainTol) {
 			t.Errorf("logits_0 differs from the kernel's output by %.3g", d)
@@ -231,7 +232,7 @@ func TestTrainRefResNet18(t *testing.T) {
 		compareTrainRuns(t, runTorchTrain(t, path, x, dims, y, sgd, "float64", "--torchvision", "resnet18"), r64, builderTol, nil)
 	})
 	t.Run("eval logits equal the inference kernel's", func(t *testing.T) {
-		if d := relDiff(r64.LogitsEval, kernelLogits(t, m, x, dims), nil); !(d <= trainTol) {
+		if d := relDiff(r64.LogitsEval, kernelOutput(t, m, x, dims), nil); !(d <= trainTol) {
 			t.Errorf("logits_eval differs from the kernel's output by %.3g", d)
 		}
 	})
@@ -291,7 +292,7 @@ func checkRunningStats(t *testing.T, m *onnx.Model, r *TorchTrainResult, x []flo
 		Initializers: map[string]*onnx.Tensor{conv.Inputs[1]: m.Graph.Initializers[conv.Inputs[1]]}}
 	cut := *m
 	cut.Graph = &g
-	act := kernelLogits(t, &cut, x, dims)
+	act := kernelOutput(t, &cut, x, dims)
 	channels := int(m.Graph.Initializers[conv.Inputs[1]].Dims[0])
 	per := len(act) / (int(dims[0]) * channels) // H*W
 	count := float64(int(dims[0]) * per)
