@@ -24,5 +24,15 @@ IDUNNO_KERNEL_LIB=${IDUNNO_KERNEL_LIB:-$PWD/bin/libidunno_kernel.so} go run ./be
 # throughput at several offered loads with and without dynamic batching, peak requests/s
 IDUNNO_KERNEL_LIB=${IDUNNO_KERNEL_LIB:-$PWD/bin/libidunno_kernel.so} go run ./benchmarks/http --out benchmarks/out/http.csv | tee benchmarks/out/http.txt
 IDUNNO_KERNEL_LIB=${IDUNNO_KERNEL_LIB:-$PWD/bin/libidunno_kernel.so} go run ./benchmarks/http --max-batch 4 --out benchmarks/out/http_b4.csv | tee benchmarks/out/http_b4.txt
+# train: training throughput against PyTorch (LeNet-5, ResNet-18), then accuracy runs:
+# LeNet-5 5 epochs and ResNet-18 (1x32x32) 10 epochs on Fashion-MNIST (benchmarks/train/README.md)
+./benchmarks/train/run.sh
+F=/usr/share/datasets/fashion-mnist
+bin/idunno train local --model zoo:lenet5 --input-shape 1,28,28 --data $F/train-images-idx3-ubyte.gz --labels $F/train-labels-idx1-ubyte.gz \
+  --eval-data $F/t10k-images-idx3-ubyte.gz --eval-labels $F/t10k-labels-idx1-ubyte.gz --epochs 5 --batch 64 --lr 0.01 --momentum 0.9 \
+  --init default --scale 1/255 --threads 2 --out benchmarks/out/lenet5-fmnist.onnx --json | tee benchmarks/out/train-lenet5.jsonl
+bin/idunno train local --model zoo:resnet18 --input-shape 1,32,32 --data $F/train-images-idx3-ubyte.gz --labels $F/train-labels-idx1-ubyte.gz \
+  --eval-data $F/t10k-images-idx3-ubyte.gz --eval-labels $F/t10k-labels-idx1-ubyte.gz --epochs 10 --batch 64 --lr 0.05 --momentum 0.9 \
+  --weight-decay 5e-4 --schedule cosine --init default --scale 1/255 --resize 32x32 --threads 2 --out benchmarks/out/resnet18-fmnist.onnx --json | tee benchmarks/out/train-resnet18.jsonl
 # charts: PNG figures from the CSV files above
 go run ./benchmarks/charts --out benchmarks/out

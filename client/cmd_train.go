@@ -137,7 +137,9 @@ func loadTrainModel(spec, shape string, classes int64, seed uint64, init string)
 			opt.InputShape = append(opt.InputShape, d)
 		}
 	}
-	opt.Init = init
+	if init != "default" {
+		opt.Init = init
+	}
 	return zoo.Build(arch, opt)
 }
 
@@ -152,7 +154,7 @@ func runTrainLocal(args []string) error {
 	model := fs.String("model", "", "initial model: FILE.onnx, or zoo:NAME")
 	shape := fs.String("input-shape", "", "zoo models: input C,H,W")
 	classes := fs.Int64("classes", 10, "zoo models: number of classes")
-	zinit := fs.String("init", "torch", "zoo models: weight initialisation")
+	zinit := fs.String("init", "torch", "zoo models: weight initialisation: torch (PyTorch's) or default (the zoo's inference weights)")
 	data := fs.String("data", "", "training images (IDX, .npy, or a folder of images)")
 	labels := fs.String("labels", "", "training labels (IDX labels or .npy integers; omit for a folder of class folders)")
 	evalData := fs.String("eval-data", "", "evaluation images (optional)")

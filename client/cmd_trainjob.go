@@ -26,7 +26,7 @@ func runTrainJobAdd(args []string) error {
 	model := fs.String("model", "", "initial model: a local FILE.onnx, an SDFS name, or zoo:NAME")
 	shape := fs.String("input-shape", "", "zoo models: input C,H,W")
 	classes := fs.Int64("classes", 10, "zoo models: classes")
-	zinit := fs.String("init", "torch", "zoo models: weight initialisation")
+	zinit := fs.String("init", "torch", "zoo models: weight initialisation: torch (PyTorch's) or default (the zoo's inference weights)")
 	data := fs.String("data", "", "SDFS name of the training images (IDX or .npy)")
 	labels := fs.String("labels", "", "SDFS name of the training labels (IDX or .npy)")
 	evalData := fs.String("eval-data", "", "SDFS name of evaluation images")
