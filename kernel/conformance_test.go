@@ -32,7 +32,7 @@ var supportedOps = map[string]bool{
 	"Sqrt": true, "Reciprocal": true, "Exp": true, "Log": true, "Erf": true, "Gelu": true, "Floor": true,
 	"Ceil": true, "Round": true, "Softplus": true, "Mish": true, "Max": true, "Min": true,
 	"LayerNormalization": true, "ReduceSum": true, "ReduceMax": true, "ReduceMin": true, "ArgMax": true,
-	"ArgMin": true, "Split": true,
+	"ArgMin": true, "Split": true, "Mod": true,
 }
 
 // readSkips reads testdata/conformance_skip.txt: "dir/case  reason" per line.

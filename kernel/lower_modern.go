@@ -86,6 +86,11 @@ func (b *builder) lowerModern(n *onnx.Node) (handled bool, err error) {
 		return true, b.lowerPow(n)
 	case "Max", "Min":
 		return true, b.lowerMaxMin(n)
+	case "Mod":
+		if attrInt(n, "fmod", 0) != 0 {
+			return true, b.binary(n, binFmod)
+		}
+		return true, b.binary(n, binMod)
 	case "CumSum":
 		xd, err := b.dims(n.Inputs[0])
 		if err != nil {

@@ -80,7 +80,8 @@ idk_status_t idk_check_op(idk_plan_t *p, const idk_op_t *op) {
             return bad(p, "eltwise takes x, alg, alpha, beta");
         return IDK_OK;
     case IDK_OP_BINARY: {
-        if (op->nin != 2 || op->nout != 1 || op->ni != 1 || op->ia[0] < 0 || op->ia[0] > IDK_BIN_MIN)
+        if (op->nin != 2 || op->nout != 1 || op->ni != 1 || op->ia[0] < 0 || op->ia[0] > IDK_BIN_FMOD ||
+            (f32 && op->ia[0] == IDK_BIN_MOD))
             return bad(p, "binary takes a, b, alg");
         if (T(0)->dtype != o->dtype || T(1)->dtype != o->dtype ||
             (!f32 && (o->dtype != IDK_I64 || op->ia[0] == IDK_BIN_PRELU || op->ia[0] == IDK_BIN_POW)))
@@ -657,6 +658,7 @@ static idk_status_t fn_binary(idk_plan_t *p, idk_step_t *s) {
         case IDK_BIN_POW: for (int64_t i = 0; i < inner; i++) po[i] = powf(pa[i * sa], pb[i * sb]); break;
         case IDK_BIN_MAX: for (int64_t i = 0; i < inner; i++) po[i] = fmaxf(pa[i * sa], pb[i * sb]); break;
         case IDK_BIN_MIN: for (int64_t i = 0; i < inner; i++) po[i] = fminf(pa[i * sa], pb[i * sb]); break;
+        case IDK_BIN_FMOD: for (int64_t i = 0; i < inner; i++) po[i] = fmodf(pa[i * sa], pb[i * sb]); break;
         default:
             for (int64_t i = 0; i < inner; i++) {
                 float x = pa[i * sa];
@@ -793,6 +795,14 @@ static idk_status_t fn_ibinary(idk_plan_t *p, idk_step_t *s) {
         case IDK_BIN_MUL: o[i] = (int64_t)((uint64_t)x * (uint64_t)y); break;
         case IDK_BIN_MAX: o[i] = x > y ? x : y; break;
         case IDK_BIN_MIN: o[i] = x < y ? x : y; break;
+        case IDK_BIN_MOD:
+        case IDK_BIN_FMOD: {
+            if (y == 0) return idk_fail(p, IDK_ERR_RUNTIME, "integer modulo by zero");
+            int64_t r = y == -1 ? 0 : x % y;
+            if (s->alg == IDK_BIN_MOD && r != 0 && ((r < 0) != (y < 0))) r += y;
+            o[i] = r;
+            break;
+        }
         default:
             if (y == 0) return idk_fail(p, IDK_ERR_RUNTIME, "integer division by zero");
             o[i] = (x == INT64_MIN && y == -1) ? INT64_MIN : x / y;

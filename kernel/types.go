@@ -105,9 +105,11 @@ const (
 
 // idk_binary_alg_t, continued
 const (
-	binPow = 5
-	binMax = 6
-	binMin = 7
+	binPow  = 5
+	binMax  = 6
+	binMin  = 7
+	binMod  = 8
+	binFmod = 9
 )
 
 // idk_compare_alg_t

@@ -49,6 +49,7 @@ func registerModern() {
 		"ReduceMin":          {attrs: []string{"axes", "keepdims", "noop_with_empty_axes"}, minIn: 1, maxIn: 2, infer: inferReduce},
 		"ArgMax":             {attrs: []string{"axis", "keepdims", "select_last_index"}, minIn: 1, maxIn: 1, infer: inferArgMax},
 		"ArgMin":             {attrs: []string{"axis", "keepdims", "select_last_index"}, minIn: 1, maxIn: 1, infer: inferArgMax},
+		"Mod":                {attrs: []string{"fmod"}, minIn: 2, maxIn: 2, infer: inferMod, eval: evalMod},
 		"Split":              {attrs: []string{"axis", "split", "num_outputs"}, minIn: 1, maxIn: 2, infer: inferSplit},
 	} {
 		ops[name] = s
@@ -437,4 +438,32 @@ func inferSplit(x *nodeCtx) ([]onnx.ValueInfo, error) {
 		out = append(out, onnx.ValueInfo{DType: t, Dims: d})
 	}
 	return out, nil
+}
+
+func checkMod(x *nodeCtx) error {
+	f, err := x.bool01("fmod", 0)
+	if err != nil {
+		return err
+	}
+	if x.in(0).DType == onnx.Float && !f {
+		return x.errf("fmod=0 on float32 (the spec requires fmod=1)")
+	}
+	return nil
+}
+
+func inferMod(x *nodeCtx) ([]onnx.ValueInfo, error) {
+	if err := checkMod(x); err != nil {
+		return nil, err
+	}
+	if t := x.in(0).DType; t == onnx.Bool || !runtimeType(t) {
+		return nil, x.errf("inputs are %s", dtypeName(t))
+	}
+	return inferBinary(x)
+}
+
+func evalMod(x *nodeCtx) ([]*onnx.Tensor, error) {
+	if err := checkMod(x); err != nil {
+		return nil, err
+	}
+	return evalBinary(x)
 }

@@ -931,7 +931,12 @@ func dropoutThrough(x *nodeCtx) (bool, error) {
 			return false, x.errf("training_mode must be a constant boolean")
 		}
 		if t.I64[0] != 0 {
-			return false, x.errf("training_mode=true not supported (inference only)")
+			// training mode with ratio 0 (torch's F.dropout(x, p=0.0), which defaults to
+			// training=True) is still the identity
+			r, err := DropoutRatio(x.n, x.opset(), x.c.consts)
+			if err != nil || r != 0 {
+				return false, x.errf("training_mode=true not supported (inference only)")
+			}
 		}
 	}
 	if x.opset() >= 12 && x.has(1) && x.cst(1) == nil {

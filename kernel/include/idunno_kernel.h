@@ -180,8 +180,9 @@ typedef enum {
     IDK_ELT_ROUND = 17        /* half to even */
 } idk_eltwise_alg_t;
 
-/* ADD..DIV, MAX and MIN also take two i64 inputs (integer division truncates toward
- * zero; division by zero is IDK_ERR_RUNTIME). PRELU and POW are f32 only. */
+/* ADD..DIV, MAX, MIN, MOD and FMOD also take two i64 inputs (integer division truncates
+ * toward zero; division or modulo by zero is IDK_ERR_RUNTIME). PRELU and POW are f32 only,
+ * MOD is i64 only. */
 typedef enum {
     IDK_BIN_ADD = 0,
     IDK_BIN_SUB = 1,
@@ -190,7 +191,9 @@ typedef enum {
     IDK_BIN_PRELU = 4,
     IDK_BIN_POW = 5,
     IDK_BIN_MAX = 6,
-    IDK_BIN_MIN = 7
+    IDK_BIN_MIN = 7,
+    IDK_BIN_MOD = 8, /* i64: the remainder takes the divisor's sign (ONNX Mod, fmod=0) */
+    IDK_BIN_FMOD = 9 /* f32 or i64: the remainder takes the dividend's sign (C fmod) */
 } idk_binary_alg_t;
 
 typedef enum {
