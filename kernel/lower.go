@@ -426,6 +426,9 @@ func (b *builder) lowerNode(n *onnx.Node) error {
 	if len(n.Outputs) == 0 {
 		return b.errf("no outputs")
 	}
+	if ok, err := b.lowerModern(n); ok {
+		return err
+	}
 	switch n.OpType {
 	case "Conv":
 		return b.lowerConv(n)

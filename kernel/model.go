@@ -330,8 +330,8 @@ func (e *planEntry) run(inputs []*onnx.Tensor, decl []onnx.ValueInfo) ([]*onnx.T
 				outPtrs[i] = uintptr(unsafe.Pointer(&t.F32[0]))
 			}
 		} else {
-			t.DType = onnx.Int64
-			t.I64 = make([]int64, n)
+			t.I64 = make([]int64, n) // every integer and boolean type travels widened to int64
+
 			if n > 0 {
 				outPtrs[i] = uintptr(unsafe.Pointer(&t.I64[0]))
 			}

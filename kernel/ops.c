@@ -32,7 +32,9 @@ idk_status_t idk_check_op(idk_plan_t *p, const idk_op_t *op) {
     for (int i = 0; i < op->nin; i++)
         if (T(i)->dtype != IDK_F32 && op->kind != IDK_OP_GATHER && op->kind != IDK_OP_CONCAT &&
             op->kind != IDK_OP_RESHAPE && op->kind != IDK_OP_SLICE && op->kind != IDK_OP_PAD &&
-            op->kind != IDK_OP_TRANSPOSE && op->kind != IDK_OP_COPY)
+            op->kind != IDK_OP_TRANSPOSE && op->kind != IDK_OP_COPY && op->kind != IDK_OP_CAST &&
+            op->kind != IDK_OP_COMPARE && op->kind != IDK_OP_WHERE && op->kind != IDK_OP_EXPAND &&
+            op->kind != IDK_OP_CUMSUM && op->kind != IDK_OP_UNARY && op->kind != IDK_OP_BINARY)
             return bad(p, "non-float input");
     switch (op->kind) {
     case IDK_OP_CONV: {
@@ -74,12 +76,16 @@ idk_status_t idk_check_op(idk_plan_t *p, const idk_op_t *op) {
     }
     case IDK_OP_ELTWISE:
         if (op->nin != 1 || op->nout != 1 || op->ni != 1 || op->nf != 2 || !same_dims(T(0), o) || op->ia[0] < 0 ||
-            op->ia[0] > IDK_ELT_LINEAR)
+            op->ia[0] > IDK_ELT_ROUND || !f32)
             return bad(p, "eltwise takes x, alg, alpha, beta");
         return IDK_OK;
     case IDK_OP_BINARY: {
-        if (op->nin != 2 || op->nout != 1 || op->ni != 1 || op->ia[0] < 0 || op->ia[0] > IDK_BIN_PRELU || !f32)
+        if (op->nin != 2 || op->nout != 1 || op->ni != 1 || op->ia[0] < 0 || op->ia[0] > IDK_BIN_FMOD ||
+            (f32 && op->ia[0] == IDK_BIN_MOD))
             return bad(p, "binary takes a, b, alg");
+        if (T(0)->dtype != o->dtype || T(1)->dtype != o->dtype ||
+            (!f32 && (o->dtype != IDK_I64 || op->ia[0] == IDK_BIN_PRELU || op->ia[0] == IDK_BIN_POW)))
+            return bad(p, "binary input/output types");
         for (int k = 0; k < 2; k++) {
             const idk_tensor_t *x = T(k);
             if (x->ndims > o->ndims) return bad(p, "binary input rank above output rank");
@@ -200,6 +206,82 @@ idk_status_t idk_check_op(idk_plan_t *p, const idk_op_t *op) {
         for (int i = 0; i < o->ndims; i++)
             if (o->dims[i] != 1 && o->dims[i] != T(0)->dims[i]) return bad(p, "reduce_mean dims");
         return IDK_OK;
+    case IDK_OP_CAST:
+        if (op->nin != 1 || op->nout != 1 || op->ni != 1 || !same_dims(T(0), o) ||
+            (T(0)->dtype != IDK_F32 && T(0)->dtype != IDK_I64) || (o->dtype != IDK_F32 && o->dtype != IDK_I64) ||
+            (op->ia[0] != 0 && op->ia[0] != 1))
+            return bad(p, "cast takes x, to_bool");
+        return IDK_OK;
+    case IDK_OP_COMPARE:
+    case IDK_OP_WHERE:
+    case IDK_OP_EXPAND: {
+        int n = op->kind == IDK_OP_WHERE ? 3 : op->kind == IDK_OP_COMPARE ? 2 : 1;
+        if (op->nin != n || op->nout != 1) return bad(p, "compare/where/expand arity");
+        if (op->kind == IDK_OP_COMPARE &&
+            (op->ni != 1 || op->ia[0] < 0 || op->ia[0] > IDK_CMP_XOR || o->dtype != IDK_I64 || T(0)->dtype != T(1)->dtype))
+            return bad(p, "compare takes a, b of one type, alg; writes i64");
+        if (op->kind == IDK_OP_WHERE && (T(0)->dtype != IDK_I64 || T(1)->dtype != o->dtype || T(2)->dtype != o->dtype))
+            return bad(p, "where takes an i64 condition and two inputs of the output's type");
+        if (op->kind == IDK_OP_EXPAND && T(0)->dtype != o->dtype) return bad(p, "expand type");
+        for (int k = 0; k < n; k++) {
+            const idk_tensor_t *x = T(k);
+            if (x->ndims > o->ndims) return bad(p, "input rank above output rank");
+            for (int i = 0; i < x->ndims; i++) {
+                int64_t d = x->dims[x->ndims - 1 - i], od = o->dims[o->ndims - 1 - i];
+                if (d != od && d != 1) return bad(p, "shapes do not broadcast to the output");
+            }
+        }
+        return IDK_OK;
+    }
+    case IDK_OP_CUMSUM:
+        if (op->nin != 1 || op->nout != 1 || op->ni != 3 || !same_dims(T(0), o) || T(0)->dtype != o->dtype ||
+            op->ia[0] < 0 || op->ia[0] >= (o->ndims ? o->ndims : 1) || o->ndims == 0)
+            return bad(p, "cumsum takes x, axis, exclusive, reverse");
+        return IDK_OK;
+    case IDK_OP_UNARY: {
+        if (op->nin != 1 || op->nout != 1 || op->ni != 1 || !same_dims(T(0), o) || T(0)->dtype != o->dtype)
+            return bad(p, "unary takes x, alg");
+        int64_t a = op->ia[0];
+        int fonly = a == IDK_UN_ERF || a == IDK_UN_FLOOR || a == IDK_UN_CEIL;
+        if (a < 0 || a > IDK_UN_SIGN || (fonly && !f32) || (a == IDK_UN_NOT && f32)) return bad(p, "unary alg/type");
+        return IDK_OK;
+    }
+    case IDK_OP_LAYER_NORM: {
+        const idk_tensor_t *x = T(0);
+        if (op->nin < 2 || op->nin > 3 || op->nout < 1 || op->nout > 3 || op->ni != 1 || op->nf != 1 ||
+            !same_dims(x, o) || !f32 || op->ia[0] < 0 || op->ia[0] >= x->ndims)
+            return bad(p, "layer_norm takes x, scale, [bias], axis, epsilon");
+        int ax = (int)op->ia[0];
+        for (int k = 1; k < op->nout; k++) {
+            const idk_tensor_t *st = &p->t[op->out[k]];
+            if (st->dtype != IDK_F32 || st->ndims != x->ndims) return bad(p, "layer_norm statistics rank/type");
+            for (int i = 0; i < x->ndims; i++)
+                if (st->dims[i] != (i < ax ? x->dims[i] : 1)) return bad(p, "layer_norm statistics dims");
+        }
+        for (int k = 1; k < op->nin; k++) {
+            const idk_tensor_t *w = T(k);
+            if (w->ndims != x->ndims - ax) return bad(p, "layer_norm scale/bias rank");
+            for (int i = 0; i < w->ndims; i++)
+                if (w->dims[i] != x->dims[ax + i]) return bad(p, "layer_norm scale/bias dims");
+        }
+        return IDK_OK;
+    }
+    case IDK_OP_REDUCE:
+        if (op->nin != 1 || op->nout != 1 || op->ni != 1 || T(0)->ndims != o->ndims || !f32 || op->ia[0] < 0 ||
+            op->ia[0] > IDK_RED_MEAN)
+            return bad(p, "reduce takes x, alg");
+        for (int i = 0; i < o->ndims; i++)
+            if (o->dims[i] != 1 && o->dims[i] != T(0)->dims[i]) return bad(p, "reduce dims");
+        return IDK_OK;
+    case IDK_OP_ARGMAX: {
+        const idk_tensor_t *x = T(0);
+        if (op->nin != 1 || op->nout != 1 || op->ni != 3 || x->dtype != IDK_F32 || o->dtype != IDK_I64 ||
+            o->ndims != x->ndims || op->ia[0] < 0 || op->ia[0] >= x->ndims || x->dims[op->ia[0]] == 0)
+            return bad(p, "argmax takes f32 x, axis, select_last_index, is_min; writes i64");
+        for (int i = 0; i < o->ndims; i++)
+            if (o->dims[i] != (i == op->ia[0] ? 1 : x->dims[i])) return bad(p, "argmax dims");
+        return IDK_OK;
+    }
     }
     return bad(p, "unknown op kind");
 }
@@ -262,6 +344,16 @@ static void eltwise_alg(int alg, float a, float b, dnnl_alg_kind_t *k, float *al
     case IDK_ELT_TANH: *k = dnnl_eltwise_tanh; break;
     case IDK_ELT_ELU: *k = dnnl_eltwise_elu; *al = a; break;
     case IDK_ELT_HARD_SWISH: *k = dnnl_eltwise_hardswish; break;
+    case IDK_ELT_SQRT: *k = dnnl_eltwise_sqrt; break;
+    case IDK_ELT_EXP: *k = dnnl_eltwise_exp; break;
+    case IDK_ELT_LOG: *k = dnnl_eltwise_log; break;
+    case IDK_ELT_GELU_ERF: *k = dnnl_eltwise_gelu_erf; break;
+    case IDK_ELT_GELU_TANH: *k = dnnl_eltwise_gelu_tanh; break;
+    case IDK_ELT_POW: *k = dnnl_eltwise_pow; *al = a; *be = b; break;
+    case IDK_ELT_SWISH: *k = dnnl_eltwise_swish; *al = a; break;
+    case IDK_ELT_MISH: *k = dnnl_eltwise_mish; break;
+    case IDK_ELT_SOFTPLUS: *k = dnnl_eltwise_soft_relu; break;
+    case IDK_ELT_ROUND: *k = dnnl_eltwise_round; break;
     default: *k = dnnl_eltwise_linear; *al = a; *be = b; break; /* LINEAR; HARD_SIGMOID's first half */
     }
 }
@@ -273,6 +365,11 @@ static dnnl_status_t append_eltwise(dnnl_post_ops_t po, int alg, float a, float 
     dnnl_status_t s = dnnl_post_ops_append_eltwise(po, 1.0f, k, al, be);
     if (s == dnnl_success && alg == IDK_ELT_HARD_SIGMOID) s = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, 0.f, 1.f);
     return s;
+}
+
+static idk_status_t fn_zero(idk_plan_t *p, idk_step_t *s) {
+    if (s->bytes) memset(idk_buf_ptr(p, s->bufs[1]), 0, s->bytes);
+    return IDK_OK;
 }
 
 static idk_status_t fn_copy(idk_plan_t *p, idk_step_t *s) {
@@ -558,6 +655,10 @@ static idk_status_t fn_binary(idk_plan_t *p, idk_step_t *s) {
         case IDK_BIN_SUB: for (int64_t i = 0; i < inner; i++) po[i] = pa[i * sa] - pb[i * sb]; break;
         case IDK_BIN_MUL: for (int64_t i = 0; i < inner; i++) po[i] = pa[i * sa] * pb[i * sb]; break;
         case IDK_BIN_DIV: for (int64_t i = 0; i < inner; i++) po[i] = pa[i * sa] / pb[i * sb]; break;
+        case IDK_BIN_POW: for (int64_t i = 0; i < inner; i++) po[i] = powf(pa[i * sa], pb[i * sb]); break;
+        case IDK_BIN_MAX: for (int64_t i = 0; i < inner; i++) po[i] = fmaxf(pa[i * sa], pb[i * sb]); break;
+        case IDK_BIN_MIN: for (int64_t i = 0; i < inner; i++) po[i] = fminf(pa[i * sa], pb[i * sb]); break;
+        case IDK_BIN_FMOD: for (int64_t i = 0; i < inner; i++) po[i] = fmodf(pa[i * sa], pb[i * sb]); break;
         default:
             for (int64_t i = 0; i < inner; i++) {
                 float x = pa[i * sa];
@@ -599,6 +700,8 @@ static int try_dnnl_binary(idk_plan_t *p, const idk_op_t *op, int ai, int bi) {
     case IDK_BIN_SUB: alg = dnnl_binary_sub; break;
     case IDK_BIN_MUL: alg = dnnl_binary_mul; break;
     case IDK_BIN_DIV: alg = dnnl_binary_div; break;
+    case IDK_BIN_MAX: alg = dnnl_binary_max; break;
+    case IDK_BIN_MIN: alg = dnnl_binary_min; break;
     default: return 0;
     }
     if (ai != 0 && (alg == dnnl_binary_sub || alg == dnnl_binary_div)) return 0;
@@ -641,9 +744,384 @@ out:
     return rc;
 }
 
+/* ---- broadcasting C loops over int64 and mixed tensors ---- */
+
+static idk_status_t strided_step(idk_plan_t *p, const idk_op_t *op, const int64_t *st, int64_t base);
+
+/* bc_t walks the output's dims in row-major order, keeping each input's element offset
+ * (broadcast strides: 0 along dims the input repeats). */
+typedef struct {
+    int nd, nin;
+    int64_t d[IDK_MAX_DIMS], st[3][IDK_MAX_DIMS], idx[IDK_MAX_DIMS], off[3];
+} bc_t;
+
+static void bc_init(bc_t *b, const idk_step_t *s) {
+    memset(b, 0, sizeof *b);
+    b->nd = s->nd;
+    b->nin = s->nb - 1;
+    for (int i = 0; i < s->nd; i++) {
+        b->d[i] = s->d[i];
+        for (int j = 0; j < b->nin; j++) b->st[j][i] = s->extra[j * IDK_MAX_DIMS + i];
+    }
+}
+
+static inline void bc_next(bc_t *b) {
+    for (int k = b->nd - 1; k >= 0; k--) {
+        b->idx[k]++;
+        for (int j = 0; j < b->nin; j++) b->off[j] += b->st[j][k];
+        if (b->idx[k] < b->d[k]) return;
+        for (int j = 0; j < b->nin; j++) b->off[j] -= b->st[j][k] * b->d[k];
+        b->idx[k] = 0;
+    }
+}
+
+static int64_t step_total(const idk_step_t *s) {
+    int64_t n = 1;
+    for (int i = 0; i < s->nd; i++) n *= s->d[i];
+    return n;
+}
+
+static idk_status_t fn_ibinary(idk_plan_t *p, idk_step_t *s) {
+    const int64_t *a = idk_buf_ptr(p, s->bufs[0]), *b = idk_buf_ptr(p, s->bufs[1]);
+    int64_t *o = idk_buf_ptr(p, s->bufs[2]);
+    int64_t n = step_total(s);
+    bc_t it;
+    bc_init(&it, s);
+    for (int64_t i = 0; i < n; i++, bc_next(&it)) {
+        int64_t x = a[it.off[0]], y = b[it.off[1]];
+        switch (s->alg) {
+        case IDK_BIN_ADD: o[i] = (int64_t)((uint64_t)x + (uint64_t)y); break;
+        case IDK_BIN_SUB: o[i] = (int64_t)((uint64_t)x - (uint64_t)y); break;
+        case IDK_BIN_MUL: o[i] = (int64_t)((uint64_t)x * (uint64_t)y); break;
+        case IDK_BIN_MAX: o[i] = x > y ? x : y; break;
+        case IDK_BIN_MIN: o[i] = x < y ? x : y; break;
+        case IDK_BIN_MOD:
+        case IDK_BIN_FMOD: {
+            if (y == 0) return idk_fail(p, IDK_ERR_RUNTIME, "integer modulo by zero");
+            int64_t r = y == -1 ? 0 : x % y;
+            if (s->alg == IDK_BIN_MOD && r != 0 && ((r < 0) != (y < 0))) r += y;
+            o[i] = r;
+            break;
+        }
+        default:
+            if (y == 0) return idk_fail(p, IDK_ERR_RUNTIME, "integer division by zero");
+            o[i] = (x == INT64_MIN && y == -1) ? INT64_MIN : x / y;
+        }
+    }
+    return IDK_OK;
+}
+
+static int truthy(const void *base, int esz, int64_t i) {
+    return esz == 4 ? ((const float *)base)[i] != 0 : ((const int64_t *)base)[i] != 0;
+}
+
+static idk_status_t fn_compare(idk_plan_t *p, idk_step_t *s) {
+    const void *a = idk_buf_ptr(p, s->bufs[0]), *b = idk_buf_ptr(p, s->bufs[1]);
+    int64_t *o = idk_buf_ptr(p, s->bufs[2]);
+    int64_t n = step_total(s);
+    bc_t it;
+    bc_init(&it, s);
+    for (int64_t i = 0; i < n; i++, bc_next(&it)) {
+        int r;
+        if (s->alg >= IDK_CMP_AND) {
+            int x = truthy(a, s->esz, it.off[0]), y = truthy(b, s->esz, it.off[1]);
+            r = s->alg == IDK_CMP_AND ? x && y : s->alg == IDK_CMP_OR ? x || y : x != y;
+        } else if (s->esz == 4) {
+            float x = ((const float *)a)[it.off[0]], y = ((const float *)b)[it.off[1]];
+            r = s->alg == IDK_CMP_EQ ? x == y : s->alg == IDK_CMP_LT ? x < y : s->alg == IDK_CMP_GT ? x > y
+                : s->alg == IDK_CMP_LE ? x <= y : x >= y;
+        } else {
+            int64_t x = ((const int64_t *)a)[it.off[0]], y = ((const int64_t *)b)[it.off[1]];
+            r = s->alg == IDK_CMP_EQ ? x == y : s->alg == IDK_CMP_LT ? x < y : s->alg == IDK_CMP_GT ? x > y
+                : s->alg == IDK_CMP_LE ? x <= y : x >= y;
+        }
+        o[i] = r;
+    }
+    return IDK_OK;
+}
+
+static idk_status_t fn_where(idk_plan_t *p, idk_step_t *s) {
+    const int64_t *c = idk_buf_ptr(p, s->bufs[0]);
+    const char *a = idk_buf_ptr(p, s->bufs[1]), *b = idk_buf_ptr(p, s->bufs[2]);
+    char *o = idk_buf_ptr(p, s->bufs[3]);
+    int64_t n = step_total(s);
+    size_t esz = (size_t)s->esz;
+    bc_t it;
+    bc_init(&it, s);
+    for (int64_t i = 0; i < n; i++, bc_next(&it)) {
+        if (c[it.off[0]]) memcpy(o + i * esz, a + it.off[1] * esz, esz);
+        else memcpy(o + i * esz, b + it.off[2] * esz, esz);
+    }
+    return IDK_OK;
+}
+
+/* bcast_step lowers an op whose nin inputs broadcast to its output into the C loop fn. */
+static idk_status_t bcast_step(idk_plan_t *p, const idk_op_t *op, idk_step_fn fn, int nin) {
+    const idk_tensor_t *o = OUT;
+    int bufs[3];
+    for (int k = 0; k < nin; k++)
+        if (idk_get_plain(p, op->in[k], &bufs[k]) != 0) return IDK_ERR_DNNL;
+    int db = new_out(p, op->out[0], NULL);
+    idk_step_t *s = db < 0 ? NULL : idk_new_step(p);
+    if (!s) return IDK_ERR_NOMEM;
+    s->fn = fn;
+    s->alg = op->ni > 0 ? (int)op->ia[0] : 0;
+    s->nb = nin + 1;
+    for (int k = 0; k < nin; k++) s->bufs[k] = bufs[k];
+    s->bufs[nin] = db;
+    s->nd = o->ndims;
+    s->esz = idk_esz(T(nin - 1)->dtype);
+    s->extra = calloc(3 * IDK_MAX_DIMS, sizeof(int64_t));
+    if (!s->extra) return IDK_ERR_NOMEM;
+    for (int i = 0; i < o->ndims; i++) s->d[i] = o->dims[i];
+    for (int k = 0; k < nin; k++) bcast_strides(T(k), o, s->extra + k * IDK_MAX_DIMS);
+    return IDK_OK;
+}
+
+static idk_status_t fn_cast(idk_plan_t *p, idk_step_t *s) {
+    const void *x = idk_buf_ptr(p, s->bufs[0]);
+    void *o = idk_buf_ptr(p, s->bufs[1]);
+    int64_t n = s->n1;
+    int fin = s->esz == 4, fout = s->alg & 2, tobool = s->alg & 1;
+    for (int64_t i = 0; i < n; i++) {
+        if (tobool) {
+            int v = truthy(x, s->esz, i);
+            if (fout) ((float *)o)[i] = (float)v;
+            else ((int64_t *)o)[i] = v;
+        } else if (fin && fout) {
+            ((float *)o)[i] = ((const float *)x)[i];
+        } else if (fin) {
+            float v = ((const float *)x)[i];
+            ((int64_t *)o)[i] = (v >= -9.2233720368547758e18f && v < 9.2233720368547758e18f) ? (int64_t)v : INT64_MIN;
+        } else if (fout) {
+            ((float *)o)[i] = (float)((const int64_t *)x)[i];
+        } else {
+            ((int64_t *)o)[i] = ((const int64_t *)x)[i];
+        }
+    }
+    return IDK_OK;
+}
+
+static idk_status_t fn_unary(idk_plan_t *p, idk_step_t *s) {
+    int64_t n = s->n1;
+    if (s->esz == 4) {
+        const float *x = idk_buf_ptr(p, s->bufs[0]);
+        float *o = idk_buf_ptr(p, s->bufs[1]);
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i];
+            switch (s->alg) {
+            case IDK_UN_ERF: o[i] = erff(v); break;
+            case IDK_UN_NEG: o[i] = -v; break;
+            case IDK_UN_ABS: o[i] = fabsf(v); break;
+            case IDK_UN_FLOOR: o[i] = floorf(v); break;
+            case IDK_UN_CEIL: o[i] = ceilf(v); break;
+            default: o[i] = v > 0 ? 1.f : v < 0 ? -1.f : v; break; /* SIGN (NaN stays NaN) */
+            }
+        }
+        return IDK_OK;
+    }
+    const int64_t *x = idk_buf_ptr(p, s->bufs[0]);
+    int64_t *o = idk_buf_ptr(p, s->bufs[1]);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v = x[i];
+        switch (s->alg) {
+        case IDK_UN_NOT: o[i] = v == 0; break;
+        case IDK_UN_NEG: o[i] = (int64_t)(0 - (uint64_t)v); break;
+        case IDK_UN_ABS: o[i] = v < 0 ? (int64_t)(0 - (uint64_t)v) : v; break;
+        default: o[i] = (v > 0) - (v < 0); break;
+        }
+    }
+    return IDK_OK;
+}
+
+/* elem_step lowers a one-input element-wise op (same volume) into the C loop fn. */
+static idk_status_t elem_step(idk_plan_t *p, const idk_op_t *op, idk_step_fn fn, int alg) {
+    int sb;
+    if (idk_get_plain(p, op->in[0], &sb) != 0) return IDK_ERR_DNNL;
+    int db = new_out(p, op->out[0], NULL);
+    idk_step_t *s = db < 0 ? NULL : idk_new_step(p);
+    if (!s) return IDK_ERR_NOMEM;
+    s->fn = fn;
+    s->alg = alg;
+    s->nb = 2;
+    s->bufs[0] = sb;
+    s->bufs[1] = db;
+    s->esz = idk_esz(T(0)->dtype);
+    s->n1 = (int64_t)idk_tensor_volume(OUT);
+    return IDK_OK;
+}
+
+static idk_status_t fn_cumsum(idk_plan_t *p, idk_step_t *s) {
+    int64_t outer = s->n1, len = s->n2, inner = s->n3;
+    int excl = s->alg & 1, rev = s->alg & 2;
+    if (s->esz == 4) {
+        const float *x = idk_buf_ptr(p, s->bufs[0]);
+        float *o = idk_buf_ptr(p, s->bufs[1]);
+        for (int64_t a = 0; a < outer; a++)
+            for (int64_t c = 0; c < inner; c++) {
+                float acc = 0;
+                for (int64_t k = 0; k < len; k++) {
+                    int64_t j = rev ? len - 1 - k : k, at = (a * len + j) * inner + c;
+                    float v = x[at];
+                    if (!excl) acc += v;
+                    o[at] = acc;
+                    if (excl) acc += v;
+                }
+            }
+        return IDK_OK;
+    }
+    const int64_t *x = idk_buf_ptr(p, s->bufs[0]);
+    int64_t *o = idk_buf_ptr(p, s->bufs[1]);
+    for (int64_t a = 0; a < outer; a++)
+        for (int64_t c = 0; c < inner; c++) {
+            uint64_t acc = 0;
+            for (int64_t k = 0; k < len; k++) {
+                int64_t j = rev ? len - 1 - k : k, at = (a * len + j) * inner + c;
+                uint64_t v = (uint64_t)x[at];
+                if (!excl) acc += v;
+                o[at] = (int64_t)acc;
+                if (excl) acc += v;
+            }
+        }
+    return IDK_OK;
+}
+
+/* outer_len_inner splits x's dims around axis. */
+static void outer_len_inner(const idk_tensor_t *x, int ax, int64_t *outer, int64_t *len, int64_t *inner) {
+    *outer = 1;
+    *inner = 1;
+    for (int i = 0; i < ax; i++) *outer *= x->dims[i];
+    for (int i = ax + 1; i < x->ndims; i++) *inner *= x->dims[i];
+    *len = x->dims[ax];
+}
+
+static idk_status_t lower_cumsum(idk_plan_t *p, const idk_op_t *op) {
+    idk_status_t rc = elem_step(p, op, fn_cumsum, (int)(op->ia[1] != 0) | (op->ia[2] != 0 ? 2 : 0));
+    if (rc != IDK_OK) return rc;
+    idk_step_t *s = &p->s[p->ns - 1];
+    outer_len_inner(T(0), (int)op->ia[0], &s->n1, &s->n2, &s->n3);
+    return IDK_OK;
+}
+
+static idk_status_t fn_argmax(idk_plan_t *p, idk_step_t *s) {
+    const float *x = idk_buf_ptr(p, s->bufs[0]);
+    int64_t *o = idk_buf_ptr(p, s->bufs[1]);
+    int64_t outer = s->n1, len = s->n2, inner = s->n3;
+    int last = s->alg & 1, mn = s->alg & 2;
+    for (int64_t a = 0; a < outer; a++)
+        for (int64_t c = 0; c < inner; c++) {
+            const float *v = x + a * len * inner + c;
+            int64_t best = 0;
+            float bv = v[0];
+            for (int64_t k = 1; k < len; k++) {
+                float y = v[k * inner];
+                int better = mn ? (y < bv || (last && y == bv)) : (y > bv || (last && y == bv));
+                if (better) {
+                    best = k;
+                    bv = y;
+                }
+            }
+            o[a * inner + c] = best;
+        }
+    return IDK_OK;
+}
+
+static idk_status_t lower_argmax(idk_plan_t *p, const idk_op_t *op) {
+    idk_status_t rc = elem_step(p, op, fn_argmax, (int)(op->ia[1] != 0) | (op->ia[2] != 0 ? 2 : 0));
+    if (rc != IDK_OK) return rc;
+    idk_step_t *s = &p->s[p->ns - 1];
+    outer_len_inner(T(0), (int)op->ia[0], &s->n1, &s->n2, &s->n3);
+    return IDK_OK;
+}
+
+static idk_status_t lower_expand(idk_plan_t *p, const idk_op_t *op) {
+    int64_t st[IDK_MAX_DIMS];
+    bcast_strides(T(0), OUT, st);
+    return strided_step(p, op, st, 0);
+}
+
+/* fn_layer_norm: the C loop used when the statistics are outputs too. */
+static idk_status_t fn_layer_norm(idk_plan_t *p, idk_step_t *s) {
+    const float *x = idk_buf_ptr(p, s->bufs[0]), *w = idk_buf_ptr(p, s->bufs[1]);
+    const float *b = s->bufs[2] >= 0 ? idk_buf_ptr(p, s->bufs[2]) : NULL;
+    float *y = idk_buf_ptr(p, s->bufs[3]);
+    float *mo = s->bufs[4] >= 0 ? idk_buf_ptr(p, s->bufs[4]) : NULL;
+    float *io = s->bufs[5] >= 0 ? idk_buf_ptr(p, s->bufs[5]) : NULL;
+    int64_t outer = s->n1, inner = s->n2;
+    for (int64_t r = 0; r < outer; r++) {
+        const float *xr = x + r * inner;
+        float *yr = y + r * inner;
+        double m = 0, v = 0;
+        for (int64_t i = 0; i < inner; i++) m += xr[i];
+        m /= (double)inner;
+        for (int64_t i = 0; i < inner; i++) v += ((double)xr[i] - m) * ((double)xr[i] - m);
+        v /= (double)inner;
+        float inv = (float)(1.0 / sqrt(v + (double)s->fv));
+        for (int64_t i = 0; i < inner; i++) yr[i] = ((xr[i] - (float)m) * inv) * w[i] + (b ? b[i] : 0.f);
+        if (mo) mo[r] = (float)m;
+        if (io) io[r] = inv;
+    }
+    return IDK_OK;
+}
+
+static idk_status_t lower_layer_norm(idk_plan_t *p, const idk_op_t *op) {
+    const idk_tensor_t *x = T(0);
+    int ax = (int)op->ia[0];
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < ax; i++) outer *= x->dims[i];
+    for (int i = ax; i < x->ndims; i++) inner *= x->dims[i];
+    int sb, wb, bb = -1;
+    if (idk_get_plain(p, op->in[0], &sb) != 0 || idk_get_plain(p, op->in[1], &wb) != 0) return IDK_ERR_DNNL;
+    if (op->nin == 3 && idk_get_plain(p, op->in[2], &bb) != 0) return IDK_ERR_DNNL;
+    int db = new_out(p, op->out[0], NULL);
+    if (db < 0) return IDK_ERR_NOMEM;
+    if (op->nout > 1) {
+        int sbuf[2] = {-1, -1};
+        for (int k = 1; k < op->nout; k++)
+            if ((sbuf[k - 1] = new_out(p, op->out[k], NULL)) < 0) return IDK_ERR_NOMEM;
+        idk_step_t *s = idk_new_step(p);
+        if (!s) return IDK_ERR_NOMEM;
+        s->fn = fn_layer_norm;
+        s->nb = 6;
+        int bufs[6] = {sb, wb, bb, db, sbuf[0], sbuf[1]};
+        memcpy(s->bufs, bufs, sizeof bufs);
+        s->n1 = outer;
+        s->n2 = inner;
+        s->fv = op->fa[0];
+        return IDK_OK;
+    }
+    if (outer * inner == 0) return IDK_OK;
+    int64_t d2[2] = {outer, inner}, d1[1] = {inner}, d0[1] = {outer};
+    dnnl_memory_desc_t md, smd, wmd;
+    idk_plain_md(&md, 2, d2);
+    idk_plain_md(&wmd, 1, d1);
+    idk_plain_md(&smd, 1, d0);
+    unsigned flags = dnnl_use_scale | (bb >= 0 ? dnnl_use_shift : 0);
+    dnnl_layer_normalization_desc_t d;
+    dnnl_status_t ds = dnnl_layer_normalization_forward_desc_init(&d, dnnl_forward_inference, &md, &smd, op->fa[0], flags);
+    if (ds != dnnl_success) return dnnl_err(p, "layer normalization desc", ds);
+    dnnl_primitive_attr_t attr = new_attr();
+    dnnl_primitive_desc_t pd;
+    ds = dnnl_primitive_desc_create(&pd, &d, attr, p->eng, NULL);
+    dnnl_primitive_attr_destroy(attr);
+    if (ds != dnnl_success) return dnnl_err(p, "layer normalization primitive desc", ds);
+    idk_step_t *s;
+    idk_status_t rc = finish_prim(p, pd, &s);
+    if (rc == IDK_OK) {
+        idk_step_arg(s, DNNL_ARG_SRC, &md, sb);
+        idk_step_arg(s, DNNL_ARG_DST, &md, db);
+        idk_step_arg(s, DNNL_ARG_SCALE, &wmd, wb);
+        if (bb >= 0) idk_step_arg(s, DNNL_ARG_SHIFT, &wmd, bb);
+    }
+    dnnl_primitive_desc_destroy(pd);
+    return rc;
+}
+
 static idk_status_t lower_binary(idk_plan_t *p, const idk_op_t *op) {
+    if (OUT->dtype == IDK_I64) return bcast_step(p, op, fn_ibinary, 2);
     int r = try_dnnl_binary(p, op, 0, 1);
-    if (r == 0 && (op->ia[0] == IDK_BIN_ADD || op->ia[0] == IDK_BIN_MUL)) r = try_dnnl_binary(p, op, 1, 0);
+    int comm = op->ia[0] == IDK_BIN_ADD || op->ia[0] == IDK_BIN_MUL || op->ia[0] == IDK_BIN_MAX || op->ia[0] == IDK_BIN_MIN;
+    if (r == 0 && comm) r = try_dnnl_binary(p, op, 1, 0);
     if (r < 0) return p->err[0] ? IDK_ERR_DNNL : idk_fail(p, IDK_ERR_DNNL, "op %d: binary failed", p->cur_op);
     if (r > 0) return IDK_OK;
     const idk_tensor_t *a = T(0), *b = T(1), *o = OUT;
@@ -1142,6 +1620,34 @@ static idk_status_t lower_reduce_mean(idk_plan_t *p, const idk_op_t *op) {
     return simple_prim(p, op, &d, &smd, sb, &dmd);
 }
 
+static idk_status_t lower_reduce(idk_plan_t *p, const idk_op_t *op) {
+    if (op->ia[0] == IDK_RED_MEAN) return lower_reduce_mean(p, op);
+    dnnl_memory_desc_t smd, dmd;
+    idk_plain_md(&smd, T(0)->ndims, T(0)->dims);
+    idk_plain_md(&dmd, OUT->ndims, OUT->dims);
+    int sb;
+    if (idk_get_plain(p, op->in[0], &sb) != 0) return IDK_ERR_DNNL;
+    if (same_dims(T(0), OUT) || idk_tensor_volume(T(0)) == 0) {
+        if (idk_tensor_volume(T(0)) == 0 && op->ia[0] != IDK_RED_SUM && idk_tensor_volume(OUT) != 0)
+            return idk_fail(p, IDK_ERR_UNSUPPORTED, "op %d: max/min of an empty tensor", p->cur_op);
+        int db = new_out(p, op->out[0], &dmd);
+        idk_step_t *s = db < 0 ? NULL : idk_new_step(p);
+        if (!s) return IDK_ERR_NOMEM;
+        s->fn = same_dims(T(0), OUT) ? fn_copy : fn_zero;
+        s->nb = 2;
+        s->bufs[0] = sb;
+        s->bufs[1] = db;
+        s->bytes = OUT->nbytes;
+        return IDK_OK;
+    }
+    dnnl_alg_kind_t alg = op->ia[0] == IDK_RED_SUM ? dnnl_reduction_sum
+                          : op->ia[0] == IDK_RED_MAX ? dnnl_reduction_max : dnnl_reduction_min;
+    dnnl_reduction_desc_t d;
+    dnnl_status_t ds = dnnl_reduction_desc_init(&d, alg, &smd, &dmd, 0.f, 0.f);
+    if (ds != dnnl_success) return dnnl_err(p, "reduction desc", ds);
+    return simple_prim(p, op, &d, &smd, sb, &dmd);
+}
+
 static idk_status_t lower_copy(idk_plan_t *p, const idk_op_t *op) {
     int sb;
     if (idk_get_plain(p, op->in[0], &sb) != 0) return IDK_ERR_DNNL;
@@ -1183,6 +1689,15 @@ idk_status_t idk_lower_op(idk_plan_t *p, int opi) {
     case IDK_OP_REDUCE_MEAN: return lower_reduce_mean(p, op);
     case IDK_OP_COPY:
     case IDK_OP_DROPOUT: return lower_copy(p, op); /* inference: dropout is the identity */
+    case IDK_OP_CAST: return elem_step(p, op, fn_cast, (int)op->ia[0] | (OUT->dtype == IDK_F32 ? 2 : 0));
+    case IDK_OP_COMPARE: return bcast_step(p, op, fn_compare, 2);
+    case IDK_OP_WHERE: return bcast_step(p, op, fn_where, 3);
+    case IDK_OP_EXPAND: return lower_expand(p, op);
+    case IDK_OP_CUMSUM: return lower_cumsum(p, op);
+    case IDK_OP_UNARY: return elem_step(p, op, fn_unary, (int)op->ia[0]);
+    case IDK_OP_LAYER_NORM: return lower_layer_norm(p, op);
+    case IDK_OP_REDUCE: return lower_reduce(p, op);
+    case IDK_OP_ARGMAX: return lower_argmax(p, op);
     }
     return idk_fail(p, IDK_ERR_INVALID, "op %d: unknown kind %d", opi, op->kind);
 }

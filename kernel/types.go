@@ -75,3 +75,70 @@ const (
 	postEltwise = 0
 	postSum     = 1
 )
+
+// idk_op_kind_t, continued: the ops of modern models
+const (
+	opCast      = 18
+	opCompare   = 19
+	opWhere     = 20
+	opExpand    = 21
+	opCumSum    = 22
+	opUnary     = 23
+	opLayerNorm = 24
+	opReduce    = 25
+	opArgMax    = 26
+)
+
+// idk_eltwise_alg_t, continued
+const (
+	eltSqrt     = 8
+	eltExp      = 9
+	eltLog      = 10
+	eltGeluErf  = 11
+	eltGeluTanh = 12
+	eltPow      = 13
+	eltSwish    = 14
+	eltMish     = 15
+	eltSoftplus = 16
+	eltRound    = 17
+)
+
+// idk_binary_alg_t, continued
+const (
+	binPow  = 5
+	binMax  = 6
+	binMin  = 7
+	binMod  = 8
+	binFmod = 9
+)
+
+// idk_compare_alg_t
+const (
+	cmpEq  = 0
+	cmpLt  = 1
+	cmpGt  = 2
+	cmpLe  = 3
+	cmpGe  = 4
+	cmpAnd = 5
+	cmpOr  = 6
+	cmpXor = 7
+)
+
+// idk_unary_alg_t
+const (
+	unErf   = 0
+	unNot   = 1
+	unNeg   = 2
+	unAbs   = 3
+	unFloor = 4
+	unCeil  = 5
+	unSign  = 6
+)
+
+// idk_reduce_alg_t
+const (
+	redSum  = 0
+	redMax  = 1
+	redMin  = 2
+	redMean = 3
+)

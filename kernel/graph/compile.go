@@ -13,7 +13,7 @@ import (
 // Opset range the compiler accepts for the default domain.
 const (
 	MinOpset = 7
-	MaxOpset = 17
+	MaxOpset = 21
 )
 
 // compiler holds one compilation; it is used by one goroutine.
@@ -163,8 +163,8 @@ func (c *compiler) bindInputs(src *onnx.Graph, shapes map[string][]int64, consts
 }
 
 func (c *compiler) bindRuntime(in onnx.ValueInfo, dims []int64) error {
-	if in.DType != onnx.Float {
-		return fmt.Errorf("graph: input %q is %s; run-time inputs must be float32 (pass its value as a constant)", in.Name, dtypeName(in.DType))
+	if !runtimeType(in.DType) {
+		return fmt.Errorf("graph: input %q is %s; run-time inputs must be float32, an integer type or bool (pass its value as a constant)", in.Name, dtypeName(in.DType))
 	}
 	if err := checkDims(dims); err != nil {
 		return fmt.Errorf("graph: input %q: %w", in.Name, err)
@@ -175,9 +175,9 @@ func (c *compiler) bindRuntime(in onnx.ValueInfo, dims []int64) error {
 	if c.names[in.Name] {
 		return fmt.Errorf("graph: input %q declared twice", in.Name)
 	}
-	vi := onnx.ValueInfo{Name: in.Name, DType: onnx.Float, Dims: cloneDims(dims)}
+	vi := onnx.ValueInfo{Name: in.Name, DType: in.DType, Dims: cloneDims(dims)}
 	c.runtime = append(c.runtime, vi)
-	c.vals[in.Name] = &onnx.ValueInfo{Name: in.Name, DType: onnx.Float, Dims: cloneDims(dims)}
+	c.vals[in.Name] = &onnx.ValueInfo{Name: in.Name, DType: in.DType, Dims: cloneDims(dims)}
 	c.names[in.Name] = true
 	return nil
 }
@@ -429,8 +429,8 @@ func (c *compiler) keep(x *nodeCtx, infos []onnx.ValueInfo) error {
 		if err := checkDims(vi.Dims); err != nil {
 			return x.errf("output %q: %v", o, err)
 		}
-		if vi.DType != onnx.Float {
-			return x.errf("output %q is %s at run time; only float32 is supported", o, dtypeName(vi.DType))
+		if !runtimeType(vi.DType) {
+			return x.errf("output %q is %s at run time; only float32, integer types and bool are supported", o, dtypeName(vi.DType))
 		}
 		vi.Name = o
 		c.vals[o] = &vi

@@ -518,11 +518,13 @@ func TestCompileRejects(t *testing.T) {
 		"huge fold": {func() *builder {
 			return newBuilder(13).init("a", ints(1)).init("s", ints(1<<20, 1<<20)).node("Reshape", ss("a", "s"), ss("y")).output("y")
 		}, "too large"},
-		"huge broadcast fold": {func() *builder {
+		"huge broadcast fold feeding a shape": {func() *builder {
+			// too big to fold, so it runs at run time, where a shape cannot come from
 			a := &onnx.Tensor{DType: onnx.Int64, Dims: []int64{1 << 14, 1}, I64: make([]int64, 1<<14)}
 			c := &onnx.Tensor{DType: onnx.Int64, Dims: []int64{1, 1 << 14}, I64: make([]int64, 1<<14)}
-			return newBuilder(13).init("a", a).init("c", c).node("Add", ss("a", "c"), ss("y")).output("y")
-		}, "int64 at run time"},
+			return newBuilder(13).init("a", a).init("c", c).node("Add", ss("a", "c"), ss("s")).
+				input("x", 1).node("Reshape", ss("x", "s"), ss("y")).output("y")
+		}, "shape (input 1) must be a constant"},
 		"pad huge": {func() *builder {
 			return newBuilder(13).input("x", 2).init("p", ints(1<<62, 1<<62)).node("Pad", ss("x", "p"), ss("y")).output("y")
 		}, "absurd pads"},
@@ -539,7 +541,13 @@ func TestCompileRejects(t *testing.T) {
 			b.m.Graph.Inputs = append(b.m.Graph.Inputs, onnx.ValueInfo{Name: "x", DType: onnx.Int64, Dims: []int64{2}, HasShape: true})
 			b.shapes["x"] = []int64{2}
 			return b.node("Relu", ss("x"), ss("y")).output("y")
-		}, "must be float32"},
+		}, "input 0 is int64; want float32"},
+		"string runtime input": {func() *builder {
+			b := newBuilder(13)
+			b.m.Graph.Inputs = append(b.m.Graph.Inputs, onnx.ValueInfo{Name: "x", DType: onnx.String, Dims: []int64{2}, HasShape: true})
+			b.shapes["x"] = []int64{2}
+			return b.node("Identity", ss("x"), ss("y")).output("y")
+		}, "must be float32, an integer type or bool"},
 		"shape mismatch declared": {func() *builder {
 			b := newBuilder(13).input("x", 2, 3).node("Relu", ss("x"), ss("y")).output("y")
 			b.shapes["x"] = []int64{2, 4}

@@ -1,13 +1,16 @@
 // Package graph compiles a decoded ONNX model for the kernel: exact shapes, folded constants, fused post-ops.
 //
-// Compile takes a model and the exact dims of its float inputs and returns a new Graph in
-// which:
+// Compile takes a model and the exact dims of its run-time inputs and returns a new Graph
+// in which:
 //
 //   - every value (graph inputs, initializers, node outputs) has exact dims and dtype in
-//     g.Values; every value a node computes at run time is float32;
+//     g.Values; every value computed at run time is float32, an integer type or bool (the
+//     kernel carries integers and booleans as int64). Run-time inputs may be any of these
+//     (token ids, masks);
 //   - everything computable from constants is folded into g.Initializers (Constant, Shape,
 //     and any node whose inputs are all constant, for the ops this package can evaluate);
-//   - Identity, Dropout and float→float Cast are removed by renaming. One exception: when
+//   - Identity, Dropout and Cast to the input's own type are removed by renaming (a Cast at
+//     run time to float32, int64 or bool stays a node; other targets are an error). One exception: when
 //     both the input and the output of an Identity/Dropout are graph inputs or outputs
 //     (e.g. a graph that is only an Identity), an Identity node is kept;
 //   - a graph output may be a constant (it is then in g.Initializers) or a graph input:
@@ -30,14 +33,19 @@
 //     outputs, both with exact dims; nodes are in topological order.
 //
 // Parameters that the kernel needs as numbers (Reshape shape, Slice starts/ends/axes/steps,
-// Squeeze/Unsqueeze axes, Pad pads and value, Clip min/max, Gather indices) must be
-// constant; ConstantInputs lists the graph inputs that feed such slots, so a caller that
-// feeds every input from files (the ONNX backend tests) knows which to pass as consts.
+// Squeeze/Unsqueeze axes, Pad pads and value, Clip min/max, Expand shape, Tile repeats,
+// CumSum axis, Split sizes, Reduce* axes) must be constant; ConstantInputs lists the graph
+// inputs that feed such slots, so a caller that feeds every input from files (the ONNX
+// backend tests) knows which to pass as consts. Gather indices may be computed at run
+// time (the kernel checks their range on every run).
 //
-// ConstantOfShape, Range, Expand, Equal, Where and Neg are accepted only when they fold
-// (exporters use them to compute shapes); the kernel never sees them. Shape always folds,
-// because every dim is exact. Folds whose result would exceed 2^22 elements (or 2^25 in
-// all) run as nodes instead (float ops only; otherwise an error). The model's opset must be 7 to 17.
+// Reduce* axes given as an input (ReduceSum from opset 13, the others from 18) are moved
+// into the axes attribute; Split's sizes are resolved into its split attribute (and its
+// axis made non-negative); LayerNormalization's optional Mean and InvStdDev outputs are
+// computed when used. ConstantOfShape and Range are accepted only when they fold (their
+// output dims would otherwise depend on run-time values). Shape always folds, because
+// every dim is exact. Folds whose result would exceed 2^22 elements (or 2^25 in all) run
+// as nodes instead. The model's opset must be 7 to 21.
 //
 // Anything unsupported (an op, an attribute value, a dtype at run time) is an error
 // "graph: node <name> (<OpType>): ...", never a silently wrong graph.

@@ -416,6 +416,8 @@ func evalBinary(x *nodeCtx) ([]*onnx.Tensor, error) {
 				res.F32[i] = p * q
 			case "Div":
 				res.F32[i] = p / q
+			case "Mod":
+				res.F32[i] = float32(math.Mod(float64(p), float64(q)))
 			}
 		}
 		return []*onnx.Tensor{res}, nil
@@ -438,6 +440,18 @@ func evalBinary(x *nodeCtx) ([]*onnx.Tensor, error) {
 				return nil, x.errf("integer division overflow")
 			}
 			res.I64[i] = p / q
+		case "Mod":
+			if q == 0 {
+				return nil, x.errf("integer modulo by zero")
+			}
+			r := int64(0)
+			if q != -1 {
+				r = p % q
+			}
+			if attrIntOr(x.n, "fmod", 0) == 0 && r != 0 && (r < 0) != (q < 0) {
+				r += q
+			}
+			res.I64[i] = r
 		}
 		res.I64[i] = castInt(res.I64[i], a.DType)
 	}
@@ -480,4 +494,12 @@ func evalUnaryFloat(f func(float32) float32) func(*nodeCtx) ([]*onnx.Tensor, err
 		}
 		return []*onnx.Tensor{out}, nil
 	}
+}
+
+// attrIntOr returns an int attribute of n, or def when absent.
+func attrIntOr(n *onnx.Node, name string, def int64) int64 {
+	if a, ok := n.Attrs[name]; ok && a != nil && a.Type == onnx.AttrInt {
+		return a.I
+	}
+	return def
 }

@@ -12,6 +12,7 @@ func registerFoldOnly() {
 	for name, s := range map[string]*opSpec{
 		"ConstantOfShape": {attrs: []string{"value"}, minIn: 1, maxIn: 1, eval: evalConstantOfShape},
 		"Range":           {minIn: 3, maxIn: 3, eval: evalRange},
+		"ScatterND":       {attrs: []string{"reduction"}, minIn: 3, maxIn: 3, eval: evalScatterND},
 		"Expand":          {minIn: 2, maxIn: 2, eval: evalExpand},
 		"Equal":           {minIn: 2, maxIn: 2, eval: evalCompare},
 		"Where":           {minIn: 3, maxIn: 3, eval: evalWhere},
@@ -251,6 +252,72 @@ func evalNeg(x *nodeCtx) ([]*onnx.Tensor, error) {
 		out.I64 = make([]int64, len(t.I64))
 		for i, v := range t.I64 {
 			out.I64[i] = castInt(-v, t.DType)
+		}
+	}
+	return []*onnx.Tensor{out}, nil
+}
+
+// evalScatterND folds ScatterND (reduction none): exporters write it for masks built by
+// slice assignment (Swin's shifted-window attention mask).
+func evalScatterND(x *nodeCtx) ([]*onnx.Tensor, error) {
+	if r, err := x.attrString("reduction", "none"); err != nil {
+		return nil, err
+	} else if r != "none" {
+		return nil, x.errf("reduction %q not supported", r)
+	}
+	data, err := x.evalIn(0)
+	if err != nil {
+		return nil, err
+	}
+	ind := x.cst(1)
+	if ind == nil || !isIntType(ind.DType) {
+		return nil, x.errf("indices must be a constant integer tensor")
+	}
+	upd, err := x.evalIn(2)
+	if err != nil {
+		return nil, err
+	}
+	if upd.DType != data.DType {
+		return nil, x.errf("updates type differs from data")
+	}
+	if len(ind.Dims) == 0 {
+		return nil, x.errf("indices must have rank >= 1")
+	}
+	k := int(ind.Dims[len(ind.Dims)-1])
+	if k < 1 || k > len(data.Dims) {
+		return nil, x.errf("index depth %d for data of rank %d", k, len(data.Dims))
+	}
+	want := append(cloneDims(ind.Dims[:len(ind.Dims)-1]), data.Dims[k:]...)
+	if !dimsEqual(want, upd.Dims) {
+		return nil, x.errf("updates dims %v; want %v", upd.Dims, want)
+	}
+	if _, err := checkFoldSize(x, data.Dims); err != nil {
+		return nil, err
+	}
+	out := &onnx.Tensor{DType: data.DType, Dims: cloneDims(data.Dims)}
+	out.F32 = append([]float32(nil), data.F32...)
+	out.I64 = append([]int64(nil), data.I64...)
+	st := strides(data.Dims)
+	slice, _ := numel(data.Dims[k:])
+	nidx := int64(len(ind.I64)) / int64(k)
+	for i := int64(0); i < nidx; i++ {
+		off := int64(0)
+		for j := 0; j < k; j++ {
+			v := ind.I64[i*int64(k)+int64(j)]
+			if v < 0 {
+				v += data.Dims[j]
+			}
+			if v < 0 || v >= data.Dims[j] {
+				return nil, x.errf("index %d out of range for dim %d", ind.I64[i*int64(k)+int64(j)], data.Dims[j])
+			}
+			off += v * st[j]
+		}
+		for e := int64(0); e < slice; e++ {
+			if out.F32 != nil {
+				out.F32[off+e] = upd.F32[i*slice+e]
+			} else {
+				out.I64[off+e] = upd.I64[i*slice+e]
+			}
 		}
 	}
 	return []*onnx.Tensor{out}, nil

@@ -59,9 +59,10 @@ func init() {
 		"Gather":     {attrs: []string{"axis"}, minIn: 2, maxIn: 2, infer: inferGather, eval: evalGather},
 		"Slice":      {attrs: []string{"starts", "ends", "axes"}, minIn: 1, maxIn: 5, infer: inferSlice, eval: evalSlice},
 		"ReduceMean": {attrs: []string{"axes", "keepdims"}, minIn: 1, maxIn: 1, infer: inferReduce},
-		"Cast":       {attrs: []string{"to", "saturate"}, minIn: 1, maxIn: 1, passThrough: castThrough, eval: evalCast},
+		"Cast":       {attrs: []string{"to", "saturate"}, minIn: 1, maxIn: 1, passThrough: castThrough, eval: evalCast, infer: inferCast},
 	}
 	registerFoldOnly()
+	registerModern()
 	ops["Relu"].eval = evalUnaryFloat(func(v float32) float32 {
 		if v > 0 {
 			return v
@@ -670,16 +671,20 @@ func inferGather(x *nodeCtx) ([]onnx.ValueInfo, error) {
 	if err != nil {
 		return nil, x.errf("%v", err)
 	}
-	idx := x.cst(1)
-	if idx == nil || !isIntType(idx.DType) {
-		return nil, x.errf("indices must be a constant integer tensor")
+	if it := x.in(1).DType; it != onnx.Int64 && it != onnx.Int32 {
+		return nil, x.errf("indices are %s; want int32 or int64", dtypeName(it))
 	}
-	for _, v := range idx.I64 {
-		if v < -d[axis] || v >= d[axis] {
-			return nil, x.errf("index %d out of range for axis of size %d", v, d[axis])
+	if !runtimeType(x.in(0).DType) {
+		return nil, x.errf("data is %s", dtypeName(x.in(0).DType))
+	}
+	if idx := x.cst(1); idx != nil {
+		for _, v := range idx.I64 {
+			if v < -d[axis] || v >= d[axis] {
+				return nil, x.errf("index %d out of range for axis of size %d", v, d[axis])
+			}
 		}
-	}
-	out := append(append(cloneDims(d[:axis]), idx.Dims...), d[axis+1:]...)
+	} // run-time indices are checked by the kernel on every run
+	out := append(append(cloneDims(d[:axis]), x.dims(1)...), d[axis+1:]...)
 	if len(out) > maxRank {
 		return nil, x.errf("output rank %d too large", len(out))
 	}
@@ -833,11 +838,35 @@ func inferSlice(x *nodeCtx) ([]onnx.ValueInfo, error) {
 }
 
 // reduceAxes returns which axes ReduceMean reduces.
+// From opset 18 (ReduceSum: 13) the axes are a constant input; the compiler moves them
+// into the axes attribute and drops the input, so the kernel reads one form.
 func reduceAxes(x *nodeCtx) ([]bool, bool, error) {
 	d := x.dims(0)
 	axes, ok, err := x.attrInts("axes")
 	if err != nil {
 		return nil, false, err
+	}
+	inputAxes := x.opset() >= 18 || (x.n.OpType == "ReduceSum" && x.opset() >= 13)
+	if inputAxes && ok {
+		return nil, false, x.errf("attribute axes not allowed at opset %d", x.opset())
+	}
+	if !inputAxes && x.has(1) {
+		return nil, false, x.errf("axes input needs opset %d", map[bool]int{true: 13, false: 18}[x.n.OpType == "ReduceSum"])
+	}
+	noop, err := x.bool01("noop_with_empty_axes", 0)
+	if err != nil {
+		return nil, false, err
+	}
+	if x.has(1) {
+		if axes, err = x.constInts(1, "axes"); err != nil {
+			return nil, false, err
+		}
+		ok = len(axes) > 0
+		x.n.Inputs = x.n.Inputs[:1]
+		delete(x.n.Attrs, "noop_with_empty_axes")
+		if ok {
+			x.setInts("axes", axes)
+		}
 	}
 	keep, err := x.bool01("keepdims", 1)
 	if err != nil {
@@ -845,6 +874,11 @@ func reduceAxes(x *nodeCtx) ([]bool, bool, error) {
 	}
 	red := make([]bool, len(d))
 	if !ok {
+		if noop {
+			// no axes with noop_with_empty_axes: the output is the input
+			x.n.OpType, x.n.Attrs = "Identity", map[string]*onnx.Attribute{}
+			return red, keep, nil
+		}
 		for i := range red {
 			red[i] = true
 		}
@@ -875,8 +909,8 @@ func inferReduce(x *nodeCtx) ([]onnx.ValueInfo, error) {
 		case keep:
 			out = append(out, 1)
 		}
-		if red[i] && v == 0 {
-			return nil, x.errf("mean over an empty axis")
+		if red[i] && v == 0 && x.n.OpType != "ReduceSum" {
+			return nil, x.errf("%s over an empty axis", x.n.OpType)
 		}
 	}
 	return inferUnaryDims(x, out)
@@ -897,7 +931,12 @@ func dropoutThrough(x *nodeCtx) (bool, error) {
 			return false, x.errf("training_mode must be a constant boolean")
 		}
 		if t.I64[0] != 0 {
-			return false, x.errf("training_mode=true not supported (inference only)")
+			// training mode with ratio 0 (torch's F.dropout(x, p=0.0), which defaults to
+			// training=True) is still the identity
+			r, err := DropoutRatio(x.n, x.opset(), x.c.consts)
+			if err != nil || r != 0 {
+				return false, x.errf("training_mode=true not supported (inference only)")
+			}
 		}
 	}
 	if x.opset() >= 12 && x.has(1) && x.cst(1) == nil {
@@ -954,10 +993,22 @@ func castThrough(x *nodeCtx) (bool, error) {
 	if x.cst(0) != nil {
 		return false, nil
 	}
-	if to != onnx.Float || x.in(0).DType != onnx.Float {
-		return false, x.errf("Cast to %s at run time is not supported (only on constants)", dtypeName(to))
+	from := x.in(0).DType
+	if to == from && runtimeType(to) {
+		return true, nil
 	}
-	return true, nil
+	if !runtimeType(from) || (to != onnx.Float && to != onnx.Int64 && to != onnx.Bool) {
+		return false, x.errf("Cast from %s to %s at run time is not supported (float32, int64 and bool targets only)", dtypeName(from), dtypeName(to))
+	}
+	return false, nil
+}
+
+func inferCast(x *nodeCtx) ([]onnx.ValueInfo, error) {
+	to, err := castTarget(x)
+	if err != nil {
+		return nil, err
+	}
+	return []onnx.ValueInfo{{DType: to, Dims: cloneDims(x.dims(0))}}, nil
 }
 
 func castTarget(x *nodeCtx) (onnx.DataType, error) {

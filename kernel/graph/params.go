@@ -10,8 +10,14 @@ var paramSlots = map[string][]int{
 	"Unsqueeze": {1},
 	"Pad":       {1, 2},
 	"Clip":      {1, 2},
-	"Gather":    {1},
 	"Dropout":   {1, 2},
+	"Expand":    {1},
+	"Tile":      {1},
+	"CumSum":    {1},
+	"Split":     {1},
+	"ReduceSum": {1}, "ReduceMean": {1}, "ReduceMax": {1}, "ReduceMin": {1},
+	"ConstantOfShape": {0},
+	"Range":           {0, 1, 2},
 }
 
 // ConstantInputs returns the graph inputs (not initializers) that the compiler needs as
@@ -31,7 +37,7 @@ func ConstantInputs(m *onnx.Model) map[string]bool {
 			continue
 		}
 		isInput[in.Name] = true
-		if in.DType != onnx.Float {
+		if !runtimeType(in.DType) {
 			out[in.Name] = true
 		}
 	}

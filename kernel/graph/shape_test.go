@@ -192,11 +192,15 @@ func TestShapeInference(t *testing.T) {
 		{"dropout mask used", 13, func(b *builder) {
 			b.input("x", 2, 3).node("Dropout", ss("x"), ss("y0", "mask")).node("Cast", ss("mask"), ss("y"), aInt("to", 1))
 		}, nil, "output \"mask\" is not supported"},
-		{"unsupported op", 13, func(b *builder) { b.input("x", 2).node("Erf", ss("x"), ss("y")) }, nil, "(Erf): operator not supported"},
+		{"unsupported op", 13, func(b *builder) { b.input("x", 2).node("NonZero", ss("x"), ss("y")) }, nil, "(NonZero): operator not supported"},
 		{"unknown attribute", 13, func(b *builder) { b.input("x", 2).node("Relu", ss("x"), ss("y"), aInt("bogus", 1)) }, nil, `attribute "bogus" not supported`},
-		{"cast at runtime", 13, func(b *builder) { b.input("x", 2).node("Cast", ss("x"), ss("y"), aInt("to", 7)) }, nil, "Cast to int64 at run time"},
+		{"cast at runtime", 13, func(b *builder) {
+			b.input("x", 2).node("Cast", ss("x"), ss("c"), aInt("to", 7)).node("Cast", ss("c"), ss("y"), aInt("to", 1))
+		}, []int64{2}, ""},
+		{"cast to float16 at runtime", 13, func(b *builder) { b.input("x", 2).node("Cast", ss("x"), ss("y"), aInt("to", 10)) }, nil, "Cast from float32 to float16 at run time is not supported"},
 		{"cast float at runtime", 13, func(b *builder) { b.input("x", 2).node("Cast", ss("x"), ss("y"), aInt("to", 1)) }, []int64{2}, ""},
-		{"fold-only op at run time", 13, func(b *builder) { b.input("x", 2).node("Neg", ss("x"), ss("y")) }, nil, "supported only on constant inputs"},
+		{"fold-only op at run time", 13, func(b *builder) { b.input("x", 1).node("Range", ss("x", "x", "x"), ss("y")) }, nil, "supported only on constant inputs"},
+		{"neg at run time", 13, func(b *builder) { b.input("x", 2).node("Neg", ss("x"), ss("y")) }, []int64{2}, ""},
 		{"fold-only chain", 13, func(b *builder) {
 			b.input("x", 2, 3, 4).init("one", &onnx.Tensor{DType: onnx.Int64, Dims: []int64{1}, I64: []int64{1}}).
 				node("ConstantOfShape", ss("one"), ss("z"), aTensor("value", &onnx.Tensor{DType: onnx.Int64, Dims: []int64{1}, I64: []int64{-2}})).
@@ -269,7 +273,7 @@ func checkComplete(t *testing.T, g *onnx.Graph) {
 			}
 		}
 		for _, o := range n.Outputs {
-			if g.Values[o] == nil || g.Values[o].DType != onnx.Float {
+			if g.Values[o] == nil || !runtimeType(g.Values[o].DType) {
 				t.Fatalf("node %s output %q: %+v", n.Name, o, g.Values[o])
 			}
 			avail[o] = true

@@ -19,10 +19,14 @@
  * from different OS threads. One plan must not run twice at the same time
  * (it owns one arena); callers serialise runs of one plan.
  *
- * Data types use ONNX's TensorProto numbering. fp32 is the compute type now;
- * int64 is accepted for index/shape tensors (Gather indices, data moved by
- * Gather/Slice/Pad/Concat/Reshape). bf16 and int8 values are reserved in the
- * same field for later plans.
+ * Data types use ONNX's TensorProto numbering. fp32 is the compute type of the
+ * numeric ops; int64 tensors may be constants or computed at run time (Gather
+ * indices, token ids, masks, positions): the data movers (Gather, Slice, Pad,
+ * Concat, Reshape, Transpose, Expand) and the integer ops (CAST, COMPARE, WHERE,
+ * CUMSUM, UNARY, BINARY add/sub/mul/div/max/min) take them. Every integer and
+ * boolean ONNX type is carried as int64 (booleans as 0/1); the caller converts at
+ * the plan's edges. bf16 and int8 values are reserved in the same field for
+ * later plans.
  */
 #ifndef IDUNNO_KERNEL_H
 #define IDUNNO_KERNEL_H
@@ -103,8 +107,55 @@ typedef enum {
     /* in: x. f: ratio in [0, 1). Training plans zero each element with probability ratio
      * (a mask drawn from the run's seed) and scale the rest by 1/(1-ratio); inference
      * plans copy x. */
-    IDK_OP_DROPOUT = 17
+    IDK_OP_DROPOUT = 17,
+    /* in: x (f32 or i64). Output: the out tensor's dtype (f32 or i64). i: to_bool (1: the
+     * output is 1 where x != 0, else 0). f32 -> i64 truncates toward zero (NaN and values
+     * outside int64 give INT64_MIN, as x86 does). */
+    IDK_OP_CAST = 18,
+    /* in: a, b (one dtype, numpy broadcasting to the output). Output i64 0/1.
+     * i: alg (idk_compare_alg_t). AND/OR/XOR treat non-zero as true. */
+    IDK_OP_COMPARE = 19,
+    /* in: cond (i64, non-zero = true), a, b (the output's dtype); all broadcast. */
+    IDK_OP_WHERE = 20,
+    /* in: x. Output: x broadcast (numpy rules) to the output's dims, same dtype. */
+    IDK_OP_EXPAND = 21,
+    /* in: x (f32 or i64). i: axis, exclusive, reverse. */
+    IDK_OP_CUMSUM = 22,
+    /* in: x. Element-wise C loops oneDNN lacks. i: alg (idk_unary_alg_t). */
+    IDK_OP_UNARY = 23,
+    /* in: x (f32), scale, [bias] (both f32 with the dims x has from axis on).
+     * i: axis (0 <= axis < rank: normalises over dims [axis, rank)). f: epsilon.
+     * out: y, [mean, [inv_std_dev]] (the statistics with x's dims from axis on set to 1). */
+    IDK_OP_LAYER_NORM = 24,
+    /* in: x (f32). Output has x's rank with reduced dims set to 1. i: alg (idk_reduce_alg_t). */
+    IDK_OP_REDUCE = 25,
+    /* in: x (f32). Output i64 with x's rank and dim `axis` set to 1.
+     * i: axis, select_last_index, is_min (ArgMin). */
+    IDK_OP_ARGMAX = 26
 } idk_op_kind_t;
+
+typedef enum {
+    IDK_CMP_EQ = 0,
+    IDK_CMP_LT = 1,
+    IDK_CMP_GT = 2,
+    IDK_CMP_LE = 3,
+    IDK_CMP_GE = 4,
+    IDK_CMP_AND = 5,
+    IDK_CMP_OR = 6,
+    IDK_CMP_XOR = 7
+} idk_compare_alg_t;
+
+typedef enum {
+    IDK_UN_ERF = 0,   /* f32 */
+    IDK_UN_NOT = 1,   /* i64: 1 where x == 0 */
+    IDK_UN_NEG = 2,   /* f32 or i64 */
+    IDK_UN_ABS = 3,   /* f32 or i64 */
+    IDK_UN_FLOOR = 4, /* f32 */
+    IDK_UN_CEIL = 5,  /* f32 */
+    IDK_UN_SIGN = 6   /* f32 or i64 */
+} idk_unary_alg_t;
+
+typedef enum { IDK_RED_SUM = 0, IDK_RED_MAX = 1, IDK_RED_MIN = 2, IDK_RED_MEAN = 3 } idk_reduce_alg_t;
 
 typedef enum { IDK_POOL_MAX = 0, IDK_POOL_AVG_INCLUDE_PAD = 1, IDK_POOL_AVG_EXCLUDE_PAD = 2 } idk_pool_alg_t;
 
@@ -116,10 +167,34 @@ typedef enum {
     IDK_ELT_ELU = 4,          /* alpha */
     IDK_ELT_HARD_SIGMOID = 5, /* max(0, min(1, alpha*x + beta)) */
     IDK_ELT_HARD_SWISH = 6,
-    IDK_ELT_LINEAR = 7        /* alpha*x + beta */
+    IDK_ELT_LINEAR = 7,       /* alpha*x + beta */
+    IDK_ELT_SQRT = 8,
+    IDK_ELT_EXP = 9,
+    IDK_ELT_LOG = 10,
+    IDK_ELT_GELU_ERF = 11,
+    IDK_ELT_GELU_TANH = 12,
+    IDK_ELT_POW = 13,         /* alpha * x^beta */
+    IDK_ELT_SWISH = 14,       /* x * sigmoid(alpha*x) */
+    IDK_ELT_MISH = 15,
+    IDK_ELT_SOFTPLUS = 16,    /* log(1 + exp(x)) */
+    IDK_ELT_ROUND = 17        /* half to even */
 } idk_eltwise_alg_t;
 
-typedef enum { IDK_BIN_ADD = 0, IDK_BIN_SUB = 1, IDK_BIN_MUL = 2, IDK_BIN_DIV = 3, IDK_BIN_PRELU = 4 } idk_binary_alg_t;
+/* ADD..DIV, MAX, MIN, MOD and FMOD also take two i64 inputs (integer division truncates
+ * toward zero; division or modulo by zero is IDK_ERR_RUNTIME). PRELU and POW are f32 only,
+ * MOD is i64 only. */
+typedef enum {
+    IDK_BIN_ADD = 0,
+    IDK_BIN_SUB = 1,
+    IDK_BIN_MUL = 2,
+    IDK_BIN_DIV = 3,
+    IDK_BIN_PRELU = 4,
+    IDK_BIN_POW = 5,
+    IDK_BIN_MAX = 6,
+    IDK_BIN_MIN = 7,
+    IDK_BIN_MOD = 8, /* i64: the remainder takes the divisor's sign (ONNX Mod, fmod=0) */
+    IDK_BIN_FMOD = 9 /* f32 or i64: the remainder takes the dividend's sign (C fmod) */
+} idk_binary_alg_t;
 
 typedef enum {
     IDK_POST_ELTWISE = 0, /* alg: idk_eltwise_alg_t, alpha, beta */
