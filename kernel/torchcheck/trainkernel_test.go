@@ -3,6 +3,8 @@ package torchcheck
 import (
 	"fmt"
 	"math"
+	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"idunno/kernel"
@@ -131,6 +133,47 @@ func TestTrainingMatchesPyTorch(t *testing.T) {
 				}
 				t.Logf("losses %.6g; %d tensors after the steps; largest relative difference %.3g (%s); margins %v", want.Loss, compared, worst, where, want.Margins)
 			})
+		}
+	}
+}
+
+// TestExportedModelsLoadElsewhere trains ResNet-18 a step in the kernel, exports it with
+// BatchNormalization kept and folded, and checks both files with ONNX's own checker and in
+// PyTorch (train_ref.py's eval-mode forward of the graph): the logits must equal the
+// inference kernel's within 1e-4.
+func TestExportedModelsLoadElsewhere(t *testing.T) {
+	requireTorch(t)
+	m, _ := trainModel(t, "resnet18")
+	x, dims, y := randomBatch(3)
+	tr, err := kernel.NewTrainer(m, len(y), kernel.Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if _, _, err := tr.Run(x, y, 1/float32(len(y)), 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.ApplyBatchStats(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Optimize(kernel.Optimizer{Kind: "sgd", Momentum: 0.9}, 0.01, 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, fold := range []bool{false, true} {
+		em, err := tr.Model(fold)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), fmt.Sprintf("exported-%v.onnx", fold))
+		if err := onnx.WriteFile(path, em); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("/usr/bin/python3", "-c", "import onnx,sys; onnx.checker.check_model(onnx.load(sys.argv[1]), full_check=True)", path).CombinedOutput(); err != nil {
+			t.Fatalf("fold %v: onnx.checker: %v\n%s", fold, err, out)
+		}
+		ref := runTorchTrain(t, path, x, dims, y, TorchTrainConfig{Optimizer: "sgd", LR: 0.01, Steps: 1}, "float64")
+		if d := relDiff(kernelOutput(t, em, x, dims), ref.LogitsEval, nil); !(d <= trainTol) {
+			t.Errorf("fold %v: the kernel's and PyTorch's logits of the exported model differ by %.3g", fold, d)
 		}
 	}
 }
