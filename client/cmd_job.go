@@ -252,6 +252,7 @@ func runJob(args []string) error {
 	}
 	fmt.Fprint(os.Stderr, `usage:
   idunno job add --name J --model SDFSNAME|MODEL --data SDFSNAME --batch B [--format idx|npy|images] [--task-size Q] [--weight W]
+  idunno job add --name J --model SDFSNAME --input NAME=ARRAY.npy [--input NAME2=ARRAY2.npy ...] --batch B  (models with named, e.g. int64 token, inputs)
                  [--resize HxW] [--grey-to-rgb] [--scale S] [--mean a,b,c] [--std a,b,c]
   idunno job result J LOCAL     fetch the result CSV (query,top1,score) of a finished job
   idunno job wait J [--timeout D]
@@ -274,6 +275,21 @@ func runJobAdd(args []string) error {
 	fs.StringVar(&spec.Labels, "labels", "", "SDFS name of the dataset's labels (IDX or .npy): job stats then reports accuracy")
 	fs.StringVar(&spec.Data, "data", "", "SDFS name of the dataset (IDX or .npy, optionally gzip), or a prefix with --format images")
 	fs.StringVar(&spec.Format, "format", "", "idx, npy (default: detected) or images (a folder of PNG/JPEG put with putdir)")
+	fs.Func("input", "NAME=ARRAY.npy: bind model input NAME to an SDFS .npy array of one row per query\n"+
+		"(int64 token ids, masks, float features); repeat for every input, instead of --data", func(v string) error {
+		name, file, ok := strings.Cut(v, "=")
+		if !ok || name == "" || file == "" {
+			return fmt.Errorf("want NAME=ARRAY.npy, got %q", v)
+		}
+		if spec.Inputs == nil {
+			spec.Inputs = map[string]string{}
+		}
+		if _, dup := spec.Inputs[name]; dup {
+			return fmt.Errorf("input %s bound twice", name)
+		}
+		spec.Inputs[name] = file
+		return nil
+	})
 	fs.IntVar(&spec.Batch, "batch", 0, "batch size (fixed for the job's life)")
 	fs.IntVar(&spec.TaskSize, "task-size", 0, "queries per task, a multiple of the batch (default: chosen)")
 	fs.Float64Var(&spec.Weight, "weight", 1, "fair-time weight: the job's query rate is W times that of a job of weight 1")

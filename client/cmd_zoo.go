@@ -11,8 +11,8 @@ import (
 )
 
 func init() {
-	register("zoo", "zoo NAME --out FILE.onnx [--input-shape C,H,W] [--classes K] [--seed S] [--init torch]",
-		"write a standard network ("+strings.Join(zoo.Names(), ", ")+") as ONNX with seeded weights", runZoo)
+	register("zoo", "zoo NAME --out FILE.onnx [--input-shape C,H,W] [--classes K] [--seed S] [--init torch] | zoo transformer_encoder --out FILE.onnx [--vocab V] [--length L] [--layers N] [--heads H] [--width D] [--classes K] [--seed S]",
+		"write a standard network ("+strings.Join(zoo.Names(), ", ")+", "+zoo.TransformerEncoder+") as ONNX with seeded weights", runZoo)
 }
 
 func runZoo(args []string) error {
@@ -21,6 +21,11 @@ func runZoo(args []string) error {
 	shape := fs.String("input-shape", "", "input C,H,W (default: the architecture's)")
 	classes := fs.Int64("classes", 0, "number of output classes (default: the architecture's)")
 	seed := fs.Uint64("seed", 1, "seed of the weights")
+	vocab := fs.Int64("vocab", 0, zoo.TransformerEncoder+": vocabulary size (default 30522)")
+	length := fs.Int64("length", 0, zoo.TransformerEncoder+": tokens per query (default 128)")
+	layers := fs.Int64("layers", 0, zoo.TransformerEncoder+": encoder layers (default 2)")
+	heads := fs.Int64("heads", 0, zoo.TransformerEncoder+": attention heads (default 4)")
+	width := fs.Int64("width", 0, zoo.TransformerEncoder+": model width (default 256)")
 	initName := fs.String("init", "", "weights: empty (the default) for inference demos (He-scaled, BatchNormalization with\n"+
 		"seeded statistics, no Dropout), or \""+zoo.InitTorch+"\" for training: what PyTorch gives a fresh\n"+
 		"torchvision module (its conv/linear init, BatchNormalization 1/0/0/1, Dropout nodes), drawn from --seed")
@@ -39,6 +44,25 @@ func runZoo(args []string) error {
 	}
 	if name == "" || *out == "" {
 		return fmt.Errorf("usage: idunno zoo NAME --out FILE.onnx (models: %s)", strings.Join(zoo.Names(), ", "))
+	}
+	if name == zoo.TransformerEncoder {
+		if *shape != "" || *initName != "" {
+			return fmt.Errorf("zoo: %s takes --vocab, --length, --layers, --heads, --width, --classes, --seed", name)
+		}
+		m, err := zoo.BuildText(zoo.TextOptions{Vocab: *vocab, Length: *length, Layers: *layers, Heads: *heads,
+			Width: *width, Classes: *classes, Seed: *seed})
+		if err != nil {
+			return err
+		}
+		if err := onnx.WriteFile(*out, m); err != nil {
+			return err
+		}
+		fmt.Printf("wrote %s: %s, inputs ids and mask (N,%d) int64, %d classes, %d parameters\n",
+			*out, name, m.Graph.Inputs[0].Dims[1], m.Graph.Outputs[0].Dims[1], zoo.ParamCount(m))
+		return nil
+	}
+	if *vocab != 0 || *length != 0 || *layers != 0 || *heads != 0 || *width != 0 {
+		return fmt.Errorf("zoo: --vocab, --length, --layers, --heads and --width are for %s", zoo.TransformerEncoder)
 	}
 	opt := zoo.Options{Classes: *classes, Seed: *seed, Init: *initName}
 	if *shape != "" {

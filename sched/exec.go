@@ -46,6 +46,7 @@ type cachedModel struct {
 type cachedData struct {
 	once sync.Once
 	ds   dataset.Dataset
+	arr  *dataset.Array // format "array": a named input's .npy
 	err  error
 	used time.Time
 }
@@ -89,8 +90,8 @@ func (x *KernelExecutor) model(ctx context.Context, name string) (*cachedModel, 
 			c.err = fmt.Errorf("sched: model %q: %w", name, err)
 			return
 		}
-		if in := m.Inputs(); len(in) != 1 || len(m.Outputs()) < 1 {
-			c.err = fmt.Errorf("sched: model %q has %d inputs: jobs need models with one input", name, len(in))
+		if in := m.Inputs(); len(in) < 1 || len(m.Outputs()) < 1 {
+			c.err = fmt.Errorf("sched: model %q has %d inputs and %d outputs: jobs need at least one of each", name, len(in), len(m.Outputs()))
 			m.Close()
 			return
 		}
@@ -201,6 +202,17 @@ func (x *KernelExecutor) dataset(ctx context.Context, name, format string) (data
 	c.used = time.Now()
 	x.mu.Unlock()
 	c.once.Do(func() {
+		if format == "array" {
+			b, err := x.Blobs.Get(ctx, name)
+			if err != nil {
+				c.err = fmt.Errorf("sched: input array %q: %w", name, err)
+				return
+			}
+			if c.arr, c.err = dataset.ReadArray(b); c.err != nil {
+				c.err = fmt.Errorf("sched: input array %q: %w", name, c.err)
+			}
+			return
+		}
 		if format == "images" {
 			c.ds, c.err = x.openImages(ctx, name)
 			return
@@ -229,6 +241,48 @@ func (x *KernelExecutor) dataset(ctx context.Context, name, format string) (data
 	return c.ds, c.err
 }
 
+// arrays loads a multi-input job's arrays in the model's input order and checks them
+// against the model: every input bound, one row count, each row of the input's shape.
+func (x *KernelExecutor) arrays(ctx context.Context, spec JobSpec, c *cachedModel) ([]*dataset.Array, []onnx.ValueInfo, error) {
+	ins := c.m.Inputs()
+	if len(ins) != len(spec.Inputs) {
+		return nil, nil, fmt.Errorf("sched: model %s has %d inputs, job binds %d", spec.Model, len(ins), len(spec.Inputs))
+	}
+	var out []*dataset.Array
+	for _, in := range ins {
+		name, ok := spec.Inputs[in.Name]
+		if !ok {
+			return nil, nil, fmt.Errorf("sched: model %s input %q is not bound (--input %s=ARRAY.npy)", spec.Model, in.Name, in.Name)
+		}
+		if _, err := x.dataset(ctx, name, "array"); err != nil {
+			return nil, nil, err
+		}
+		x.mu.Lock()
+		a := x.data["array|"+name]
+		x.mu.Unlock()
+		if a == nil || a.arr == nil {
+			return nil, nil, fmt.Errorf("sched: input array %q was evicted; retry", name)
+		}
+		arr := a.arr
+		if len(in.Dims) != len(arr.Dims) {
+			return nil, nil, fmt.Errorf("sched: input %q of model %s has dims %v, array %s rows are %v", in.Name, spec.Model, in.Dims, name, arr.Dims[1:])
+		}
+		for i := 1; i < len(in.Dims); i++ {
+			if in.Dims[i] >= 0 && in.Dims[i] != arr.Dims[i] {
+				return nil, nil, fmt.Errorf("sched: input %q of model %s has dims %v, array %s rows are %v", in.Name, spec.Model, in.Dims, name, arr.Dims[1:])
+			}
+		}
+		if (in.DType == onnx.Float) != (arr.DType == onnx.Float) {
+			return nil, nil, fmt.Errorf("sched: input %q of model %s is %s, array %s is %s", in.Name, spec.Model, in.DType, name, arr.DType)
+		}
+		if len(out) > 0 && arr.Len() != out[0].Len() {
+			return nil, nil, fmt.Errorf("sched: arrays differ in rows: %d and %d", out[0].Len(), arr.Len())
+		}
+		out = append(out, arr)
+	}
+	return out, ins, nil
+}
+
 // ProbeModel loads the model.
 func (x *KernelExecutor) ProbeModel(ctx context.Context, name string) error {
 	_, err := x.model(ctx, name)
@@ -240,6 +294,21 @@ func (x *KernelExecutor) Probe(ctx context.Context, spec JobSpec) (int, error) {
 	c, err := x.model(ctx, spec.Model)
 	if err != nil {
 		return 0, err
+	}
+	if len(spec.Inputs) > 0 {
+		arrs, ins, err := x.arrays(ctx, spec, c)
+		if err != nil {
+			return 0, err
+		}
+		for _, in := range ins {
+			if len(in.Dims) > 0 && in.Dims[0] > 0 && int(in.Dims[0]) != spec.Batch {
+				return 0, fmt.Errorf("sched: model %s has a fixed batch of %d, job asks for %d", spec.Model, in.Dims[0], spec.Batch)
+			}
+		}
+		return arrs[0].Len(), nil
+	}
+	if n := len(c.m.Inputs()); n != 1 {
+		return 0, fmt.Errorf("sched: model %s has %d inputs: bind each with --input NAME=ARRAY.npy instead of --data", spec.Model, n)
 	}
 	ds, err := x.dataset(ctx, spec.Data, spec.Format)
 	if err != nil {
@@ -276,6 +345,12 @@ func (x *KernelExecutor) Run(ctx context.Context, spec JobSpec, from, to int) ([
 	if err != nil {
 		return nil, nil, err
 	}
+	if len(spec.Inputs) > 0 {
+		return x.runArrays(ctx, spec, c, from, to)
+	}
+	if n := len(c.m.Inputs()); n != 1 {
+		return nil, nil, fmt.Errorf("sched: model %s has %d inputs: bind each with --input NAME=ARRAY.npy instead of --data", spec.Model, n)
+	}
 	ds, err := x.dataset(ctx, spec.Data, spec.Format)
 	if err != nil {
 		return nil, nil, err
@@ -309,6 +384,49 @@ func (x *KernelExecutor) Run(ctx context.Context, spec JobSpec, from, to int) ([
 		}
 		var outs []*onnx.Tensor
 		x.lowered(func() { outs, err = c.m.Run([]*onnx.Tensor{in}) })
+		if err != nil {
+			return nil, nil, err
+		}
+		out := outs[0]
+		rows := e - b
+		if len(out.F32) == 0 || len(out.F32)%rows != 0 {
+			return nil, nil, fmt.Errorf("sched: model %s output of %d values for a batch of %d", spec.Model, len(out.F32), rows)
+		}
+		preds = append(preds, Argmax(out.F32, rows, len(out.F32)/rows)...)
+		lat = append(lat, time.Since(start).Microseconds())
+	}
+	return preds, lat, nil
+}
+
+// runArrays runs queries [from, to) of a multi-input job batch by batch.
+func (x *KernelExecutor) runArrays(ctx context.Context, spec JobSpec, c *cachedModel, from, to int) ([]Prediction, []int64, error) {
+	arrs, ins, err := x.arrays(ctx, spec, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	if to > arrs[0].Len() {
+		return nil, nil, fmt.Errorf("sched: input arrays have %d rows, task wants up to %d", arrs[0].Len(), to)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.m.Prepare(spec.Batch); err != nil {
+		return nil, nil, err
+	}
+	preds := make([]Prediction, 0, to-from)
+	lat := make([]int64, 0, (to-from+spec.Batch-1)/spec.Batch)
+	for b := from; b < to; b += spec.Batch {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		e := min(b+spec.Batch, to)
+		start := time.Now()
+		batch := make([]*onnx.Tensor, len(arrs))
+		for i, a := range arrs {
+			if batch[i], err = a.Rows(b, e, ins[i].DType); err != nil {
+				return nil, nil, err
+			}
+		}
+		outs, err := c.m.Run(batch)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -21,10 +21,14 @@ const (
 // JobSpec is what a client asks for. Queries and TaskSize are filled in by the coordinator
 // when it accepts the job (from the dataset's length and the batch size).
 type JobSpec struct {
-	Name     string             `json:"name"`
-	Model    string             `json:"model"`  // SDFS name of the ONNX file
-	Data     string             `json:"data"`   // SDFS name of the dataset
-	Format   string             `json:"format"` // idx, npy, images ("" = guess from the name)
+	Name   string `json:"name"`
+	Model  string `json:"model"`  // SDFS name of the ONNX file
+	Data   string `json:"data"`   // SDFS name of the dataset
+	Format string `json:"format"` // idx, npy, images ("" = guess from the name)
+	// Inputs binds model inputs by name to SDFS .npy arrays of one row per query (token ids,
+	// masks), instead of Data: every model input must be bound, and the arrays must have the
+	// same number of rows. Absent in journals written before multi-input jobs.
+	Inputs   map[string]string  `json:"inputs,omitempty"`
 	Batch    int                `json:"batch"`
 	Pre      dataset.Preprocess `json:"pre"`
 	Queries  int                `json:"queries"`   // number of queries (dataset length)
@@ -99,8 +103,12 @@ func (s JobSpec) ValidateRequest() error {
 		return fmt.Errorf("sched: job %s: request key of %d bytes (at most 64)", s.Name, len(s.Request))
 	case s.Model == "":
 		return fmt.Errorf("sched: job %s: no model given", s.Name)
-	case s.Data == "":
+	case s.Data == "" && len(s.Inputs) == 0:
 		return fmt.Errorf("sched: job %s: no dataset given", s.Name)
+	case s.Data != "" && len(s.Inputs) > 0:
+		return fmt.Errorf("sched: job %s: give a dataset or named inputs, not both", s.Name)
+	case len(s.Inputs) > 64:
+		return fmt.Errorf("sched: job %s: %d named inputs (limit 64)", s.Name, len(s.Inputs))
 	case s.Batch <= 0:
 		return fmt.Errorf("sched: job %s: batch size must be at least 1 (got %d)", s.Name, s.Batch)
 	case s.Batch > 4096:

@@ -50,7 +50,79 @@ CASES = [
     ("googlenet_op14", "googlenet", {"aux_logits": False, "init_weights": True}, (1, 3, 64, 64), 14, True),
     ("inception_v3_op16", "inception_v3", {"aux_logits": False, "init_weights": True}, (1, 3, 96, 96), 16, True),
     ("densenet121_op17", "densenet121", {}, (1, 3, 64, 64), 17, True),
+    # issue 13: the other torchvision families (small inputs keep the suite quick)
+    ("resnext50_32x4d_op13", "resnext50_32x4d", {}, (1, 3, 64, 64), 13, True),
+    ("wide_resnet50_2_op14", "wide_resnet50_2", {}, (1, 3, 64, 64), 14, True),
+    ("mobilenet_v3_small_op17", "mobilenet_v3_small", {}, (1, 3, 64, 64), 17, True),
+    ("mobilenet_v3_large_op13_nofold", "mobilenet_v3_large", {}, (1, 3, 64, 64), 13, False),
+    ("mnasnet0_5_op13", "mnasnet0_5", {}, (1, 3, 64, 64), 13, True),
+    ("shufflenet_v2_x0_5_op14", "shufflenet_v2_x0_5", {}, (2, 3, 64, 64), 14, True),
+    ("efficientnet_b0_op15", "efficientnet_b0", {}, (1, 3, 64, 64), 15, True),
+    ("regnet_y_400mf_op16", "regnet_y_400mf", {}, (1, 3, 64, 64), 16, True),
+    ("regnet_x_400mf_op13", "regnet_x_400mf", {}, (1, 3, 64, 64), 13, True),
+    ("convnext_tiny_op17", "convnext_tiny", {}, (1, 3, 64, 64), 17, True),
+    ("convnext_tiny_op14", "convnext_tiny", {}, (1, 3, 64, 64), 14, True),
+    ("swin_t_op17", "swin_t", {}, (1, 3, 64, 64), 17, True),
+    # torchvision's VisionTransformer class at a small size (vit_b_16 is the same code
+    # with 12 layers of width 768 at 224x224)
+    ("vit_small_op17", "VisionTransformer", {"image_size": 32, "patch_size": 8, "num_layers": 2, "num_heads": 4,
+                                             "hidden_dim": 64, "mlp_dim": 128, "num_classes": 10}, (2, 3, 32, 32), 17, True),
+    ("vit_small_op14", "VisionTransformer", {"image_size": 32, "patch_size": 8, "num_layers": 2, "num_heads": 4,
+                                             "hidden_dim": 64, "mlp_dim": 128, "num_classes": 10}, (1, 3, 32, 32), 14, True),
 ]
+
+# BERT-style text classifiers (name, opset, batch, length, vocab, layers, heads, width):
+# token embedding by Gather on int64 ids, learned position embeddings, an int64 attention
+# mask (1 = token, 0 = padding) turned into torch.nn.TransformerEncoder's key padding
+# mask, mean pooling over the real tokens, LayerNorm and a linear head.
+TEXT_CASES = [
+    ("text_encoder_op17", 17, 2, 16, 1000, 2, 4, 64),
+    ("text_encoder_op14", 14, 3, 12, 500, 1, 2, 32),
+]
+
+
+class TextEncoder(nn.Module):
+    def __init__(self, vocab, length, layers, heads, width, classes=5):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, width)
+        self.pos = nn.Embedding(length, width)
+        layer = nn.TransformerEncoderLayer(width, heads, dim_feedforward=4 * width, dropout=0.0,
+                                           activation="gelu", batch_first=True)
+        self.enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, ids, mask):
+        pos = torch.arange(ids.shape[1]).unsqueeze(0)
+        h = self.tok(ids) + self.pos(pos)
+        h = self.enc(h, src_key_padding_mask=mask == 0)
+        m = mask.unsqueeze(-1).to(h.dtype)
+        pooled = (h * m).sum(1) / m.sum(1).clamp(min=1)
+        return self.head(self.norm(pooled))
+
+
+def export_text_case(outdir, case, seed):
+    name, opset, batch, length, vocab, layers, heads, width = case
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    model = TextEncoder(vocab, length, layers, heads, width).eval()
+    ids = torch.randint(0, vocab, (batch, length), generator=gen)
+    mask = torch.ones(batch, length, dtype=torch.int64)
+    for b in range(1, batch):
+        mask[b, length - 3 * b:] = 0  # padded rows
+    d = os.path.join(outdir, name)
+    os.makedirs(d, exist_ok=True)
+    with torch.no_grad():
+        y = model(ids, mask)
+    # Exported with grad enabled: nn.MultiheadAttention then skips its fused fast path,
+    # which has no ONNX export.
+    torch.onnx.export(model, (ids, mask), os.path.join(d, "model.onnx"), opset_version=opset,
+                      input_names=["ids", "mask"], output_names=["output"])
+    save_tensor(ids.numpy(), os.path.join(d, "input_0.pb"), "ids")
+    save_tensor(mask.numpy(), os.path.join(d, "input_1.pb"), "mask")
+    save_tensor(y.detach().numpy(), os.path.join(d, "output_0.pb"), "output")
+    return {"name": name, "dir": d, "source": "torch.nn.TransformerEncoder", "model": "text_encoder", "opset": opset,
+            "input_shape": [batch, length], "max_abs_output": float(y.abs().max())}
 
 
 def calibrate_bn(model, shape, gen):
@@ -83,7 +155,15 @@ def export_case(outdir, case, seed):
     dynbatch = case[6:] == ("dynbatch",)
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    model = getattr(tvm, ctor)(weights=None, **kwargs)
+    if ctor == "VisionTransformer":
+        from torchvision.models.vision_transformer import VisionTransformer
+        model = VisionTransformer(**kwargs)
+    else:
+        model = getattr(tvm, ctor)(weights=None, **kwargs)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2 and float(p.abs().max()) == 0:
+                p.normal_(0, 0.05, generator=gen)  # zero-initialised heads (ViT) would give all-zero outputs
     calibrate_bn(model, shape, gen)
     model.eval()
     x = torch.randn(*shape, generator=gen)
@@ -91,12 +171,15 @@ def export_case(outdir, case, seed):
     os.makedirs(d, exist_ok=True)
     with torch.no_grad():
         y = model(x)
-        dyn = {"input": {0: "N"}, "output": {0: "N"}} if dynbatch else None
-        torch.onnx.export(model, x[:1] if dynbatch else x, os.path.join(d, "model.onnx"), opset_version=opset,
-                          input_names=["input"], output_names=["output"], do_constant_folding=fold,
-                          dynamic_axes=dyn)
+    # Exported with grad enabled: nn.MultiheadAttention (ViT) then skips its fused fast
+    # path, which has no ONNX export; the other models export the same graph either way.
+    dyn = {"input": {0: "N"}, "output": {0: "N"}} if dynbatch else None
+    torch.onnx.export(model, x[:1] if dynbatch else x, os.path.join(d, "model.onnx"), opset_version=opset,
+                      input_names=["input"], output_names=["output"], do_constant_folding=fold,
+                      dynamic_axes=dyn)
     save_tensor(x.numpy(), os.path.join(d, "input_0.pb"), "input")
     save_tensor(y.numpy(), os.path.join(d, "output_0.pb"), "output")
+    y = y.detach()
     return {"name": name, "dir": d, "source": "torchvision", "model": ctor, "opset": opset,
             "constant_folding": fold, "dynamic_batch": dynbatch, "input_shape": list(shape), "max_abs_output": float(y.abs().max())}
 
@@ -184,6 +267,12 @@ def main():
                 continue
             t0 = time.time()
             done.append(export_case(outdir, case, seed=100 + i))
+            print(f"exported {case[0]} in {time.time() - t0:.1f}s", file=sys.stderr)
+        for i, case in enumerate(TEXT_CASES):
+            if only and only not in case[0]:
+                continue
+            t0 = time.time()
+            done.append(export_text_case(outdir, case, seed=300 + i))
             print(f"exported {case[0]} in {time.time() - t0:.1f}s", file=sys.stderr)
         write_manifest(outdir, done)
     if zoodir:

@@ -77,8 +77,8 @@ func TestMain(m *testing.M) {
 func TestTorchvisionExports(t *testing.T) {
 	dir, _ := references(t)
 	cases := readManifest(t, dir)
-	if len(cases) < 13 {
-		t.Fatalf("manifest lists %d exports, want 13", len(cases))
+	if len(cases) < 29 {
+		t.Fatalf("manifest lists %d exports, want 29", len(cases))
 	}
 	opsets := map[int64]bool{}
 	for _, c := range cases {
@@ -186,15 +186,23 @@ func checkCase(t *testing.T, dir string, maxAbs float64) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	in, err := onnx.ReadTensorFile(filepath.Join(dir, "input_0.pb"))
-	if err != nil {
-		t.Fatal(err)
+	var ins []*onnx.Tensor // input_0.pb, input_1.pb, ... in the model's input order
+	for i := 0; ; i++ {
+		p := filepath.Join(dir, fmt.Sprintf("input_%d.pb", i))
+		if _, err := os.Stat(p); err != nil && i > 0 {
+			break
+		}
+		in, err := onnx.ReadTensorFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ins = append(ins, in)
 	}
 	want, err := onnx.ReadTensorFile(filepath.Join(dir, "output_0.pb"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	outs, err := m.Run([]*onnx.Tensor{in})
+	outs, err := m.Run(ins)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,6 +216,9 @@ func checkCase(t *testing.T, dir string, maxAbs float64) {
 	t.Logf("max error %.2e of the largest output magnitude %.3g (load+run %v)", rel, maxAbs, time.Since(start).Round(time.Millisecond))
 	if !(rel <= tolerance) {
 		t.Errorf("max error %.3g of the largest output magnitude, over %g", rel, tolerance)
+	}
+	if err := sameTop1(outs[0], want); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -232,6 +243,30 @@ func relError(got, want *onnx.Tensor) (float64, error) {
 		return 0, fmt.Errorf("torch's output is all zeros: the check would be empty")
 	}
 	return maxDiff / maxRef, nil
+}
+
+// sameTop1 checks that every row of a (batch, classes) output has torch's arg max.
+func sameTop1(got, want *onnx.Tensor) error {
+	if len(want.Dims) != 2 {
+		return nil
+	}
+	g, w := got.Floats(), want.Floats()
+	k := int(want.Dims[1])
+	for r := 0; r < int(want.Dims[0]); r++ {
+		gi, wi := 0, 0
+		for c := 1; c < k; c++ {
+			if g[r*k+c] > g[r*k+gi] {
+				gi = c
+			}
+			if w[r*k+c] > w[r*k+wi] {
+				wi = c
+			}
+		}
+		if gi != wi {
+			return fmt.Errorf("row %d: top-1 class %d, torch's is %d", r, gi, wi)
+		}
+	}
+	return nil
 }
 
 func volume(d []int64) int64 {

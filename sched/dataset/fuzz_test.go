@@ -3,6 +3,8 @@ package dataset
 import (
 	"bytes"
 	"testing"
+
+	"idunno/kernel/onnx"
 )
 
 // exercise reads every sample of a decoded dataset and batches the first few, so the fuzzers
@@ -97,4 +99,38 @@ func FuzzNPY(f *testing.F) {
 			sameAsBytes(t, b, ds, err)
 		}
 	})
+}
+
+// FuzzArray feeds ReadArray (named model inputs: token ids, masks) arbitrary bytes: it must
+// return an error or an array whose rows all slice.
+func FuzzArray(f *testing.F) {
+	f.Add(npyWithHeader("{'descr': '<i8', 'fortran_order': False, 'shape': (2, 3), }", make([]byte, 48)))
+	f.Add(npyWithHeader("{'descr': '|b1', 'fortran_order': False, 'shape': (4,), }", make([]byte, 4)))
+	f.Add(npyWithHeader("{'descr': '<i4', 'fortran_order': False, 'shape': (1, 2, 2), }", make([]byte, 16)))
+	f.Add(npyWithHeader("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 1), }", make([]byte, 8)))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		a, err := ReadArray(b)
+		if err != nil {
+			return
+		}
+		dt := onnx.Int64
+		if a.DType == onnx.Float {
+			dt = onnx.Float
+		}
+		x, err := a.Rows(0, a.Len(), dt)
+		if err != nil {
+			t.Fatalf("all rows of an array that read: %v", err)
+		}
+		if int64(len(x.I64)+len(x.F32)) != volume(a.Dims) {
+			t.Fatalf("dims %v but %d values", a.Dims, len(x.I64)+len(x.F32))
+		}
+	})
+}
+
+func volume(d []int64) int64 {
+	n := int64(1)
+	for _, v := range d {
+		n *= v
+	}
+	return n
 }
