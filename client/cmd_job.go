@@ -493,6 +493,18 @@ func runTop(args []string) error {
 		} else {
 			fmt.Fprintf(&buf, "phase %s  coordinator %s (epoch %d)  standby %s\n\n", info.Phase, info.Coordinator, info.Epoch, info.Standby)
 			printJobList(&buf, list)
+			var trains []sched.TrainSummary
+			if schedCall(t, "sched.train.list", struct{}{}, &trains) == nil && len(trains) > 0 {
+				buf.WriteString("\ntraining jobs:\n")
+				for _, tj := range trains {
+					var tb strings.Builder
+					printTrainLineTo(&tb, tj)
+					buf.WriteString(tb.String())
+					if n := len(tj.Losses); n > 1 {
+						fmt.Fprintf(&buf, "  loss %s\n", sparkline(tj.Losses, 60))
+					}
+				}
+			}
 			for _, j := range list {
 				if j.Complete {
 					continue

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -192,7 +193,10 @@ func runTrainJobCmd(sub string, args []string) (handled bool, err error) {
 	return false, nil
 }
 
-func printTrainLine(s sched.TrainSummary) {
+func printTrainLine(s sched.TrainSummary) { printTrainLineTo(os.Stdout, s) }
+
+// printTrainLineTo writes one line about a training job.
+func printTrainLineTo(w io.Writer, s sched.TrainSummary) {
 	l := "-"
 	if s.Loss != nil {
 		l = fmt.Sprintf("%.4f", *s.Loss)
@@ -201,5 +205,36 @@ func printTrainLine(s sched.TrainSummary) {
 	if s.Complete {
 		state = "complete: " + s.Output
 	}
-	fmt.Printf("%s\tstep %d/%d\tepoch %d/%d\tloss %s\tcheckpoint %d\t%s\n", s.Name, s.Step, s.StepsTotal, s.Epoch+1, s.Epochs, l, s.CheckpointStep, state)
+	fmt.Fprintf(w, "%s\tstep %d/%d\tepoch %d/%d\tloss %s\t%.0f samples/s\tcheckpoint %d\t%s\n", s.Name, s.Step, s.StepsTotal, s.Epoch+1, s.Epochs, l, s.SamplesPerSec, s.CheckpointStep, state)
+}
+
+// sparkline draws the loss curve: the losses averaged into at most width buckets, each a
+// block from ▁ to █ scaled between the smallest and largest bucket.
+func sparkline(v []float32, width int) string {
+	if len(v) == 0 {
+		return ""
+	}
+	n := min(width, len(v))
+	b := make([]float64, n)
+	for i := range b {
+		lo, hi := i*len(v)/n, (i+1)*len(v)/n
+		for _, x := range v[lo:hi] {
+			b[i] += float64(x)
+		}
+		b[i] /= float64(hi - lo)
+	}
+	mn, mx := b[0], b[0]
+	for _, x := range b {
+		mn, mx = min(mn, x), max(mx, x)
+	}
+	bars := []rune("▁▂▃▄▅▆▇█")
+	var sb strings.Builder
+	for _, x := range b {
+		k := 0
+		if mx > mn {
+			k = int((x - mn) / (mx - mn) * float64(len(bars)-1))
+		}
+		sb.WriteRune(bars[k])
+	}
+	return fmt.Sprintf("%s  %.3f -> %.3f", sb.String(), v[0], v[len(v)-1])
 }

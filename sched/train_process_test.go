@@ -283,3 +283,53 @@ func TestProcessTrainingAllNodesRestart(t *testing.T) {
 		t.Fatalf("a job with missing labels was accepted: %s", out)
 	}
 }
+
+// TestProcessTwoTrainingJobs runs two training jobs at once on a 4-node cluster: both must
+// progress side by side (the workers are shared by worker time) and each model must equal
+// train.Local's.
+func TestProcessTwoTrainingJobs(t *testing.T) {
+	needKernel(t)
+	const epochs, batch, shards = 1, 64, 2
+	want := localTraining(t, epochs, batch, shards)
+	c := upProcCluster(t, 4)
+	c.must("put", fmnistTest, "fm-test.gz")
+	c.must("put", fmnistTestLabels, "fm-test-labels.gz")
+	c.must("train", "start")
+	for _, name := range []string{"a", "b"} {
+		c.must("train", "add", "--name", name, "--model", "zoo:lenet5", "--input-shape", "1,28,28", "--data", "fm-test.gz",
+			"--labels", "fm-test-labels.gz", "--epochs", strconv.Itoa(epochs), "--batch", strconv.Itoa(batch),
+			"--shards", strconv.Itoa(shards), "--scale", "1/255", "--threads", "2")
+	}
+	together := 0
+	deadline := time.Now().Add(4 * time.Minute)
+	for {
+		if time.Now().After(deadline) {
+			t.Fatal("the two training jobs did not complete in time")
+		}
+		a, okA := c.trainProgress("a")
+		b, okB := c.trainProgress("b")
+		if okA && okB && a.Complete && b.Complete {
+			break
+		}
+		if okA && okB && a.Step > 0 && b.Step > 0 && !a.Complete && !b.Complete {
+			together++
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if together == 0 {
+		t.Error("the two jobs never ran at the same time (one waited for the other)")
+	}
+	out := c.must("train", "list")
+	t.Logf("train list:\n%s", out)
+	for _, name := range []string{"a", "b"} {
+		got := filepath.Join(t.TempDir(), name+".onnx")
+		c.must("get", "idunno/models/"+name+".onnx", got)
+		b, err := os.ReadFile(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(b, want) {
+			t.Fatalf("job %s's model differs from train.Local's", name)
+		}
+	}
+}
