@@ -152,44 +152,51 @@ func (e *Engine) Gradients(shards []Shard) (StepResult, error) {
 	return r, nil
 }
 
-// accumulate adds plan t's gradient to the running sum (first: starts it) and its batch
-// statistics, weighted by n of total samples.
+// accumulate adds plan t's gradient and batch statistics to the step's sums (addShard).
 func (e *Engine) accumulate(t *kernel.Trainer, first bool, n, total int) error {
-	np := t.Len(kernel.Grads)
-	if len(e.acc) != np {
-		e.acc = make([]float32, np)
+	np, ns := t.Len(kernel.Grads), t.Len(kernel.BatchStats)
+	if len(e.tmp) != np {
 		e.tmp = make([]float32, np)
 	}
-	if first {
-		if err := t.Get(kernel.Grads, e.acc); err != nil {
-			return err
-		}
-	} else {
-		if err := t.Get(kernel.Grads, e.tmp); err != nil {
-			return err
-		}
-		AddInto(e.acc, e.tmp)
-	}
-	ns := t.Len(kernel.BatchStats)
-	if ns == 0 {
-		return nil
-	}
-	if len(e.stats) != ns {
-		e.stats = make([]float32, ns)
+	if len(e.sbuf) != ns {
 		e.sbuf = make([]float32, ns)
 	}
-	if err := t.Get(kernel.BatchStats, e.sbuf); err != nil {
+	if err := t.Get(kernel.Grads, e.tmp); err != nil {
 		return err
 	}
+	if ns > 0 {
+		if err := t.Get(kernel.BatchStats, e.sbuf); err != nil {
+			return err
+		}
+	}
+	e.addShard(first, e.tmp, e.sbuf, n, total)
+	return nil
+}
+
+// addShard adds one shard's gradient (copied when first, then summed left to right in shard
+// order) and its batch statistics weighted by its n of total samples to the step's sums.
+// Gradients (this machine's shards) and Reduce (shards computed anywhere) both sum here,
+// which is what makes a cluster step the same bytes as a local one.
+func (e *Engine) addShard(first bool, grads, stats []float32, n, total int) {
+	if len(e.acc) != len(grads) {
+		e.acc = make([]float32, len(grads))
+	}
+	if len(e.stats) != len(stats) {
+		e.stats = make([]float32, len(stats))
+	}
+	if first {
+		copy(e.acc, grads)
+	} else {
+		AddInto(e.acc, grads)
+	}
 	w := float32(float64(n) / float64(total))
-	for i, v := range e.sbuf {
+	for i, v := range stats {
 		if first {
 			e.stats[i] = w * v
 		} else {
 			e.stats[i] += w * v
 		}
 	}
-	return nil
 }
 
 // AddInto adds src to dst elementwise (the shard-order gradient sum).
@@ -327,12 +334,6 @@ func (e *Engine) Reduce(shards []ShardGrad, opt kernel.Optimizer, lr float64, st
 		return r, fmt.Errorf("train: a step without samples")
 	}
 	np, ns := e.master.Len(kernel.Grads), e.master.Len(kernel.BatchStats)
-	if len(e.acc) != np {
-		e.acc = make([]float32, np)
-	}
-	if len(e.stats) != ns {
-		e.stats = make([]float32, ns)
-	}
 	first := true
 	for k, s := range shards {
 		if s.N == 0 {
@@ -341,19 +342,7 @@ func (e *Engine) Reduce(shards []ShardGrad, opt kernel.Optimizer, lr float64, st
 		if len(s.Grads) != np || len(s.Stats) != ns {
 			return r, fmt.Errorf("train: shard %d has %d gradients and %d statistics, the model %d and %d", k, len(s.Grads), len(s.Stats), np, ns)
 		}
-		if first {
-			copy(e.acc, s.Grads)
-		} else {
-			AddInto(e.acc, s.Grads)
-		}
-		w := float32(float64(s.N) / float64(r.Samples))
-		for i, v := range s.Stats {
-			if first {
-				e.stats[i] = w * v
-			} else {
-				e.stats[i] += w * v
-			}
-		}
+		e.addShard(first, s.Grads, s.Stats, s.N, r.Samples)
 		first = false
 		loss += s.Loss
 		r.Correct += s.Correct
