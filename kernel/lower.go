@@ -821,9 +821,15 @@ func (b *builder) lowerBNorm(n *onnx.Node) error {
 	if attrInt(n, "training_mode", 0) != 0 {
 		return b.errf("training_mode not supported")
 	}
+	return b.bnorm(n, []float32{attrFloat(n, "epsilon", 1e-5)})
+}
+
+// bnorm lowers a BatchNormalization node with float attributes fa (epsilon, and for
+// training plans the momentum of its running statistics).
+func (b *builder) bnorm(n *onnx.Node, fa []float32) error {
 	for _, o := range n.Outputs[1:] {
 		if o != "" {
-			return b.errf("training outputs not supported")
+			return b.errf("training outputs (running mean/var) are not supported as graph values")
 		}
 	}
 	var in []int32
@@ -838,7 +844,7 @@ func (b *builder) lowerBNorm(n *onnx.Node) error {
 	if err != nil {
 		return err
 	}
-	return b.op(opBNorm, in, []int32{y}, nil, []float32{attrFloat(n, "epsilon", 1e-5)})
+	return b.op(opBNorm, in, []int32{y}, nil, fa)
 }
 
 // reshaped returns a tensor that views id with new dims (no copy).

@@ -293,24 +293,7 @@ func (b *builder) lowerTrainNode(n *onnx.Node) error {
 	case "GlobalAveragePool":
 		return b.lowerGlobalPool(n)
 	case "BatchNormalization":
-		var in []int32
-		for _, name := range n.Inputs {
-			id, err := b.in(name)
-			if err != nil {
-				return err
-			}
-			in = append(in, id)
-		}
-		for _, o := range n.Outputs[1:] {
-			if o != "" {
-				return b.errf("training outputs (running mean/var) are not supported as graph values")
-			}
-		}
-		y, err := b.out(n.Outputs[0])
-		if err != nil {
-			return err
-		}
-		return b.op(opBNorm, in, []int32{y}, nil, []float32{attrFloat(n, "epsilon", 1e-5), attrFloat(n, "momentum", 0.9)})
+		return b.bnorm(n, []float32{attrFloat(n, "epsilon", 1e-5), attrFloat(n, "momentum", 0.9)})
 	case "Gemm", "MatMul":
 		return b.lowerTrainMatMul(n)
 	case "Concat":
