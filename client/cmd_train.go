@@ -148,56 +148,91 @@ func isTerminal(f *os.File) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
+// trainFlags are the flags `train local` and `train add` share: the initial model, the
+// data's labels and evaluation set, the plan, the optimizer and its schedule, preprocessing.
+type trainFlags struct {
+	model, shape, zinit, data, labels, evalData, evalLabels *string
+	classes                                                 *int64
+	epochs, batch, shards, warmup                           *int
+	lr, momentum, wd                                        *float64
+	nesterov                                                *bool
+	optim, schedule                                         *string
+	seed                                                    *uint64
+	prep                                                    dataset.Preprocess
+}
+
+// addTrainFlags registers them; where says where --data and friends are ("" on this
+// machine, else e.g. "SDFS name of ").
+func addTrainFlags(fs *flag.FlagSet, where string) *trainFlags {
+	f := &trainFlags{}
+	f.model = fs.String("model", "", "initial model: FILE.onnx, an SDFS name (train add), or zoo:NAME")
+	f.shape = fs.String("input-shape", "", "zoo models: input C,H,W")
+	f.classes = fs.Int64("classes", 10, "zoo models: number of classes")
+	f.zinit = fs.String("init", "torch", "zoo models: weight initialisation: torch (PyTorch's) or default (the zoo's inference weights)")
+	f.data = fs.String("data", "", where+"training images (IDX, .npy, or a folder of images)")
+	f.labels = fs.String("labels", "", where+"training labels (IDX labels or .npy integers; omit for a local folder of class folders)")
+	f.evalData = fs.String("eval-data", "", where+"evaluation images (optional)")
+	f.evalLabels = fs.String("eval-labels", "", where+"evaluation labels")
+	f.epochs = fs.Int("epochs", 1, "epochs")
+	f.batch = fs.Int("batch", 64, "global batch")
+	f.shards = fs.Int("shards", 1, "shards per step (the cluster's unit of parallel work; the result does not depend on workers)")
+	f.lr = fs.Float64("lr", 0.01, "learning rate")
+	f.momentum = fs.Float64("momentum", 0.9, "SGD momentum")
+	f.nesterov = fs.Bool("nesterov", false, "Nesterov momentum")
+	f.wd = fs.Float64("weight-decay", 0, "weight decay (L2 for sgd/adam, decoupled for adamw)")
+	f.optim = fs.String("optimizer", "sgd", "sgd, adam or adamw")
+	f.schedule = fs.String("schedule", "constant", "constant, step:EPOCHS:GAMMA or cosine[:MIN_LR]")
+	f.warmup = fs.Int("warmup", 0, "steps of linear learning-rate warm-up")
+	f.seed = fs.Uint64("seed", 1, "seed of the sample order, dropout masks and zoo weights")
+	f.prep.Flags(fs)
+	return f
+}
+
+// optimizer is the optimizer and schedule the flags give (momentum is SGD's only).
+func (f *trainFlags) optimizer() (kernel.Optimizer, train.Schedule, error) {
+	sc, err := train.ParseSchedule(*f.schedule, *f.warmup)
+	opt := kernel.Optimizer{Kind: *f.optim, Momentum: *f.momentum, Nesterov: *f.nesterov, WeightDecay: *f.wd}
+	if opt.Kind != "sgd" {
+		opt.Momentum = 0
+	}
+	return opt, sc, err
+}
+
+// loadModel reads the initial model file or builds the zoo model.
+func (f *trainFlags) loadModel() (*onnx.Model, error) {
+	return loadTrainModel(*f.model, *f.shape, *f.classes, *f.seed, *f.zinit)
+}
+
 // runTrainLocal is `idunno train local`: training on this machine.
 func runTrainLocal(args []string) error {
 	fs := flag.NewFlagSet("train local", flag.ContinueOnError)
-	model := fs.String("model", "", "initial model: FILE.onnx, or zoo:NAME")
-	shape := fs.String("input-shape", "", "zoo models: input C,H,W")
-	classes := fs.Int64("classes", 10, "zoo models: number of classes")
-	zinit := fs.String("init", "torch", "zoo models: weight initialisation: torch (PyTorch's) or default (the zoo's inference weights)")
-	data := fs.String("data", "", "training images (IDX, .npy, or a folder of images)")
-	labels := fs.String("labels", "", "training labels (IDX labels or .npy integers; omit for a folder of class folders)")
-	evalData := fs.String("eval-data", "", "evaluation images (optional)")
-	evalLabels := fs.String("eval-labels", "", "evaluation labels")
-	epochs := fs.Int("epochs", 1, "epochs")
-	batch := fs.Int("batch", 64, "global batch")
-	shards := fs.Int("shards", 1, "shards per batch (the cluster's unit of work; same result)")
-	lr := fs.Float64("lr", 0.01, "learning rate")
-	momentum := fs.Float64("momentum", 0.9, "SGD momentum")
-	nesterov := fs.Bool("nesterov", false, "Nesterov momentum")
-	wd := fs.Float64("weight-decay", 0, "weight decay (L2 for sgd/adam, decoupled for adamw)")
-	optim := fs.String("optimizer", "sgd", "sgd, adam or adamw")
-	sched := fs.String("schedule", "constant", "constant, step:EPOCHS:GAMMA or cosine[:MIN_LR]")
-	warmup := fs.Int("warmup", 0, "steps of linear learning-rate warm-up")
-	seed := fs.Uint64("seed", 1, "seed of the sample order, dropout masks and zoo weights")
+	tf := addTrainFlags(fs, "")
 	threads := fs.Int("threads", 0, "kernel threads (0: one per CPU)")
 	out := fs.String("out", "", "trained model file (ONNX, BatchNorm folded)")
 	ckpt := fs.String("checkpoint", "", "checkpoint file (default OUT.ckpt)")
 	ckEvery := fs.Int("checkpoint-every", 0, "also checkpoint every N steps")
 	resume := fs.Bool("resume", false, "continue from the checkpoint if it exists")
 	asJSON := fs.Bool("json", false, "print one JSON line per epoch")
-	var prep dataset.Preprocess
-	prep.Flags(fs)
 	if pos, err := parseInterleaved(fs, args); err != nil {
 		return err
-	} else if len(pos) > 0 || *model == "" || *data == "" || *out == "" {
+	} else if len(pos) > 0 || *tf.model == "" || *tf.data == "" || *out == "" {
 		return errors.New("usage: idunno train local --model INIT.onnx|zoo:NAME --data IMAGES --labels LABELS --epochs E --batch B --out TRAINED.onnx [--lr --momentum --weight-decay --optimizer sgd|adam|adamw --schedule ... --seed S --threads T] [--eval-data IMAGES --eval-labels LABELS] [preprocessing flags]")
 	}
-	schedule, err := train.ParseSchedule(*sched, *warmup)
+	opt, schedule, err := tf.optimizer()
 	if err != nil {
 		return err
 	}
-	m, err := loadTrainModel(*model, *shape, *classes, *seed, *zinit)
+	m, err := tf.loadModel()
 	if err != nil {
 		return err
 	}
-	td, err := loadLabelled(*data, *labels, prep)
+	td, err := loadLabelled(*tf.data, *tf.labels, tf.prep)
 	if err != nil {
 		return err
 	}
 	var ev *train.Data
-	if *evalData != "" {
-		e, err := loadLabelled(*evalData, *evalLabels, prep)
+	if *tf.evalData != "" {
+		e, err := loadLabelled(*tf.evalData, *tf.evalLabels, tf.prep)
 		if err != nil {
 			return err
 		}
@@ -210,13 +245,10 @@ func runTrainLocal(args []string) error {
 		*ckpt = *out + ".ckpt"
 	}
 	cfg := train.Config{
-		Plan:      train.Plan{Batch: *batch, Shards: *shards, Epochs: *epochs, Seed: *seed, Samples: td.Images.Len()},
-		LR:        *lr,
-		Optimizer: kernel.Optimizer{Kind: *optim, Momentum: *momentum, Nesterov: *nesterov, WeightDecay: *wd},
+		Plan:      train.Plan{Batch: *tf.batch, Shards: *tf.shards, Epochs: *tf.epochs, Seed: *tf.seed, Samples: td.Images.Len()},
+		LR:        *tf.lr,
+		Optimizer: opt,
 		Schedule:  schedule, Threads: *threads, Checkpoint: *ckpt, CheckpointEvery: *ckEvery, Resume: *resume,
-	}
-	if cfg.Optimizer.Kind != "sgd" {
-		cfg.Optimizer.Momentum = 0
 	}
 	if err := cfg.Check(); err != nil {
 		return err
@@ -249,7 +281,7 @@ func runTrainLocal(args []string) error {
 			if r.EvalAccuracy != nil {
 				ev = fmt.Sprintf("  eval acc %.2f%%", 100**r.EvalAccuracy)
 			}
-			fmt.Printf("epoch %d/%d  loss %.4f  train acc %.2f%%%s  %.0f samples/s  %.1f s\n", r.Epoch, *epochs, r.Loss,
+			fmt.Printf("epoch %d/%d  loss %.4f  train acc %.2f%%%s  %.0f samples/s  %.1f s\n", r.Epoch, *tf.epochs, r.Loss,
 				100*r.TrainAccuracy, ev, r.SamplesPerSec, r.Seconds)
 		},
 	}

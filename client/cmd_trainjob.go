@@ -12,11 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"idunno/kernel"
 	"idunno/kernel/onnx"
 	"idunno/sched"
-	"idunno/sched/dataset"
-	"idunno/sched/train"
 )
 
 // runTrainJobAdd is `idunno train add ... --data`: a training job on the cluster.
@@ -24,59 +21,35 @@ func runTrainJobAdd(args []string) error {
 	fs := flag.NewFlagSet("train add", flag.ContinueOnError)
 	t := addTargetFlags(fs)
 	name := fs.String("name", "", "training job name (also the trained model's name)")
-	model := fs.String("model", "", "initial model: a local FILE.onnx, an SDFS name, or zoo:NAME")
-	shape := fs.String("input-shape", "", "zoo models: input C,H,W")
-	classes := fs.Int64("classes", 10, "zoo models: classes")
-	zinit := fs.String("init", "torch", "zoo models: weight initialisation: torch (PyTorch's) or default (the zoo's inference weights)")
-	data := fs.String("data", "", "SDFS name of the training images (IDX or .npy)")
-	labels := fs.String("labels", "", "SDFS name of the training labels (IDX or .npy)")
-	evalData := fs.String("eval-data", "", "SDFS name of evaluation images")
-	evalLabels := fs.String("eval-labels", "", "SDFS name of evaluation labels")
-	epochs := fs.Int("epochs", 1, "epochs")
-	batch := fs.Int("batch", 64, "global batch")
-	shards := fs.Int("shards", 1, "shards per step (units of parallel work; the result does not depend on workers)")
-	lr := fs.Float64("lr", 0.01, "learning rate")
-	momentum := fs.Float64("momentum", 0.9, "SGD momentum")
-	nesterov := fs.Bool("nesterov", false, "Nesterov momentum")
-	wd := fs.Float64("weight-decay", 0, "weight decay")
-	optim := fs.String("optimizer", "sgd", "sgd, adam or adamw")
-	schedSpec := fs.String("schedule", "constant", "constant, step:EPOCHS:GAMMA or cosine[:MIN_LR]")
-	warmup := fs.Int("warmup", 0, "steps of linear warm-up")
-	seed := fs.Uint64("seed", 1, "seed")
+	tf := addTrainFlags(fs, "SDFS name of the ")
 	threads := fs.Int("threads", 2, "kernel threads of every shard computation")
 	ckEvery := fs.Int("checkpoint-every", 0, "checkpoint every N steps (besides every epoch's end)")
-	var prep dataset.Preprocess
-	prep.Flags(fs)
 	if pos, err := parseInterleaved(fs, args); err != nil {
 		return err
-	} else if len(pos) > 0 || *name == "" || *model == "" || *data == "" || *labels == "" {
+	} else if len(pos) > 0 || *name == "" || *tf.model == "" || *tf.data == "" || *tf.labels == "" {
 		return errors.New("usage: idunno train add --name NAME --model INIT.onnx|SDFSNAME|zoo:NAME --data SDFS_IMAGES --labels SDFS_LABELS --epochs E --batch B [--shards S] [--lr --momentum --weight-decay --optimizer --schedule --seed --threads] [preprocessing flags] [--eval-data SDFS_IMAGES --eval-labels SDFS_LABELS]")
 	}
-	sc, err := train.ParseSchedule(*schedSpec, *warmup)
+	opt, sc, err := tf.optimizer()
 	if err != nil {
 		return err
 	}
-	opt := kernel.Optimizer{Kind: *optim, Momentum: *momentum, Nesterov: *nesterov, WeightDecay: *wd}
-	if *optim != "sgd" {
-		opt.Momentum = 0
-	}
-	spec := sched.TrainSpec{Name: *name, Model: *model, Data: *data, Labels: *labels, EvalData: *evalData,
-		EvalLabels: *evalLabels, Pre: prep, Epochs: *epochs, Batch: *batch, Shards: *shards, LR: *lr, Optimizer: opt,
-		Schedule: sc, Seed: *seed, Threads: *threads, CheckpointEvery: *ckEvery}
+	spec := sched.TrainSpec{Name: *name, Model: *tf.model, Data: *tf.data, Labels: *tf.labels, EvalData: *tf.evalData,
+		EvalLabels: *tf.evalLabels, Pre: tf.prep, Epochs: *tf.epochs, Batch: *tf.batch, Shards: *tf.shards, LR: *tf.lr,
+		Optimizer: opt, Schedule: sc, Seed: *tf.seed, Threads: *threads, CheckpointEvery: *ckEvery}
 	if err := spec.ValidateRequest(); err != nil {
 		return err
 	}
 	// a local file or a zoo model goes to SDFS first
 	var mb []byte
-	if strings.HasPrefix(*model, "zoo:") {
-		m, err := loadTrainModel(*model, *shape, *classes, *seed, *zinit)
+	if strings.HasPrefix(*tf.model, "zoo:") {
+		m, err := tf.loadModel()
 		if err != nil {
 			return err
 		}
 		mb = onnx.Encode(m)
-	} else if b, err := os.ReadFile(*model); err == nil {
+	} else if b, err := os.ReadFile(*tf.model); err == nil {
 		if _, err := onnx.Decode(b); err != nil {
-			return fmt.Errorf("%s: %w", *model, err)
+			return fmt.Errorf("%s: %w", *tf.model, err)
 		}
 		mb = b
 	}
