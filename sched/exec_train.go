@@ -190,7 +190,9 @@ func (x *KernelExecutor) ComputeShard(ctx context.Context, spec TrainSpec, param
 		return nil, err
 	}
 	var g train.ShardGrad
-	x.lowered(func() { g, err = train.ComputeShard(t, train.Shard{X: xb, Y: yb, Seed: p.ShardSeed(step, shard)}, to-from) })
+	x.lowered(func() {
+		g, err = train.ComputeShard(t, train.Shard{X: xb, Y: yb, Seed: p.ShardSeed(step, shard)}, to-from)
+	})
 	if err != nil {
 		return nil, err
 	}

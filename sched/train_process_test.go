@@ -36,6 +36,20 @@ func localTraining(t *testing.T, epochs, batch, shards int) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg := train.Config{Plan: train.Plan{Batch: batch, Shards: shards, Epochs: epochs, Seed: 1}, LR: 0.01,
+		Optimizer: kernel.Optimizer{Kind: "sgd", Momentum: 0.9}, Schedule: train.Schedule{Kind: "constant"}, Threads: 2}
+	out, _, err := train.Local(context.Background(), m, cfg, fmnistTestData(t), nil, train.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return onnx.Encode(out)
+}
+
+const fmnistTestLabels = "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz"
+
+// fmnistTestData is Fashion-MNIST's test set with its labels, scaled to [0, 1].
+func fmnistTestData(t *testing.T) train.Data {
+	t.Helper()
 	f, err := os.Open(fmnistTest)
 	if err != nil {
 		t.Fatal(err)
@@ -58,16 +72,8 @@ func localTraining(t *testing.T, epochs, batch, shards int) []byte {
 	for i, v := range l32 {
 		labels[i] = int64(v)
 	}
-	cfg := train.Config{Plan: train.Plan{Batch: batch, Shards: shards, Epochs: epochs, Seed: 1}, LR: 0.01,
-		Optimizer: kernel.Optimizer{Kind: "sgd", Momentum: 0.9}, Schedule: train.Schedule{Kind: "constant"}, Threads: 2}
-	out, _, err := train.Local(context.Background(), m, cfg, train.Data{Images: ds, Labels: labels, Prep: dataset.Preprocess{Scale: 1.0 / 255}}, nil, train.Hooks{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return onnx.Encode(out)
+	return train.Data{Images: ds, Labels: labels, Prep: dataset.Preprocess{Scale: 1.0 / 255}}
 }
-
-const fmnistTestLabels = "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz"
 
 // TestProcessTrainingSurvivesFailures trains LeNet-5 on a 6-node cluster of real processes
 // while two workers are killed at once (kill -9), the coordinator is killed, and a worker is
@@ -238,23 +244,7 @@ func TestProcessTrainingAllNodesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, _ := os.Open(fmnistTest)
-	ds, err := dataset.Open(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	lf, _ := os.Open(fmnistTestLabels)
-	l32, err := dataset.ReadLabels(fmnistTestLabels, lf)
-	lf.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	labels := make([]int64, len(l32))
-	for i, v := range l32 {
-		labels[i] = int64(v)
-	}
-	correct, n, err := train.Evaluate(m, train.Data{Images: ds, Labels: labels, Prep: dataset.Preprocess{Scale: 1.0 / 255}}, 256, 2)
+	correct, n, err := train.Evaluate(m, fmnistTestData(t), 256, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
