@@ -178,6 +178,19 @@ func WaitUntil(limit time.Duration, cond func() bool) (time.Duration, error) {
 
 // IDXPrefix writes the first n images of a (gzipped) IDX image file as a plain IDX file.
 func IDXPrefix(src, dst string, n int) error {
+	return idxPrefix(src, dst, n, 0x803, 16, func(hdr []byte) int64 {
+		return int64(binary.BigEndian.Uint32(hdr[8:])) * int64(binary.BigEndian.Uint32(hdr[12:]))
+	})
+}
+
+// LabelsPrefix writes the first n labels of a (gzipped) IDX label file as a plain IDX file.
+func LabelsPrefix(src, dst string, n int) error {
+	return idxPrefix(src, dst, n, 0x801, 8, func([]byte) int64 { return 1 })
+}
+
+// idxPrefix copies the header (hdrLen bytes, magic first, then the item count) with the
+// count set to n, then the first n items of itemSize(header) bytes each.
+func idxPrefix(src, dst string, n int, magic uint32, hdrLen int, itemSize func(hdr []byte) int64) error {
 	f, err := os.Open(src)
 	if err != nil {
 		return fmt.Errorf("scenario: %w (Debian's dataset-fashion-mnist provides it)", err)
@@ -189,15 +202,14 @@ func IDXPrefix(src, dst string, n int) error {
 			return err
 		}
 	}
-	hdr := make([]byte, 16)
+	hdr := make([]byte, hdrLen)
 	if _, err := io.ReadFull(r, hdr); err != nil {
 		return err
 	}
-	if binary.BigEndian.Uint32(hdr) != 0x803 || int(binary.BigEndian.Uint32(hdr[4:])) < n {
-		return fmt.Errorf("scenario: %s is not an IDX image file with %d images", src, n)
+	if binary.BigEndian.Uint32(hdr) != magic || int(binary.BigEndian.Uint32(hdr[4:])) < n {
+		return fmt.Errorf("scenario: %s is not an IDX file of type %#x with %d items", src, magic, n)
 	}
 	binary.BigEndian.PutUint32(hdr[4:], uint32(n))
-	size := int64(binary.BigEndian.Uint32(hdr[8:])) * int64(binary.BigEndian.Uint32(hdr[12:]))
 	out, err := os.Create(dst)
 	if err != nil {
 		return err
@@ -206,7 +218,7 @@ func IDXPrefix(src, dst string, n int) error {
 	if _, err := out.Write(hdr); err != nil {
 		return err
 	}
-	if _, err := io.CopyN(out, r, size*int64(n)); err != nil {
+	if _, err := io.CopyN(out, r, itemSize(hdr)*int64(n)); err != nil {
 		return err
 	}
 	return out.Close()
@@ -240,39 +252,4 @@ func CheckResult(path string, want int) (answered, lost, dup int, err error) {
 		}
 	}
 	return answered, lost, dup, nil
-}
-
-// LabelsPrefix writes the first n labels of a (gzipped) IDX label file as a plain IDX file.
-func LabelsPrefix(src, dst string, n int) error {
-	f, err := os.Open(src)
-	if err != nil {
-		return fmt.Errorf("scenario: %w (Debian's dataset-fashion-mnist provides it)", err)
-	}
-	defer f.Close()
-	var r io.Reader = bufio.NewReader(f)
-	if strings.HasSuffix(src, ".gz") {
-		if r, err = gzip.NewReader(r); err != nil {
-			return err
-		}
-	}
-	hdr := make([]byte, 8)
-	if _, err := io.ReadFull(r, hdr); err != nil {
-		return err
-	}
-	if binary.BigEndian.Uint32(hdr) != 0x801 || int(binary.BigEndian.Uint32(hdr[4:])) < n {
-		return fmt.Errorf("scenario: %s is not an IDX label file with %d labels", src, n)
-	}
-	binary.BigEndian.PutUint32(hdr[4:], uint32(n))
-	out, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	defer out.Close()
-	if _, err := out.Write(hdr); err != nil {
-		return err
-	}
-	if _, err := io.CopyN(out, r, int64(n)); err != nil {
-		return err
-	}
-	return out.Close()
 }
