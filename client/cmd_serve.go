@@ -16,7 +16,7 @@ import (
 
 	"idunno/fd"
 	"idunno/sched"
-	"idunno/sched/httpapi"
+	"idunno/serving"
 )
 
 func init() {
@@ -35,8 +35,8 @@ func addHTTP(n *sched.Node) error {
 		}
 		return n.FD.Alive()
 	}
-	svc := httpapi.NewNodeService(httpapi.NodeOptions{
-		Config:  httpapi.Config{Node: n.Cfg.Name, Token: n.Cfg.HTTPBearerToken(), Logf: n.Logger("http")},
+	svc := serving.NewNodeService(serving.NodeOptions{
+		Config:  serving.Config{Node: n.Cfg.Name, Token: n.Cfg.HTTPBearerToken(), Logf: n.Logger("http")},
 		Addr:    n.Cfg.HTTPAddr(),
 		DataDir: n.Cfg.DataDir,
 		Threads: n.Cfg.Threads,
@@ -74,11 +74,11 @@ type nodePeers struct {
 	live func() []fd.Member
 }
 
-func (p nodePeers) Peers() []httpapi.Peer {
-	var r []httpapi.Peer
+func (p nodePeers) Peers() []serving.Peer {
+	var r []serving.Peer
 	for _, m := range p.live() {
 		if m.Name != p.self {
-			r = append(r, httpapi.Peer{Name: m.Name, RPCAddr: m.RPCAddr})
+			r = append(r, serving.Peer{Name: m.Name, RPCAddr: m.RPCAddr})
 		}
 	}
 	return r
@@ -91,8 +91,8 @@ type nodeGauges struct {
 	live func() []fd.Member
 }
 
-func (g nodeGauges) Gauges() httpapi.ClusterGauges {
-	r := httpapi.ClusterGauges{Members: len(g.live()), SDFSBytesStored: -1, ReplicationBacklog: -1}
+func (g nodeGauges) Gauges() serving.ClusterGauges {
+	r := serving.ClusterGauges{Members: len(g.live()), SDFSBytesStored: -1, ReplicationBacklog: -1}
 	if st := g.n.SDFS; st != nil {
 		_, r.SDFSBytesStored = st.Usage()
 		r.ReplicationBacklog = st.Backlog()
@@ -108,7 +108,7 @@ func runServe(args []string) error {
 	replicas := fs.Int("replicas", 2, "how many nodes serve it when --nodes is not given")
 	maxBatch := fs.Int("max-batch", 1, "dynamic batching: rows per kernel call (1: no batching)")
 	maxDelay := fs.Duration("max-delay", 0, "dynamic batching: longest a request waits for others")
-	maxQueue := fs.Int("max-queue", httpapi.DefaultMaxQueue, "requests waiting at most; more get 503")
+	maxQueue := fs.Int("max-queue", serving.DefaultMaxQueue, "requests waiting at most; more get 503")
 	instances := fs.Int("instances", 1, "kernel calls of this model that may run at once per node")
 	model, rest := firstArg(args)
 	if err := fs.Parse(rest); err != nil {
@@ -134,12 +134,12 @@ func runServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	req := httpapi.ServeRequest{SDFSName: *sdfsName, ServedModel: httpapi.ServedModel{Name: model, Instances: *instances,
-		Batch: httpapi.BatchConfig{MaxBatch: *maxBatch, MaxDelay: *maxDelay, MaxQueue: *maxQueue}}}
+	req := serving.ServeRequest{SDFSName: *sdfsName, ServedModel: serving.ServedModel{Name: model, Instances: *instances,
+		Batch: serving.BatchConfig{MaxBatch: *maxBatch, MaxDelay: *maxDelay, MaxQueue: *maxQueue}}}
 	var errs []error
 	for _, m := range chosen {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		_, err := httpapi.Serve(ctx, t.cl, m.RPCAddr, req)
+		_, err := serving.Serve(ctx, t.cl, m.RPCAddr, req)
 		cancel()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", m.Name, err))
@@ -197,7 +197,7 @@ func chooseNodes(alive []fd.Member, model, names string, k int) ([]fd.Member, er
 type servedJSON struct {
 	Node string `json:"node"`
 	HTTP string `json:"http"`
-	httpapi.ServedModel
+	serving.ServedModel
 }
 
 func runServed(args []string) error {
@@ -217,8 +217,8 @@ func runServed(args []string) error {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		var ms []httpapi.RemoteModel
-		err := t.cl.CallJSON(ctx, m.RPCAddr, httpapi.MethodModels, struct{}{}, &ms)
+		var ms []serving.RemoteModel
+		err := t.cl.CallJSON(ctx, m.RPCAddr, serving.MethodModels, struct{}{}, &ms)
 		cancel()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", m.Name, err)
@@ -269,11 +269,11 @@ func runUnserve(args []string) error {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		var ms []httpapi.RemoteModel
-		err := t.cl.CallJSON(ctx, m.RPCAddr, httpapi.MethodModels, struct{}{}, &ms)
-		serving := slices.ContainsFunc(ms, func(r httpapi.RemoteModel) bool { return r.Served.Name == model })
-		if err == nil && serving {
-			err = httpapi.Unserve(ctx, t.cl, m.RPCAddr, model)
+		var ms []serving.RemoteModel
+		err := t.cl.CallJSON(ctx, m.RPCAddr, serving.MethodModels, struct{}{}, &ms)
+		has := slices.ContainsFunc(ms, func(r serving.RemoteModel) bool { return r.Served.Name == model })
+		if err == nil && has {
+			err = serving.Unserve(ctx, t.cl, m.RPCAddr, model)
 		} else if err == nil && len(want) > 0 {
 			err = fmt.Errorf("does not serve %s", model)
 		}
@@ -282,7 +282,7 @@ func runUnserve(args []string) error {
 			errs = append(errs, fmt.Errorf("%s: %w", m.Name, err))
 			continue
 		}
-		if serving {
+		if has {
 			fmt.Printf("%s no longer serves %s\n", m.Name, model)
 			stopped++
 		}
