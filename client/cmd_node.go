@@ -14,17 +14,8 @@ import (
 	"idunno/sched"
 )
 
-func init() {
-	register("node", "node --config FILE | --name N --host H --base-port P --data-dir D [--introducers A,B] [--secret S] [--threads T] [--fd-nice N] [--compute-nice N]",
-		"run one node until SIGTERM or SIGINT (then leave the cluster)", runNode)
-}
-
-// nodeSetup lists what each subsystem adds to a node before it runs (file store,
-// coordinator, worker, HTTP server); their cmd_*.go files append to it in init.
-var nodeSetup []func(n *sched.Node) error
-
 func runNode(args []string) error {
-	fs := flag.NewFlagSet("node", flag.ContinueOnError)
+	fs := newFlags("node")
 	cfgPath := fs.String("config", "", "node config JSON file (see sched.NodeConfig)")
 	var c sched.NodeConfig
 	var intro string
@@ -68,10 +59,11 @@ func runNode(args []string) error {
 	if os.Getenv("IDUNNO_FD_STARVE") == c.Name {
 		starve(n.Logger("node"))
 	}
-	for _, setup := range nodeSetup {
-		if err := setup(n); err != nil {
-			return err
-		}
+	if err := n.AddScheduler(); err != nil {
+		return err
+	}
+	if err := addHTTP(n); err != nil {
+		return err
 	}
 	// IDUNNO_CPUPROFILE=FILE profiles the node's CPU until it stops (SIGTERM or SIGINT).
 	if path := os.Getenv("IDUNNO_CPUPROFILE"); path != "" {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -18,14 +17,6 @@ import (
 	"idunno/sched"
 	"idunno/sched/httpapi"
 )
-
-func init() {
-	register("serve", "serve MODEL --sdfs NAME [--nodes N1,N2 | --replicas K] [--max-batch B] [--max-delay D] [--max-queue Q] [--instances I]",
-		"load a model from SDFS on some nodes and serve it over HTTP (KServe v2)", runServe)
-	register("served", "served [--json]", "list the models each node serves over HTTP", runServed)
-	register("unserve", "unserve MODEL [--nodes N1,N2]", "stop serving a model over HTTP (on every node serving it, or on the ones named)", runUnserve)
-	nodeSetup = append(nodeSetup, addHTTP)
-}
 
 // addHTTP gives a node its HTTP endpoint (KServe v2, /metrics, dashboard) on base port + 2.
 func addHTTP(n *sched.Node) error {
@@ -101,7 +92,7 @@ func (g nodeGauges) Gauges() httpapi.ClusterGauges {
 }
 
 func runServe(args []string) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs := newFlags("serve")
 	t := addTargetFlags(fs)
 	sdfsName := fs.String("sdfs", "", "SDFS name of the ONNX model file")
 	nodes := fs.String("nodes", "", "comma-separated nodes to serve it on (default: --replicas nodes chosen by the model's name)")
@@ -115,7 +106,7 @@ func runServe(args []string) error {
 		return err
 	}
 	if model == "" || *sdfsName == "" {
-		return errors.New("usage: serve MODEL --sdfs NAME [flags]")
+		return usageError("usage: serve MODEL --sdfs NAME [flags]")
 	}
 	if *maxBatch < 1 || *maxDelay < 0 || *maxQueue < 1 || *instances < 1 || *replicas < 1 {
 		return errors.New("--max-batch, --max-queue, --instances and --replicas must be at least 1, --max-delay not negative")
@@ -201,7 +192,7 @@ type servedJSON struct {
 }
 
 func runServed(args []string) error {
-	fs := flag.NewFlagSet("served", flag.ContinueOnError)
+	fs := newFlags("served")
 	t := addTargetFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args); err != nil {
@@ -242,7 +233,7 @@ func runServed(args []string) error {
 }
 
 func runUnserve(args []string) error {
-	fs := flag.NewFlagSet("unserve", flag.ContinueOnError)
+	fs := newFlags("unserve")
 	t := addTargetFlags(fs)
 	nodes := fs.String("nodes", "", "comma-separated nodes (default: every node serving it)")
 	model, rest := firstArg(args)
@@ -250,7 +241,7 @@ func runUnserve(args []string) error {
 		return err
 	}
 	if model == "" {
-		return errors.New("usage: unserve MODEL [--nodes N1,N2]")
+		return usageError("usage: unserve MODEL [--nodes N1,N2]")
 	}
 	all, err := t.nodes()
 	if err != nil {
