@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 
+	"idunno/logs"
+	"idunno/node"
 	"idunno/sched"
 )
 
@@ -28,11 +30,17 @@ func runNode(args []string) error {
 	fs.IntVar(&c.Threads, "threads", 1, "kernel threads per model instance")
 	fdNice := fs.Int("fd-nice", sched.DefaultFDNice, "nice of the failure detector's threads (below 0 needs CAP_SYS_NICE; 0: as the process)")
 	computeNice := fs.Int("compute-nice", sched.DefaultComputeNice, "nice of the worker's task and kernel threads (0: as the process)")
+	var opt node.Options
+	fs.StringVar(&opt.LogFormat, "log-format", envOr("IDUNNO_LOG_FORMAT", logs.Text), "DATA_DIR/node.log format: text (one line a record, fields as key=value) or json (default $IDUNNO_LOG_FORMAT)")
+	level := fs.String("log-level", envOr("IDUNNO_LOG_LEVEL", "info"), "lowest level logged: debug, info, warn or error (default $IDUNNO_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	var err error
+	if opt.LogLevel, err = logs.ParseLevel(*level); err != nil {
+		return usageError(err.Error())
+	}
 	if *cfgPath != "" {
-		var err error
 		if c, err = sched.LoadConfig(*cfgPath); err != nil {
 			return err
 		}
@@ -48,7 +56,7 @@ func runNode(args []string) error {
 			c.ComputeNice = computeNice
 		}
 	})
-	n, err := sched.NewNode(c)
+	n, err := node.New(c, opt)
 	if err != nil {
 		return err
 	}
@@ -57,13 +65,7 @@ func runNode(args []string) error {
 	// not stop them.
 	signal.Ignore(syscall.SIGHUP)
 	if os.Getenv("IDUNNO_FD_STARVE") == c.Name {
-		starve(n.Logger("node"))
-	}
-	if err := n.AddScheduler(); err != nil {
-		return err
-	}
-	if err := addHTTP(n); err != nil {
-		return err
+		starve(n.Logf("node"))
 	}
 	// IDUNNO_CPUPROFILE=FILE profiles the node's CPU until it stops (SIGTERM or SIGINT).
 	if path := os.Getenv("IDUNNO_CPUPROFILE"); path != "" {
@@ -81,6 +83,13 @@ func runNode(args []string) error {
 	defer stop()
 	fmt.Printf("node %s: fd %s rpc %s http %s\n", c.Name, c.FDAddr(), c.RPCAddr(), c.HTTPAddr())
 	return n.Run(ctx)
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }
 
 // starve is fault injection for the failure detector's benchmark (IDUNNO_FD_STARVE=NAME):

@@ -16,7 +16,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"idunno/sched"
 	"idunno/sdfs"
 )
 
@@ -222,8 +221,8 @@ func runStoreCmd(args []string) error {
 		return err
 	}
 	if *node == "" {
-		var r sched.MembersReply
-		if r, err = t.members(); err != nil {
+		r, err := t.members()
+		if err != nil {
 			return err
 		}
 		*node = r.Self.Name

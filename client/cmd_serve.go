@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"os"
 	"slices"
 	"strings"
@@ -14,82 +13,8 @@ import (
 	"time"
 
 	"idunno/fd"
-	"idunno/sched"
 	"idunno/sched/httpapi"
 )
-
-// addHTTP gives a node its HTTP endpoint (KServe v2, /metrics, dashboard) on base port + 2.
-func addHTTP(n *sched.Node) error {
-	live := func() []fd.Member {
-		if n.FD == nil {
-			return nil
-		}
-		return n.FD.Alive()
-	}
-	svc := httpapi.NewNodeService(httpapi.NodeOptions{
-		Config:  httpapi.Config{Node: n.Cfg.Name, Token: n.Cfg.HTTPBearerToken(), Logf: n.Logger("http")},
-		Addr:    n.Cfg.HTTPAddr(),
-		DataDir: n.Cfg.DataDir,
-		Threads: n.Cfg.Threads,
-		RPC:     n.RPC,
-		Client:  n.Client,
-		SelfRPC: n.Cfg.RPCAddr(),
-		Peers:   nodePeers{self: n.Cfg.Name, live: live},
-		Gauges:  nodeGauges{n: n, live: live},
-		Fetch: func(ctx context.Context, name string, w io.Writer) error {
-			if n.SDFS == nil {
-				return errors.New("this node runs no SDFS store")
-			}
-			_, err := n.SDFS.Client().Get(ctx, name, w)
-			return err
-		},
-		List: func(ctx context.Context, prefix string) ([]string, error) {
-			if n.SDFS == nil {
-				return nil, errors.New("this node runs no SDFS store")
-			}
-			fs, err := n.SDFS.Client().List(ctx, prefix)
-			names := make([]string, len(fs))
-			for i, f := range fs {
-				names[i] = f.Name
-			}
-			return names, err
-		},
-	})
-	n.Add(svc)
-	return nil
-}
-
-// nodePeers lists the live members other than this node for the HTTP router.
-type nodePeers struct {
-	self string
-	live func() []fd.Member
-}
-
-func (p nodePeers) Peers() []httpapi.Peer {
-	var r []httpapi.Peer
-	for _, m := range p.live() {
-		if m.Name != p.self {
-			r = append(r, httpapi.Peer{Name: m.Name, RPCAddr: m.RPCAddr})
-		}
-	}
-	return r
-}
-
-// nodeGauges reads the membership size from fd and the bytes stored and replication
-// backlog from this node's SDFS store.
-type nodeGauges struct {
-	n    *sched.Node
-	live func() []fd.Member
-}
-
-func (g nodeGauges) Gauges() httpapi.ClusterGauges {
-	r := httpapi.ClusterGauges{Members: len(g.live()), SDFSBytesStored: -1, ReplicationBacklog: -1}
-	if st := g.n.SDFS; st != nil {
-		_, r.SDFSBytesStored = st.Usage()
-		r.ReplicationBacklog = st.Backlog()
-	}
-	return r
-}
 
 func runServe(args []string) error {
 	fs := newFlags("serve")
