@@ -126,13 +126,15 @@ func runTrainJobCmd(sub string, args []string) (handled bool, err error) {
 				if tty {
 					fmt.Print("\r\033[K")
 				}
-				if *asJSON {
-					s.Losses = nil
+				if *asJSON { // losses and eval_history included: a dashboard's curves
 					return true, json.NewEncoder(os.Stdout).Encode(s)
 				}
 				printTrainLine(s)
 				for _, e := range s.EpochRecords {
 					fmt.Printf("  epoch %d: %d steps, %d samples, complete %v, every sample exactly once %v\n", e.Epoch, e.Steps, e.Samples, e.Complete, e.ExactlyOnce)
+				}
+				for _, p := range s.EvalHistory {
+					fmt.Printf("  eval after epoch %d (step %d): %d of %d right, %.2f%%\n", p.Epoch, p.Step, p.Correct, p.Count, 100*p.Accuracy)
 				}
 				return true, nil
 			}

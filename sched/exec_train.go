@@ -18,6 +18,8 @@ import (
 type ShardComputer interface {
 	ProbeTrain(ctx context.Context, spec TrainSpec) (samples int, err error)
 	ComputeShard(ctx context.Context, spec TrainSpec, params []byte, step, shard int) (*ShardPush, error)
+	// EvaluateTrain counts the right answers of m on the job's evaluation set.
+	EvaluateTrain(ctx context.Context, spec TrainSpec, m *onnx.Model) (correct, n int, err error)
 }
 
 // trainCache is what a worker keeps per training job: its labels, epoch orders and plans.
@@ -199,4 +201,25 @@ func (x *KernelExecutor) ComputeShard(ctx context.Context, spec TrainSpec, param
 	return &ShardPush{Job: spec.Name, Step: step, Shard: shard, Grads: floatsToBytes(g.Grads), Stats: floatsToBytes(g.Stats),
 		N: g.N, Loss: g.Loss, Correct: g.Correct, Count: int64(len(idx)), Digest: SampleDigest(idx),
 		Millis: time.Since(t0).Milliseconds()}, nil
+}
+
+// EvaluateTrain runs m (an inference model of the job's current weights) over the job's
+// evaluation set and counts its right answers.
+func (x *KernelExecutor) EvaluateTrain(ctx context.Context, spec TrainSpec, m *onnx.Model) (int, int, error) {
+	if spec.EvalData == "" {
+		return 0, 0, fmt.Errorf("sched: training job %s has no evaluation set", spec.Name)
+	}
+	ds, err := x.dataset(ctx, spec.EvalData, "")
+	if err != nil {
+		return 0, 0, err
+	}
+	l, err := x.labels(ctx, spec.EvalLabels)
+	if err != nil {
+		return 0, 0, err
+	}
+	var correct, n int
+	x.lowered(func() {
+		correct, n, err = train.Evaluate(m, train.Data{Images: ds, Labels: l, Prep: spec.Pre}, max(spec.Batch, 64), spec.Threads)
+	})
+	return correct, n, err
 }

@@ -39,9 +39,12 @@ type TrainSummary struct {
 	Output         string         `json:"output,omitempty"`
 	Replays        int            `json:"replays"`
 	EpochRecords   []EpochSummary `json:"epoch_records"`
-	Losses         []float32      `json:"losses,omitempty"`
-	Shards         int            `json:"shards"`
-	Batch          int            `json:"batch"`
+	Losses         []float32      `json:"losses,omitempty"` // every committed step's loss, in step order
+	// EvalHistory is every evaluation so far (one per finished epoch when the job has an
+	// evaluation set): the points of an eval-accuracy curve; its last is EvalAccuracy.
+	EvalHistory []EvalPoint `json:"eval_history"`
+	Shards      int         `json:"shards"`
+	Batch       int         `json:"batch"`
 }
 
 // apiTrainAdd accepts a training job in the training phase.
@@ -154,7 +157,11 @@ func (s *Scheduler) trainSummary(name string) TrainSummary {
 	p := t.Spec.Plan()
 	sum := TrainSummary{Name: name, Epochs: t.Spec.Epochs, Step: t.Step, StepsTotal: p.TotalSteps(),
 		CheckpointStep: t.Ckpt, Complete: t.Complete, Output: t.Output, Replays: t.Replays, Losses: t.Losses,
-		Shards: t.Spec.Shards, Batch: t.Spec.Batch, Workers: []TrainWorker{}}
+		Shards: t.Spec.Shards, Batch: t.Spec.Batch, Workers: []TrainWorker{}, EvalHistory: append([]EvalPoint{}, t.Evals...)}
+	if n := len(t.Evals); n > 0 {
+		a := t.Evals[n-1].Accuracy
+		sum.EvalAccuracy = &a
+	}
 	sum.Epoch = min(t.Step/p.StepsPerEpoch(), t.Spec.Epochs-1)
 	for i, r := range t.Epochs {
 		done, once := t.EpochComplete(i)

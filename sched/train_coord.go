@@ -492,16 +492,49 @@ func (s *Scheduler) checkpoint(name string, r *trainRun, step int) error {
 	if err := s.blobs.Put(ctx, CheckpointName(name), buf.Bytes()); err != nil {
 		return err
 	}
+	eval := s.evaluateEpoch(name, r, step)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.role != roleCoordinator {
 		return fmt.Errorf("no longer the coordinator")
 	}
-	if err := s.commit(&Entry{Kind: EntryTrainCkpt, Name: name, Task: step, Model: CheckpointName(name)}); err != nil {
+	if err := s.commit(&Entry{Kind: EntryTrainCkpt, Name: name, Task: step, Model: CheckpointName(name), TrainStep: eval}); err != nil {
 		return err
 	}
 	s.logf("sched: training job %s: checkpoint at step %d", name, step)
 	return nil
+}
+
+// evaluateEpoch evaluates the weights after step on the job's evaluation set when step ends
+// an epoch and the job has one; nil otherwise (or when evaluation fails: training goes on).
+// The weights are the same bytes whoever computes them, so a recomputed epoch end gives the
+// same figure.
+func (s *Scheduler) evaluateEpoch(name string, r *trainRun, step int) *StepFacts {
+	spec := r.spec
+	sc, ok := s.exec.(ShardComputer)
+	if spec.EvalData == "" || step%spec.Plan().StepsPerEpoch() != 0 || !ok {
+		return nil
+	}
+	r.mu.Lock()
+	if r.eng == nil {
+		r.mu.Unlock()
+		return nil
+	}
+	m, err := r.eng.Model(true)
+	r.mu.Unlock()
+	if err != nil {
+		s.logf("sched: training job %s: evaluation at step %d: %v", name, step, err)
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	correct, n, err := sc.EvaluateTrain(ctx, spec, m)
+	if err != nil || n == 0 {
+		s.logf("sched: training job %s: evaluation at step %d: %v", name, step, err)
+		return nil
+	}
+	s.logf("sched: training job %s: evaluation after step %d: %d of %d right (%.2f%%)", name, step, correct, n, 100*float64(correct)/float64(n))
+	return &StepFacts{Correct: int64(correct), Count: int64(n)}
 }
 
 func (s *Scheduler) finishTraining(name string, r *trainRun) error {

@@ -192,7 +192,8 @@ func TestProcessTrainingAllNodesRestart(t *testing.T) {
 	c.must("train", "start")
 	c.must("train", "add", "--name", "l5", "--model", "zoo:lenet5", "--input-shape", "1,28,28", "--data", "fm-test.gz",
 		"--labels", "fm-test-labels.gz", "--epochs", strconv.Itoa(epochs), "--batch", strconv.Itoa(batch),
-		"--shards", strconv.Itoa(shards), "--scale", "1/255", "--checkpoint-every", "20", "--threads", "2")
+		"--shards", strconv.Itoa(shards), "--scale", "1/255", "--checkpoint-every", "20", "--threads", "2",
+		"--eval-data", "fm-test.gz", "--eval-labels", "fm-test-labels.gz")
 	restarted := false
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
@@ -244,9 +245,14 @@ func TestProcessTrainingAllNodesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	correct, n, err := train.Evaluate(m, fmnistTestData(t), 256, 2)
+	correct, n, err := train.Evaluate(m, fmnistTestData(t), 64, 2)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// the evaluation at the epoch's end (on the coordinator, journaled with the checkpoint)
+	if len(s.EvalHistory) != 1 || s.EvalHistory[0].Correct != int64(correct) || s.EvalHistory[0].Count != int64(n) ||
+		s.EvalAccuracy == nil || *s.EvalAccuracy != s.EvalHistory[0].Accuracy {
+		t.Fatalf("eval history %+v (accuracy %v), evaluating the model here gives %d of %d", s.EvalHistory, s.EvalAccuracy, correct, n)
 	}
 	c.must("train", "stop")
 	c.must("inference", "start")
@@ -321,5 +327,63 @@ func TestProcessTwoTrainingJobs(t *testing.T) {
 		if !bytes.Equal(b, want) {
 			t.Fatalf("job %s's model differs from train.Local's", name)
 		}
+	}
+}
+
+// TestTrainEvalHistory: evaluations ride on the checkpoint entries at epochs' ends; a
+// recomputed epoch end (after a resume from an earlier checkpoint) replaces its point
+// instead of adding one, and a bad evaluation is refused by the journal.
+func TestTrainEvalHistory(t *testing.T) {
+	st := sched.NewState()
+	seq := uint64(0)
+	apply := func(e *sched.Entry) error {
+		seq++
+		e.Seq = seq
+		e.Epoch = 1
+		err := st.Apply(e)
+		if err != nil {
+			seq--
+		}
+		return err
+	}
+	must := func(e *sched.Entry) {
+		t.Helper()
+		if err := apply(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(&sched.Entry{Kind: sched.EntryEpoch, Node: "n0"})
+	spec := sched.TrainSpec{Name: "j", Model: "m", Data: "d", Labels: "l", EvalData: "e", EvalLabels: "el", Epochs: 2, Batch: 10,
+		Shards: 2, LR: 0.1, Optimizer: kernel.Optimizer{Kind: "sgd"}, Schedule: train.Schedule{Kind: "constant"}, Threads: 1, Samples: 30}
+	must(&sched.Entry{Kind: sched.EntryTrainAdd, Train: &spec})
+	step := func(i int) {
+		t.Helper()
+		must(&sched.Entry{Kind: sched.EntryTrainStep, Name: "j", Task: i, TrainStep: &sched.StepFacts{Loss: 1, Count: 10}})
+	}
+	for i := 0; i < 3; i++ {
+		step(i)
+	}
+	if err := apply(&sched.Entry{Kind: sched.EntryTrainCkpt, Name: "j", Task: 3, Model: "c", TrainStep: &sched.StepFacts{Correct: 11, Count: 10}}); err == nil {
+		t.Fatal("an evaluation with more right answers than samples was accepted")
+	}
+	must(&sched.Entry{Kind: sched.EntryTrainCkpt, Name: "j", Task: 3, Model: "c", TrainStep: &sched.StepFacts{Correct: 7, Count: 10}})
+	for i := 3; i < 5; i++ {
+		step(i)
+	}
+	if err := apply(&sched.Entry{Kind: sched.EntryTrainCkpt, Name: "j", Task: 5, Model: "c", TrainStep: &sched.StepFacts{Correct: 1, Count: 10}}); err == nil {
+		t.Fatal("an evaluation in the middle of an epoch was accepted")
+	}
+	step(5)
+	must(&sched.Entry{Kind: sched.EntryTrainCkpt, Name: "j", Task: 6, Model: "c", TrainStep: &sched.StepFacts{Correct: 8, Count: 10}})
+	// a resume from checkpoint 6 that recomputes nothing, then a recomputed epoch end from 3
+	// is not possible (checkpoints only move forward); the epoch-2 point is replaced when the
+	// same step is checkpointed again
+	must(&sched.Entry{Kind: sched.EntryTrainCkpt, Name: "j", Task: 6, Model: "c", TrainStep: &sched.StepFacts{Correct: 8, Count: 10}})
+	ev := st.Trains["j"].Evals
+	if len(ev) != 2 || ev[0].Epoch != 1 || ev[0].Accuracy != 0.7 || ev[1].Epoch != 2 || ev[1].Step != 6 || ev[1].Accuracy != 0.8 {
+		t.Fatalf("eval history %+v", ev)
+	}
+	if c := st.Clone(); len(c.Trains["j"].Evals) != 2 {
+		t.Fatal("Clone lost the eval history")
 	}
 }

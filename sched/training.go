@@ -137,11 +137,23 @@ type TrainState struct {
 	Losses   []float32     `json:"losses,omitempty"` // every committed step's loss, in step order
 	Epochs   []EpochRecord `json:"epochs"`
 	Replays  int           `json:"replays,omitempty"` // steps committed again after a resume
+	Evals    []EvalPoint   `json:"evals,omitempty"`   // evaluations at epochs' ends, in step order
+}
+
+// EvalPoint is one evaluation of a training job's weights on its evaluation set, taken
+// after the last step of an epoch (carried by that epoch's checkpoint entry).
+type EvalPoint struct {
+	Epoch    int     `json:"epoch"` // 1-based: the epoch just finished
+	Step     int     `json:"step"`  // steps committed when evaluated
+	Correct  int64   `json:"correct"`
+	Count    int64   `json:"count"`
+	Accuracy float64 `json:"accuracy"`
 }
 
 func (t *TrainState) clone() *TrainState {
 	c := *t
 	c.Losses = slices.Clone(t.Losses)
+	c.Evals = slices.Clone(t.Evals)
 	c.Epochs = make([]EpochRecord, len(t.Epochs))
 	for i, e := range t.Epochs {
 		e.Steps = slices.Clone(e.Steps)
@@ -195,6 +207,9 @@ func (s *State) checkTrain(e *Entry) error {
 		if e.Model == "" || e.Task < t.Ckpt || e.Task > t.Step {
 			return fmt.Errorf("sched: journal: training job %s: bad checkpoint at step %d", e.Name, e.Task)
 		}
+		if f := e.TrainStep; f != nil && (f.Count < 0 || f.Correct < 0 || f.Correct > f.Count || e.Task%t.Spec.Plan().StepsPerEpoch() != 0) {
+			return fmt.Errorf("sched: journal: training job %s: bad evaluation at step %d", e.Name, e.Task)
+		}
 	case EntryTrainDone:
 		if e.Model == "" || t.Step != total {
 			return fmt.Errorf("sched: journal: training job %s done at step %d of %d", e.Name, t.Step, total)
@@ -246,6 +261,13 @@ func (s *State) applyTrain(e *Entry) {
 		}
 	case EntryTrainCkpt:
 		t.Ckpt, t.CkptName = e.Task, e.Model
+		if f := e.TrainStep; f != nil && f.Count > 0 {
+			// an evaluation at an epoch's end; a recomputed epoch end replaces its point
+			pt := EvalPoint{Epoch: e.Task / t.Spec.Plan().StepsPerEpoch(), Step: e.Task, Correct: f.Correct, Count: f.Count,
+				Accuracy: float64(f.Correct) / float64(f.Count)}
+			t.Evals = slices.DeleteFunc(t.Evals, func(p EvalPoint) bool { return p.Step >= e.Task })
+			t.Evals = append(t.Evals, pt)
+		}
 	case EntryTrainDone:
 		t.Complete, t.Finished, t.Output = true, e.Time, e.Model
 		s.Models[e.Name] = e.Model
