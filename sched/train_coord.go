@@ -279,8 +279,8 @@ func (s *Scheduler) handleTrainPull(epoch uint64, a TrainPullArgs) (ShardOrder, 
 
 // lease picks a shard of the current step for worker: one nobody holds (or whose holder
 // is gone or silent for a minute), else a straggler's (held by one other worker for more
-// than three times the median shard time, and over a second), computed twice, first
-// answer wins.
+// than StragglerFactor times the median shard time, and over StragglerFloor), computed
+// twice, first answer wins.
 func (r *trainRun) lease(worker string, alive map[string]bool, now time.Time) (ShardOrder, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -320,12 +320,21 @@ func (r *trainRun) lease(worker string, alive map[string]bool, now time.Time) (S
 		if r.results[k] != nil || len(ls) != 1 || ls[0].worker == worker || med <= 0 {
 			continue
 		}
-		if age := now.Sub(ls[0].start).Seconds(); age > 3*med && age > 1 {
+		if age := now.Sub(ls[0].start).Seconds(); age > StragglerFactor*med && age > StragglerFloor.Seconds() {
 			return give(k)
 		}
 	}
 	return ShardOrder{}, false
 }
+
+// A shard held by one worker for longer than StragglerFactor times the median shard time of
+// the job's recent shards, and longer than StragglerFloor, is given to a second worker too.
+// 1.5 catches DLRover's straggler at 2x the median within one shard time; the floor keeps
+// millisecond shards (whose times are mostly scheduling noise) from being computed twice.
+const (
+	StragglerFactor = 1.5
+	StragglerFloor  = time.Second
+)
 
 func median(v []float64) float64 {
 	if len(v) == 0 {

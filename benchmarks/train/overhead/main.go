@@ -1,0 +1,218 @@
+// Command overhead measures the per-step cost of training on the cluster over training on
+// one machine: the same model, data, batch, shards and thread count run as `train local`
+// would (train.Local, in this process) and as a training job on a local cluster of a
+// coordinator and one worker, alternating rounds so both see the same machine load. It
+// prints one JSON line per round and the ratio of the medians.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"idunno/demo/scenario"
+	"idunno/kernel"
+	"idunno/kernel/onnx"
+	"idunno/kernel/zoo"
+	"idunno/sched"
+	"idunno/sched/dataset"
+	"idunno/sched/train"
+)
+
+type round struct {
+	Where       string  `json:"where"` // local or cluster
+	Round       int     `json:"round"`
+	Steps       int     `json:"steps"`        // steps timed (after the warm-up ones)
+	StepSeconds float64 `json:"step_seconds"` // median step time
+	MeanSeconds float64 `json:"mean_seconds"` // mean step time
+	Load1       float64 `json:"load1"`
+}
+
+func main() {
+	bin := flag.String("bin", "bin/idunno", "the idunno binary")
+	model := flag.String("model", "resnet18", "zoo model")
+	shape := flag.String("input-shape", "1,32,32", "model input shape")
+	resize := flag.String("resize", "32x32", "resize the images to HxW")
+	batch := flag.Int("batch", 256, "global batch")
+	threads := flag.Int("threads", 2, "kernel threads (both sides)")
+	steps := flag.Int("steps", 20, "steps timed per round")
+	warm := flag.Int("warmup", 2, "steps not timed at the start of each round")
+	rounds := flag.Int("rounds", 2, "rounds (local then cluster)")
+	images := flag.String("images", "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz", "training images")
+	labels := flag.String("labels", "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz", "training labels")
+	flag.Parse()
+	o := opts{bin: *bin, model: *model, shape: *shape, resize: *resize, batch: *batch, threads: *threads, steps: *steps,
+		warm: *warm, rounds: *rounds, images: *images, labels: *labels}
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "overhead:", err)
+		os.Exit(1)
+	}
+}
+
+type opts struct {
+	bin, model, shape, resize, images, labels string
+	batch, threads, steps, warm, rounds       int
+}
+
+func load1() float64 {
+	b, _ := os.ReadFile("/proc/loadavg")
+	var l float64
+	fmt.Sscan(string(b), &l)
+	return l
+}
+
+// summarize turns step completion times into a round's figures.
+func summarize(where string, r int, at []time.Time, warm int) round {
+	var d []float64
+	for i := warm + 1; i < len(at); i++ {
+		d = append(d, at[i].Sub(at[i-1]).Seconds())
+	}
+	var sum float64
+	for _, x := range d {
+		sum += x
+	}
+	slices.Sort(d)
+	return round{Where: where, Round: r, Steps: len(d), StepSeconds: d[len(d)/2], MeanSeconds: sum / float64(len(d)), Load1: load1()}
+}
+
+func run(o opts) error {
+	var shape []int64
+	for _, f := range strings.Split(o.shape, ",") {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return fmt.Errorf("--input-shape %q", o.shape)
+		}
+		shape = append(shape, n)
+	}
+	var pre dataset.Preprocess
+	if _, err := fmt.Sscanf(o.resize, "%dx%d", &pre.Resize[0], &pre.Resize[1]); err != nil {
+		return fmt.Errorf("--resize %q", o.resize)
+	}
+	pre.Scale = 1.0 / 255
+	m, err := zoo.Build(o.model, zoo.Options{InputShape: shape, Classes: 10, Seed: 1, Init: zoo.InitTorch})
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "idunno-overhead-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	modelFile := filepath.Join(dir, "init.onnx")
+	if err := os.WriteFile(modelFile, onnx.Encode(m), 0o644); err != nil {
+		return err
+	}
+	data, err := loadData(o.images, o.labels, pre)
+	if err != nil {
+		return err
+	}
+	d, err := scenario.Up(o.bin, dir, 2, 0, false) // a coordinator and one worker
+	if err != nil {
+		return err
+	}
+	defer d.Down()
+	if err := d.Steps([]string{"put", o.images, "images.gz"}, []string{"put", o.labels, "labels.gz"},
+		[]string{"put", modelFile, "init.onnx"}, []string{"train", "start"}); err != nil {
+		return err
+	}
+	var res []round
+	emit := func(r round) {
+		res = append(res, r)
+		b, _ := json.Marshal(r)
+		fmt.Println(string(b))
+	}
+	n := o.warm + o.steps + 1
+	for r := 1; r <= o.rounds; r++ {
+		// local: train.Local with the same settings, stopped after n steps
+		cfg := train.Config{Plan: train.Plan{Batch: o.batch, Shards: 1, Epochs: 1, Seed: 1}, LR: 0.01,
+			Optimizer: kernel.Optimizer{Kind: "sgd", Momentum: 0.9}, Schedule: train.Schedule{Kind: "constant"}, Threads: o.threads}
+		ctx, cancel := context.WithCancel(context.Background())
+		var at []time.Time
+		_, _, err := train.Local(ctx, m, cfg, data, nil, train.Hooks{Step: func(p train.Progress) {
+			at = append(at, time.Now())
+			if len(at) >= n {
+				cancel()
+			}
+		}})
+		cancel()
+		if len(at) < n {
+			return fmt.Errorf("local run stopped after %d steps: %v", len(at), err)
+		}
+		emit(summarize("local", r, at, o.warm))
+
+		// cluster: the same job on the coordinator + worker, removed after n steps
+		name := fmt.Sprintf("ovh%d", r)
+		if err := d.Steps([]string{"train", "add", "--name", name, "--model", "init.onnx", "--data", "images.gz", "--labels", "labels.gz",
+			"--epochs", "1", "--batch", strconv.Itoa(o.batch), "--shards", "1", "--lr", "0.01", "--momentum", "0.9",
+			"--scale", "1/255", "--resize", o.resize, "--threads", strconv.Itoa(o.threads)}); err != nil {
+			return err
+		}
+		at = at[:0]
+		last := 0
+		deadline := time.Now().Add(30 * time.Minute)
+		for len(at) < n {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("cluster job %s: %d steps in 30 minutes", name, last)
+			}
+			var s sched.TrainSummary
+			if d.Call("sched.train.get", sched.NameArgs{Name: name}, &s) == nil && s.Step > last {
+				for i := last; i < s.Step; i++ {
+					at = append(at, time.Now())
+				}
+				last = s.Step
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if _, err := d.Run("train", "remove", name); err != nil {
+			return err
+		}
+		emit(summarize("cluster", r, at, o.warm))
+	}
+	var l, c []float64
+	for _, r := range res {
+		if r.Where == "local" {
+			l = append(l, r.StepSeconds)
+		} else {
+			c = append(c, r.StepSeconds)
+		}
+	}
+	slices.Sort(l)
+	slices.Sort(c)
+	ml, mc := l[len(l)/2], c[len(c)/2]
+	fmt.Printf("# %s batch %d, %d threads: local %.3f s/step, cluster %.3f s/step: overhead %+.1f%% (load %.1f)\n",
+		o.model, o.batch, o.threads, ml, mc, 100*(mc/ml-1), load1())
+	return nil
+}
+
+func loadData(images, labels string, pre dataset.Preprocess) (train.Data, error) {
+	f, err := os.Open(images)
+	if err != nil {
+		return train.Data{}, err
+	}
+	defer f.Close()
+	ds, err := dataset.Open(f)
+	if err != nil {
+		return train.Data{}, err
+	}
+	lf, err := os.Open(labels)
+	if err != nil {
+		return train.Data{}, err
+	}
+	defer lf.Close()
+	l32, err := dataset.ReadLabels(labels, lf)
+	if err != nil {
+		return train.Data{}, err
+	}
+	l := make([]int64, len(l32))
+	for i, v := range l32 {
+		l[i] = int64(v)
+	}
+	return train.Data{Images: ds, Labels: l, Prep: pre}, nil
+}
