@@ -6,6 +6,8 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+
+	"idunno/netfault"
 )
 
 // Packet is one datagram received by a Transport.
@@ -73,6 +75,9 @@ func (t *UDPTransport) read(nice int) {
 			}
 			return // closed
 		}
+		if netfault.Cut() {
+			continue
+		}
 		p := Packet{From: from.String(), Data: append([]byte(nil), buf[:n]...)}
 		select {
 		case t.ch <- p:
@@ -87,6 +92,9 @@ func (t *UDPTransport) LocalAddr() string { return t.conn.LocalAddr().String() }
 
 // Send writes one datagram to addr.
 func (t *UDPTransport) Send(addr string, b []byte) error {
+	if netfault.Cut() {
+		return nil // lost on the way
+	}
 	t.mu.Lock()
 	ua := t.addrs[addr]
 	t.mu.Unlock()

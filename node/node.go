@@ -18,6 +18,7 @@ import (
 
 	"idunno/fd"
 	"idunno/logs"
+	"idunno/netfault"
 	"idunno/rpc"
 	"idunno/sched"
 	"idunno/sched/logquery"
@@ -191,6 +192,7 @@ func (n *Node) newHTTP() *serving.NodeService {
 func (n *Node) Run(ctx context.Context) error {
 	log := n.Logf("node")
 	defer n.logFile.Close()
+	defer netfault.ArmFromEnv(n.Logf("netfault"))() // test-only: IDUNNO_TEST_NETCUT=1
 	ln, err := net.Listen("tcp", n.cfg.RPCAddr())
 	if err != nil {
 		return fmt.Errorf("node: rpc listen: %w", err)

@@ -7,6 +7,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"idunno/netfault"
 )
 
 // Client calls methods on Servers. It is safe for concurrent use and keeps at most
@@ -27,6 +29,9 @@ func NewClient(secret []byte) *Client {
 // Call sends req to addr and returns the response. A non-empty response Err comes back as
 // a *RemoteError. Without a deadline in ctx, DefaultWait applies.
 func (c *Client) Call(ctx context.Context, addr string, req *Message) (*Message, error) {
+	if netfault.Cut() {
+		return nil, fmt.Errorf("rpc: %s %s: %w", addr, req.Method, netfault.ErrCut)
+	}
 	dl := deadline(ctx)
 	conn, fresh, err := c.get(ctx, addr, dl)
 	if err != nil {

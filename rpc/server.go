@@ -8,6 +8,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"idunno/netfault"
 )
 
 // Handler serves one method. The context carries the caller's deadline (as far as the
@@ -138,7 +140,7 @@ func (s *Server) serveConn(c net.Conn) {
 	for {
 		c.SetReadDeadline(time.Now().Add(s.IdleTimeout))
 		req, err := readFrame(c)
-		if err != nil {
+		if err != nil || netfault.Cut() { // cut off: no answer
 			return
 		}
 		resp := s.dispatch(req)

@@ -8,12 +8,14 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"idunno/kernel"
 	"idunno/kernel/onnx"
 	"idunno/kernel/zoo"
+	"idunno/netfault"
 	"idunno/sched"
 	"idunno/sched/dataset"
 	"idunno/sched/train"
@@ -412,6 +414,19 @@ func (c *procCluster) shardsBy(job string) map[int][]string {
 	return out
 }
 
+// netSignal sends a node SIGUSR1 (cut it off the network) or SIGUSR2 (restore it); the
+// nodes must have been started with netfault.EnvVar=1.
+func (c *procCluster) netSignal(name string, sig syscall.Signal) {
+	c.t.Helper()
+	n, err := c.lc.Node(name)
+	if err == nil {
+		err = syscall.Kill(n.PID, sig)
+	}
+	if err != nil {
+		c.t.Fatalf("signal %v to %s: %v", sig, name, err)
+	}
+}
+
 // shardCounts counts the shards each worker computed in steps [from, to] (1-based steps).
 func shardCounts(by map[int][]string, from, to int) map[string]int {
 	n := map[string]int{}
@@ -618,8 +633,9 @@ func TestProcessTrainingElastic(t *testing.T) {
 		what   string
 		worker string
 		from   int
-	}{{"joined", late[1], joinedAt + 1}, {"restarted on its address", sameAddr, restartAt + 1}} {
-		if n := shardCounts(by, chk.from, total)[chk.worker]; n == 0 {
+		to     int
+	}{{"joined", late[1], joinedAt + 1, total}, {"restarted on its address", sameAddr, restartAt + 1, total}} {
+		if n := shardCounts(by, chk.from, chk.to)[chk.worker]; n == 0 {
 			t.Errorf("%s (%s after step %d) computed no shard", chk.worker, chk.what, chk.from-1)
 		}
 	}
@@ -636,5 +652,95 @@ func TestProcessTrainingElastic(t *testing.T) {
 	}
 	if !bytes.Equal(b, want) {
 		t.Fatalf("the elastic run's model (%d bytes) differs from train.Local's (%d bytes)", len(b), len(want))
+	}
+}
+
+// TestProcessTrainingNetworkCut is DLRover's "worker whose network is cut": a worker of a
+// 5-node cluster keeps running but loses all its RPC and failure-detector traffic for 5 s
+// (package netfault, switched by SIGUSR1/SIGUSR2). Training must go on without it, it must
+// get shards again once back, the coordinator must stay the coordinator (the cut-off node,
+// alone in its view, must not make itself one), and the model must be byte-identical to
+// train.Local's with every sample exactly once.
+func TestProcessTrainingNetworkCut(t *testing.T) {
+	needKernel(t)
+	const epochs, batch, shards = 1, 64, 2
+	want := localTraining(t, epochs, batch, shards)
+	t.Setenv(netfault.EnvVar, "1") // the nodes take SIGUSR1/SIGUSR2 as network cut/restore
+	c := upProcCluster(t, 5)
+	c.must("put", fmnistTest, "fm-test.gz")
+	c.must("put", fmnistTestLabels, "fm-test-labels.gz")
+	c.must("train", "start")
+	coord := c.coordinator()
+	c.must("train", "add", "--name", "nc", "--model", "zoo:lenet5", "--input-shape", "1,28,28", "--data", "fm-test.gz",
+		"--labels", "fm-test-labels.gz", "--epochs", strconv.Itoa(epochs), "--batch", strconv.Itoa(batch),
+		"--shards", strconv.Itoa(shards), "--scale", "1/255", "--checkpoint-every", "30", "--threads", "2")
+	cutNode := c.lc.Nodes()[3].Name // neither the coordinator nor (at start) the standby
+	var cutAt time.Time
+	cutStep, restoreStep, stage := 0, 0, 0
+	defer func() {
+		if stage == 1 {
+			c.netSignal(cutNode, syscall.SIGUSR2)
+		}
+	}()
+	deadline := time.Now().Add(6 * time.Minute)
+	for {
+		if time.Now().After(deadline) {
+			s, _ := c.trainProgress("nc")
+			t.Fatalf("training not complete in time (stage %d): %+v", stage, s)
+		}
+		s, ok := c.trainProgress("nc")
+		if !ok {
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		if s.Complete {
+			break
+		}
+		if now := c.coordinator(); now != "" && now != coord {
+			t.Fatalf("step %d: %s is coordinator now, not %s (stage %d)", s.Step, now, coord, stage)
+		}
+		switch {
+		case stage == 0 && s.Step >= 10:
+			t.Logf("step %d: %s cut off the network for 5 s (its RPC and failure-detector traffic dropped both ways)", s.Step, cutNode)
+			c.netSignal(cutNode, syscall.SIGUSR1)
+			cutAt, cutStep = time.Now(), s.Step
+			stage++
+		case stage == 1 && time.Since(cutAt) >= 5*time.Second:
+			c.netSignal(cutNode, syscall.SIGUSR2)
+			restoreStep = s.Step
+			t.Logf("step %d: %s back on the network (%d steps committed without it)", s.Step, cutNode, restoreStep-cutStep)
+			stage++
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if stage != 2 {
+		t.Fatalf("the job finished at stage %d: the cut did not run", stage)
+	}
+	s, _ := c.trainProgress("nc")
+	for _, e := range s.EpochRecords {
+		if !e.Complete || !e.ExactlyOnce || e.Samples != 10000 {
+			t.Errorf("epoch %d record: %+v", e.Epoch, e)
+		}
+	}
+	by := c.shardsBy("nc")
+	if restoreStep <= cutStep {
+		t.Errorf("no step committed while %s was cut off (steps %d-%d)", cutNode, cutStep, restoreStep)
+	}
+	if n := shardCounts(by, cutStep+2, restoreStep)[cutNode]; n > 0 {
+		t.Errorf("%s computed %d shards committed while it was cut off", cutNode, n)
+	}
+	after := shardCounts(by, restoreStep+1, s.StepsTotal)
+	t.Logf("shards after the cut (steps %d-%d): %v", restoreStep+1, s.StepsTotal, after)
+	if after[cutNode] == 0 {
+		t.Errorf("%s computed no shard after it came back", cutNode)
+	}
+	got := filepath.Join(t.TempDir(), "nc.onnx")
+	c.must("get", "idunno/models/nc.onnx", got)
+	b, err := os.ReadFile(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b, want) {
+		t.Fatalf("after a network cut the model (%d bytes) differs from train.Local's (%d bytes)", len(b), len(want))
 	}
 }
