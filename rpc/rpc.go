@@ -61,9 +61,15 @@ func writeFrame(w io.Writer, m *Message) error {
 	binary.BigEndian.PutUint32(pre[0:], magic)
 	binary.BigEndian.PutUint32(pre[4:], uint32(len(hdr)))
 	binary.BigEndian.PutUint32(pre[8:], uint32(len(m.Body)))
-	buf := make([]byte, 0, 12+len(hdr)+len(m.Body))
-	buf = append(append(append(buf, pre[:]...), hdr...), m.Body...)
-	_, err = w.Write(buf)
+	head := append(append(make([]byte, 0, 12+len(hdr)), pre[:]...), hdr...)
+	if len(m.Body) < 64<<10 {
+		_, err = w.Write(append(head, m.Body...)) // one write for small frames
+		return err
+	}
+	// a large body (training parameters and gradients, file blocks) goes out as it is
+	// (writev on a TCP connection), not copied behind the header first
+	bufs := net.Buffers{head, m.Body}
+	_, err = bufs.WriteTo(w)
 	return err
 }
 

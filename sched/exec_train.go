@@ -198,7 +198,13 @@ func (x *KernelExecutor) ComputeShard(ctx context.Context, spec TrainSpec, param
 	if err != nil {
 		return nil, err
 	}
-	return &ShardPush{Job: spec.Name, Step: step, Shard: shard, Grads: floatsToBytes(g.Grads), Stats: floatsToBytes(g.Stats),
+	// gradients and statistics in one buffer, so the message body (Grads then Stats) is
+	// built without another copy
+	ng := 4 * len(g.Grads)
+	body := make([]byte, ng+4*len(g.Stats))
+	copy(body, floatsToBytes(g.Grads))
+	copy(body[ng:], floatsToBytes(g.Stats))
+	return &ShardPush{Job: spec.Name, Step: step, Shard: shard, Grads: body[:ng], Stats: body[ng:],
 		N: g.N, Loss: g.Loss, Correct: g.Correct, Count: int64(len(idx)), Digest: SampleDigest(idx),
 		Millis: time.Since(t0).Milliseconds()}, nil
 }

@@ -1,6 +1,9 @@
 package sched
 
 import (
+	"bytes"
+	"encoding/binary"
+	"math"
 	"testing"
 	"time"
 
@@ -54,5 +57,38 @@ func TestTrainLeaseStraggler(t *testing.T) {
 	delete(alive, "a")
 	if k, ok := lease("c", 600*time.Millisecond); !ok || k != 0 {
 		t.Fatalf("a dead worker's shard was not handed out again: %d %v", k, ok)
+	}
+}
+
+// TestFloatBytes: the in-place views and the copying fallback (a misaligned buffer) give
+// the same little-endian bytes and floats.
+func TestFloatBytes(t *testing.T) {
+	v := []float32{1, -2.5, 3e-38, float32(math.Inf(1)), float32(math.NaN())}
+	b := floatsToBytes(v)
+	want := make([]byte, 4*len(v))
+	for i, f := range v {
+		binary.LittleEndian.PutUint32(want[4*i:], math.Float32bits(f))
+	}
+	if !bytes.Equal(b, want) {
+		t.Fatalf("bytes % x, want % x", b, want)
+	}
+	odd := make([]byte, len(want)+1)[1:] // misaligned: read by copying
+	copy(odd, want)
+	for _, in := range [][]byte{want, odd} {
+		got, err := bytesToFloats(in)
+		if err != nil || len(got) != len(v) {
+			t.Fatal(err, len(got))
+		}
+		for i := range v {
+			if math.Float32bits(got[i]) != math.Float32bits(v[i]) {
+				t.Fatalf("float %d: %v, want %v", i, got[i], v[i])
+			}
+		}
+	}
+	if _, err := bytesToFloats(want[:5]); err == nil {
+		t.Fatal("5 bytes read as floats")
+	}
+	if f, err := bytesToFloats(nil); err != nil || len(f) != 0 {
+		t.Fatal(f, err)
 	}
 }

@@ -34,6 +34,7 @@ func (s *Scheduler) trainWorkerLoop(ctx context.Context) {
 		}
 		idle = 0
 		var pr ParamsReply
+		t0 := time.Now()
 		cctx, cancel = context.WithTimeout(ctx, time.Minute)
 		params, _, err := s.callEpochBody(cctx, addr, "sched.train.params", epoch, ParamsArgs{Job: o.Job, Step: o.Step}, nil, &pr)
 		cancel()
@@ -44,6 +45,7 @@ func (s *Scheduler) trainWorkerLoop(ctx context.Context) {
 			idle = 200 * time.Millisecond
 			continue
 		}
+		fetch := time.Since(t0)
 		cctx, cancel = context.WithTimeout(ctx, 10*time.Minute)
 		push, err := sc.ComputeShard(cctx, *o.Spec, params, o.Step, o.Shard)
 		cancel()
@@ -53,12 +55,14 @@ func (s *Scheduler) trainWorkerLoop(ctx context.Context) {
 			continue
 		}
 		push.Worker = s.name
-		s.logf("sched: training job %s: step %d shard %d computed (%d ms)", o.Job, o.Step, o.Shard, push.Millis)
-		body := append(push.Grads, push.Stats...)
+		body := append(push.Grads, push.Stats...) // in place: Stats follows Grads in one buffer
 		push.NGrads = len(push.Grads)
+		t0 = time.Now()
 		cctx, cancel = context.WithTimeout(ctx, time.Minute)
 		_, _, err = s.callEpochBody(cctx, addr, "sched.train.push", epoch, *push, body, nil)
 		cancel()
+		s.logf("sched: training job %s: step %d shard %d computed (%d ms; parameters in %d ms, result out %d ms)", o.Job, o.Step, o.Shard,
+			push.Millis, fetch.Milliseconds(), time.Since(t0).Milliseconds())
 		if err != nil {
 			s.logf("sched: training job %s: step %d shard %d: sending: %v", o.Job, o.Step, o.Shard, err)
 		}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,6 +34,47 @@ type round struct {
 	StepSeconds float64 `json:"step_seconds"` // median step time
 	MeanSeconds float64 `json:"mean_seconds"` // mean step time
 	Load1       float64 `json:"load1"`
+	// cluster rounds: medians from the nodes' logs of the worker's shard time (parameters
+	// in, gradients out, compute) and the coordinator's reduce and optimizer step
+	ShardMillis  float64 `json:"shard_ms,omitempty"`  // worker: ComputeShard (parameters set, batch, compute)
+	FetchMillis  float64 `json:"fetch_ms,omitempty"`  // worker: the parameters RPC
+	PushMillis   float64 `json:"push_ms,omitempty"`   // worker: the result RPC (includes the coordinator's reduce, snapshot, journal)
+	ReduceMillis float64 `json:"reduce_ms,omitempty"` // coordinator: sum and optimizer step
+	SnapMillis   float64 `json:"snap_ms,omitempty"`   // coordinator: parameters out of the engine
+	CommitMillis float64 `json:"commit_ms,omitempty"` // coordinator: journal entry
+}
+
+var (
+	shardRE  = regexp.MustCompile(`training job (\S+): step (\d+) shard \d+ computed \((\d+) ms`)
+	fetchRE  = regexp.MustCompile(`training job (\S+): step (\d+) shard \d+ computed .*parameters in (\d+) ms`)
+	pushRE   = regexp.MustCompile(`training job (\S+): step (\d+) shard \d+ computed .*result out (\d+) ms`)
+	reduceRE = regexp.MustCompile(`training job (\S+): step (\d+) of \d+ committed.*reduce (\d+) ms`)
+	snapRE   = regexp.MustCompile(`training job (\S+): step (\d+) of \d+ committed.*parameters (\d+) ms`)
+	commitRE = regexp.MustCompile(`training job (\S+): step (\d+) of \d+ committed.*journal (\d+) ms`)
+)
+
+// breakdown reads job's shard and reduce times (after the warm-up steps) from the logs.
+func breakdown(d *scenario.Driver, job string, warm int, r *round) {
+	med := func(re *regexp.Regexp) float64 {
+		var v []float64
+		for _, n := range d.Cluster.Nodes() {
+			b, _ := os.ReadFile(filepath.Join(n.DataDir, "node.log"))
+			for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+				step, _ := strconv.Atoi(m[2])
+				ms, _ := strconv.ParseFloat(m[3], 64)
+				if m[1] == job && step > warm {
+					v = append(v, ms)
+				}
+			}
+		}
+		if len(v) == 0 {
+			return 0
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	r.ShardMillis, r.FetchMillis, r.PushMillis = med(shardRE), med(fetchRE), med(pushRE)
+	r.ReduceMillis, r.SnapMillis, r.CommitMillis = med(reduceRE), med(snapRE), med(commitRE)
 }
 
 func main() {
@@ -173,7 +215,9 @@ func run(o opts) error {
 		if _, err := d.Run("train", "remove", name); err != nil {
 			return err
 		}
-		emit(summarize("cluster", r, at, o.warm))
+		cr := summarize("cluster", r, at, o.warm)
+		breakdown(d, name, o.warm, &cr)
+		emit(cr)
 	}
 	var l, c []float64
 	for _, r := range res {
@@ -183,9 +227,7 @@ func run(o opts) error {
 			c = append(c, r.StepSeconds)
 		}
 	}
-	slices.Sort(l)
-	slices.Sort(c)
-	ml, mc := l[len(l)/2], c[len(c)/2]
+	ml, mc := median(l), median(c)
 	fmt.Printf("# %s batch %d, %d threads: local %.3f s/step, cluster %.3f s/step: overhead %+.1f%% (load %.1f)\n",
 		o.model, o.batch, o.threads, ml, mc, 100*(mc/ml-1), load1())
 	return nil
@@ -215,4 +257,12 @@ func loadData(images, labels string, pre dataset.Preprocess) (train.Data, error)
 		l[i] = int64(v)
 	}
 	return train.Data{Images: ds, Labels: l, Prep: pre}, nil
+}
+
+func median(v []float64) float64 {
+	slices.Sort(v)
+	if len(v)%2 == 0 {
+		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	return v[len(v)/2]
 }
