@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"math"
 	"sort"
 	"sync"
@@ -12,7 +13,6 @@ import (
 	"unsafe"
 
 	"idunno/kernel/onnx"
-	"idunno/rpc"
 	"idunno/sched/train"
 )
 
@@ -38,6 +38,7 @@ type trainRun struct {
 	step     int
 	params   []byte // float32 LE master parameters of step
 	results  map[int]*ShardPush
+	partial  map[partKey]*partialPush // results arriving in chunks
 	leases   map[int][]shardLease
 	durs     []float64 // recent shard seconds (straggler detection)
 	busy     float64   // worker-seconds spent (fair share between training jobs)
@@ -64,15 +65,43 @@ type TrainPullArgs struct {
 	Worker string `json:"worker"`
 }
 
-// ParamsArgs asks for a job's parameters at a step.
+// Parameters and shard results travel in chunks of at most TrainChunk bytes, each in one
+// RPC body with its own deadline and a CRC-32C, so a model's size is not bounded by one
+// RPC body; MaxTrainBytes bounds the parameters of a model trained on the cluster.
+const (
+	TrainChunk    = 56 << 20
+	MaxTrainBytes = 1 << 31
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// ParamsArgs asks for a chunk of a job's parameters at a step: Limit bytes (0 or more than
+// TrainChunk: TrainChunk) from Offset.
 type ParamsArgs struct {
-	Job  string `json:"job"`
-	Step int    `json:"step"`
+	Job    string `json:"job"`
+	Step   int    `json:"step"`
+	Offset int    `json:"offset,omitempty"`
+	Limit  int    `json:"limit,omitempty"`
 }
 
-// ParamsReply describes them; the parameters (float32 little-endian) are the reply's body.
+// ParamsReply describes the chunk in the reply's body (float32 little-endian parameters):
+// the size of all the parameters, the chunk's offset and its CRC-32C.
 type ParamsReply struct {
-	Bytes int `json:"bytes"`
+	Bytes  int    `json:"bytes"`
+	Offset int    `json:"offset"`
+	CRC    uint32 `json:"crc"`
+}
+
+// partKey names a result arriving in chunks: one per shard and worker.
+type partKey struct {
+	shard  int
+	worker string
+}
+
+// partialPush is a result being assembled; chunks come in order.
+type partialPush struct {
+	buf []byte
+	got int
 }
 
 // ShardPush is a worker's result for one shard.
@@ -90,6 +119,11 @@ type ShardPush struct {
 	Count   int64   `json:"count"`
 	Digest  uint64  `json:"digest"`
 	Millis  int64   `json:"millis"`
+	// A result larger than TrainChunk comes in several pushes: Total bytes of body in
+	// all, this push's body at Offset, with its CRC-32C (every push carries one).
+	Offset int    `json:"offset,omitempty"`
+	Total  int    `json:"total,omitempty"`
+	CRC    uint32 `json:"crc"`
 }
 
 // nativeLE: float32 slices can be read as their little-endian bytes in place.
@@ -152,7 +186,7 @@ func (s *Scheduler) trainTick() {
 		if ts.Complete || s.tt.runs[name] != nil {
 			continue
 		}
-		r := &trainRun{spec: ts.Spec, results: map[int]*ShardPush{}, leases: map[int][]shardLease{}}
+		r := &trainRun{spec: ts.Spec, results: map[int]*ShardPush{}, leases: map[int][]shardLease{}, partial: map[partKey]*partialPush{}}
 		s.tt.runs[name] = r
 		go s.loadRun(name, r, ts.CkptName, ts.Ckpt)
 	}
@@ -208,9 +242,9 @@ func (s *Scheduler) loadRun(name string, r *trainRun, ckptName string, ckptStep 
 		fail(err)
 		return
 	}
-	if n := 4 * eng.Master().Len(0); n > rpc.MaxBody {
+	if n := 4 * eng.Master().Len(0); n > MaxTrainBytes {
 		eng.Close()
-		fail(fmt.Errorf("the model's %d MiB of parameters exceed one RPC body (%d MiB): cluster training of models this large is not supported yet", n>>20, rpc.MaxBody>>20))
+		fail(fmt.Errorf("the model's %d MiB of parameters exceed the %d MiB cluster training takes", n>>20, MaxTrainBytes>>20))
 		return
 	}
 	step := 0
@@ -387,7 +421,15 @@ func (s *Scheduler) handleTrainParams(epoch uint64, a ParamsArgs, _ []byte) (Par
 	if !r.ready || r.step != a.Step {
 		return ParamsReply{}, nil, e, fmt.Errorf("sched: training job %s is not at step %d", a.Job, a.Step)
 	}
-	return ParamsReply{Bytes: len(r.params)}, r.params, e, nil
+	if a.Offset < 0 || a.Offset > len(r.params) || a.Limit < 0 {
+		return ParamsReply{}, nil, e, fmt.Errorf("sched: training job %s: parameters from byte %d (limit %d) of %d", a.Job, a.Offset, a.Limit, len(r.params))
+	}
+	n := a.Limit
+	if n == 0 || n > TrainChunk {
+		n = TrainChunk
+	}
+	chunk := r.params[a.Offset:min(a.Offset+n, len(r.params))]
+	return ParamsReply{Bytes: len(r.params), Offset: a.Offset, CRC: crc32.Checksum(chunk, castagnoli)}, chunk, e, nil
 }
 
 // handleTrainPush takes a shard result; the last shard of a step completes the step.
@@ -399,10 +441,9 @@ func (s *Scheduler) handleTrainPush(epoch uint64, a ShardPush, body []byte) (str
 	if err != nil {
 		return struct{}{}, nil, e, err
 	}
-	if a.NGrads < 0 || a.NGrads > len(body) {
-		return struct{}{}, nil, e, fmt.Errorf("sched: train push: %d gradient bytes in a body of %d", a.NGrads, len(body))
+	if crc32.Checksum(body, castagnoli) != a.CRC {
+		return struct{}{}, nil, e, fmt.Errorf("sched: train push: shard %d from %s: checksum mismatch", a.Shard, a.Worker)
 	}
-	a.Grads, a.Stats = body[:a.NGrads], body[a.NGrads:]
 	s.tt.mu.Lock()
 	r := s.tt.runs[a.Job]
 	s.tt.mu.Unlock()
@@ -415,6 +456,19 @@ func (s *Scheduler) handleTrainPush(epoch uint64, a ShardPush, body []byte) (str
 		r.mu.Unlock()
 		return struct{}{}, nil, e, nil // late or duplicate (a straggler's twin): the first answer won
 	}
+	if a.Total > 0 { // one chunk of a larger result
+		whole, err := r.addChunk(&a, body)
+		if err != nil || whole == nil {
+			r.mu.Unlock()
+			return struct{}{}, nil, e, err
+		}
+		body = whole
+	}
+	if a.NGrads < 0 || a.NGrads > len(body) {
+		r.mu.Unlock()
+		return struct{}{}, nil, e, fmt.Errorf("sched: train push: %d gradient bytes in a body of %d", a.NGrads, len(body))
+	}
+	a.Grads, a.Stats = body[:a.NGrads], body[a.NGrads:]
 	r.results[a.Shard] = &a
 	r.busy += float64(a.Millis) / 1e3
 	r.durs = append(r.durs, float64(a.Millis)/1e3)
@@ -442,6 +496,40 @@ func (s *Scheduler) handleTrainPush(epoch uint64, a ShardPush, body []byte) (str
 		s.logf("sched: training job %s: step %d: %v", a.Job, a.Step, err)
 	}
 	return struct{}{}, nil, e, nil
+}
+
+// addChunk adds one chunk of a result sent in pieces (r.mu held) and returns the whole
+// body once the last chunk is in. Chunks come in order; a first chunk starts the result
+// afresh (a worker that retries), anything else out of order is refused. At most two
+// results per shard are assembled at once, each at most twice the parameters' size.
+func (r *trainRun) addChunk(a *ShardPush, body []byte) ([]byte, error) {
+	key := partKey{a.Shard, a.Worker}
+	if a.Total > 2*len(r.params)+(1<<20) || a.Offset < 0 || a.Offset+len(body) > a.Total || len(body) == 0 {
+		return nil, fmt.Errorf("sched: train push: chunk of %d bytes at %d of a %d-byte result", len(body), a.Offset, a.Total)
+	}
+	pp := r.partial[key]
+	if a.Offset == 0 {
+		n := 0
+		for k := range r.partial {
+			if k.shard == a.Shard && k.worker != a.Worker {
+				n++
+			}
+		}
+		if n >= 2 {
+			return nil, fmt.Errorf("sched: train push: shard %d is already arriving from %d workers", a.Shard, n)
+		}
+		pp = &partialPush{buf: make([]byte, a.Total)}
+		r.partial[key] = pp
+	}
+	if pp == nil || pp.got != a.Offset || len(pp.buf) != a.Total {
+		return nil, fmt.Errorf("sched: train push: shard %d from %s: chunk at %d out of order", a.Shard, a.Worker, a.Offset)
+	}
+	pp.got += copy(pp.buf[a.Offset:], body)
+	if pp.got < a.Total {
+		return nil, nil
+	}
+	delete(r.partial, key)
+	return pp.buf, nil
 }
 
 // finishStep reduces the step's shards, journals the step, checkpoints when due and, after
@@ -479,6 +567,7 @@ func (s *Scheduler) finishStep(name string, r *trainRun, n int) error {
 	t1 := time.Now()
 	r.step++
 	r.results = map[int]*ShardPush{}
+	r.partial = map[partKey]*partialPush{}
 	r.leases = map[int][]shardLease{}
 	perr := r.snapshotParams()
 	r.mu.Unlock()

@@ -12,10 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"idunno/demo/scenario"
 	"idunno/kernel"
 	"idunno/kernel/onnx"
 	"idunno/kernel/zoo"
 	"idunno/netfault"
+	"idunno/rpc"
 	"idunno/sched"
 	"idunno/sched/dataset"
 	"idunno/sched/train"
@@ -743,4 +745,92 @@ func TestProcessTrainingNetworkCut(t *testing.T) {
 	if !bytes.Equal(b, want) {
 		t.Fatalf("after a network cut the model (%d bytes) differs from train.Local's (%d bytes)", len(b), len(want))
 	}
+}
+
+// TestProcessTrainingLargeModel trains a model whose parameters (and gradients) are larger
+// than one RPC body (LeNet-5 on 384x384 inputs: 16,978,826 parameters, 64.8 MiB), so both
+// travel in checksummed chunks; 2 steps on 8 images, and the model must be byte-identical
+// to train.Local's.
+func TestProcessTrainingLargeModel(t *testing.T) {
+	needKernel(t)
+	dir := t.TempDir()
+	imgs, labs := filepath.Join(dir, "img.idx"), filepath.Join(dir, "lab.idx")
+	if err := scenario.IDXPrefix(fmnistTest, imgs, 8); err != nil {
+		t.Fatal(err)
+	}
+	if err := scenario.LabelsPrefix(fmnistTestLabels, labs, 8); err != nil {
+		t.Fatal(err)
+	}
+	m, err := zoo.Build("lenet5", zoo.Options{InputShape: []int64{1, 384, 384}, Classes: 10, Seed: 1, Init: zoo.InitTorch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, in := range m.Graph.Initializers {
+		c := 1
+		for _, d := range in.Dims {
+			c *= int(d)
+		}
+		n += c
+	}
+	if 4*n <= rpc.MaxBody {
+		t.Fatalf("the model's %d bytes of parameters fit one RPC body: the test tests nothing", 4*n)
+	}
+	data := loadLabelled(t, imgs, labs, dataset.Preprocess{Scale: 1.0 / 255, Resize: [2]int{384, 384}})
+	cfg := train.Config{Plan: train.Plan{Batch: 4, Shards: 2, Epochs: 1, Seed: 1}, LR: 0.01,
+		Optimizer: kernel.Optimizer{Kind: "sgd", Momentum: 0.9}, Schedule: train.Schedule{Kind: "constant"}, Threads: 2}
+	out, _, err := train.Local(context.Background(), m, cfg, data, nil, train.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := onnx.Encode(out)
+	c := upProcCluster(t, 3)
+	c.must("put", imgs, "big-img.idx")
+	c.must("put", labs, "big-lab.idx")
+	c.must("train", "start")
+	c.must("train", "add", "--name", "big", "--model", "zoo:lenet5", "--input-shape", "1,384,384", "--data", "big-img.idx",
+		"--labels", "big-lab.idx", "--epochs", "1", "--batch", "4", "--shards", "2", "--scale", "1/255", "--resize", "384x384",
+		"--threads", "2")
+	c.must("train", "wait", "big", "--timeout", "5m")
+	s, _ := c.trainProgress("big")
+	if !s.Complete || len(s.EpochRecords) != 1 || !s.EpochRecords[0].ExactlyOnce {
+		t.Fatalf("summary %+v", s)
+	}
+	got := filepath.Join(t.TempDir(), "big.onnx")
+	c.must("get", "idunno/models/big.onnx", got)
+	b, err := os.ReadFile(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b, want) {
+		t.Fatalf("the large model (%d bytes) differs from train.Local's (%d bytes)", len(b), len(want))
+	}
+}
+
+// loadLabelled reads an image file and its labels as training data.
+func loadLabelled(t *testing.T, images, labels string, pre dataset.Preprocess) train.Data {
+	t.Helper()
+	f, err := os.Open(images)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ds, err := dataset.Open(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lf, err := os.Open(labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+	l32, err := dataset.ReadLabels(labels, lf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := make([]int64, len(l32))
+	for i, v := range l32 {
+		l[i] = int64(v)
+	}
+	return train.Data{Images: ds, Labels: l, Prep: pre}
 }
