@@ -92,3 +92,66 @@ func TestFloatBytes(t *testing.T) {
 		t.Fatal(f, err)
 	}
 }
+
+// FuzzAddChunk feeds the coordinator's assembly of chunked shard results arbitrary chunk
+// offsets, sizes and totals: it must never panic, never hold more than it bounds, and give
+// back exactly the bytes sent when the chunks came in order.
+func FuzzAddChunk(f *testing.F) {
+	f.Add([]byte{0, 8, 3, 5, 8}, uint16(16))
+	f.Add([]byte{1, 0, 200, 7}, uint16(300))
+	f.Fuzz(func(t *testing.T, ops []byte, total16 uint16) {
+		r := &trainRun{params: make([]byte, 64), partial: map[partKey]*partialPush{}}
+		total := int(total16)
+		src := make([]byte, total)
+		for i := range src {
+			src[i] = byte(i * 7)
+		}
+		off := 0
+		for i := 0; i+1 < len(ops); i += 2 {
+			worker := string('a' + rune(ops[i]%4))
+			at, n := int(ops[i+1])%(total+2), int(ops[i])%40+1
+			if ops[i]&0x80 == 0 { // mostly the next chunk in order from worker a
+				worker, at = "a", off
+			}
+			end := min(at+n, total)
+			if at > total || end <= at {
+				continue
+			}
+			others := 0 // results of shard 0 from other workers being assembled
+			for k := range r.partial {
+				if k.worker != worker {
+					others++
+				}
+			}
+			whole, err := r.addChunk(&ShardPush{Shard: 0, Worker: worker, Offset: at, Total: total}, src[at:end])
+			if worker != "a" {
+				continue
+			}
+			if at != off && at != 0 {
+				if err == nil {
+					t.Fatalf("a chunk at %d accepted when %d bytes were in", at, off)
+				}
+				continue
+			}
+			if err != nil && at == 0 && others >= 2 {
+				continue // the bound on results assembled at once
+			}
+			if err != nil {
+				if total <= 2*len(r.params)+(1<<20) {
+					t.Fatalf("chunk %d-%d of %d from a refused: %v", at, end, total, err)
+				}
+				return
+			}
+			off = end // in order, or a restart from the first byte
+			if whole != nil {
+				if !bytes.Equal(whole, src) {
+					t.Fatalf("assembled %d bytes differ from the %d sent", len(whole), total)
+				}
+				return
+			}
+		}
+		if len(r.partial) > 4 {
+			t.Fatalf("%d results assembled at once", len(r.partial))
+		}
+	})
+}
