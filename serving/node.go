@@ -46,7 +46,8 @@ type NodeService struct {
 	srv     *Server
 	logf    func(format string, args ...any)
 
-	mu       sync.Mutex // guards the served file
+	mu       sync.Mutex      // guards the served file and pending
+	pending  map[string]bool // models of the served file not loaded again yet (restore)
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
@@ -66,7 +67,8 @@ func NewNodeService(o NodeOptions) *NodeService {
 	s.srv.Stats = &RPCStats{Client: o.Client, Addr: o.SelfRPC}
 	s.srv.Gauges = o.Gauges
 	s.srv.Repo = s
-	RegisterRPCWithLoader(o.RPC, s.local, o.Config.Limits, s.load, s.unload)
+	s.srv.NotReady = s.notReady
+	registerRPC(o.RPC, s.local, o.Config.Limits, s.load, s.unload, s.sdfsName)
 	return s
 }
 
@@ -85,8 +87,15 @@ func (s *NodeService) Start(ctx context.Context) error {
 	s.served = make(chan error, 1)
 	go func() { s.served <- s.srv.Serve(ln) }()
 	s.logf("http: serving on %s", s.o.Addr)
-	s.wg.Add(1)
+	s.mu.Lock()
+	s.pending = map[string]bool{}
+	for _, r := range s.readServed() {
+		s.pending[r.Name] = true
+	}
+	s.mu.Unlock()
+	s.wg.Add(2)
 	go s.restore()
+	go s.place()
 	return nil
 }
 
@@ -208,6 +217,7 @@ func (s *NodeService) restore() {
 		s.mu.Unlock()
 		for _, r := range todo {
 			if !still[r.Name] {
+				s.loaded(r.Name)
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -219,6 +229,8 @@ func (s *NodeService) restore() {
 			if err != nil {
 				s.logf("http: reload %s: %v (will retry)", r.Name, err)
 				left = append(left, r)
+			} else {
+				s.loaded(r.Name)
 			}
 		}
 		todo = left
@@ -228,6 +240,40 @@ func (s *NodeService) restore() {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// loaded notes that a model of the served file is loaded again (or no longer served).
+func (s *NodeService) loaded(name string) {
+	s.mu.Lock()
+	delete(s.pending, name)
+	s.mu.Unlock()
+}
+
+// notReady says why /v2/health/ready is false: models this node serves not loaded yet.
+func (s *NodeService) notReady() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pending) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(s.pending))
+	for n := range s.pending {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return "serving: loading " + strings.Join(names, ", ")
+}
+
+// sdfsName returns the SDFS file a served model was loaded from ("" if unknown).
+func (s *NodeService) sdfsName(model string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.readServed() {
+		if r.Name == model {
+			return r.SDFSName
+		}
+	}
+	return ""
 }
 
 // RPCStats is the StatsSource of a node: it asks the scheduler's client API, at the given

@@ -74,6 +74,10 @@ type Server struct {
 	Gauges  GaugeSource
 	Repo    Repository // Triton's model repository extension (repository.go); nil: 501
 	Metrics *Metrics
+	// NotReady says why the node is not ready yet ("" when it is: its models are loaded);
+	// nil: ready once serving.
+	NotReady func() string
+	Events   Events // for the dashboard
 
 	srv   *fasthttp.Server
 	auth  bearerAuth
@@ -101,6 +105,13 @@ func NewServer(cfg Config, local *LocalModels) *Server {
 		Logger:                logger(s.cfg.Logf),
 	}
 	return s
+}
+
+func (s *Server) notReady() string {
+	if s.NotReady == nil {
+		return ""
+	}
+	return s.NotReady()
 }
 
 // Serve answers requests on ln until Shutdown.
@@ -162,10 +173,12 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	case path == "/v2/health/live" && get:
 		writeJSON(ctx, 200, map[string]bool{"live": true})
 	case path == "/v2/health/ready" && get:
-		if s.ready.Load() {
-			writeJSON(ctx, 200, map[string]bool{"ready": true})
-		} else {
+		if !s.ready.Load() {
 			writeJSON(ctx, 503, map[string]any{"ready": false, "error": "serving: shutting down"})
+		} else if why := s.notReady(); why != "" {
+			writeJSON(ctx, 503, map[string]any{"ready": false, "error": why})
+		} else {
+			writeJSON(ctx, 200, map[string]bool{"ready": true})
 		}
 	case path == "/v2" && get:
 		writeJSON(ctx, 200, map[string]any{"name": "idunno", "version": "1", "extensions": serverExtensions})
