@@ -24,6 +24,8 @@ type DashboardData struct {
 	Models    []DashboardModel `json:"models"`
 	// Cluster maps every model served anywhere (as far as this node knows) to its nodes.
 	Cluster map[string][]string `json:"cluster"`
+	// Events are the latest events this node saw, newest first.
+	Events []Event `json:"events"`
 }
 
 // DashboardModel is one served model's row.
@@ -37,7 +39,7 @@ type DashboardModel struct {
 
 func (s *Server) dashboardData() DashboardData {
 	d := DashboardData{Node: s.cfg.Node, Time: time.Now().UTC().Format(time.RFC3339), Members: -1, SDFSBytes: -1, Jobs: []JobStats{},
-		Models: []DashboardModel{}, Cluster: map[string][]string{}}
+		Models: []DashboardModel{}, Cluster: map[string][]string{}, Events: s.Events.List()}
 	if s.Gauges != nil {
 		g := s.Gauges.Gauges()
 		d.Members, d.SDFSBytes = g.Members, g.SDFSBytesStored
