@@ -419,10 +419,14 @@ func (s *Scheduler) apiJobHistogram(_ context.Context, a NameArgs) (LatencyHisto
 		return LatencyHistogram{}, fmt.Errorf("sched: no job %q", a.Name)
 	}
 	h := LatencyHistogram{BoundsMS: LatencyBucketsMS, Counts: make([]int64, len(LatencyBucketsMS))}
-	if st := s.stats[a.Name]; st != nil {
+	st := s.stats[a.Name]
+	if st != nil {
 		h = st.Histogram(LatencyBucketsMS)
+	} else {
+		st = NewJobStats()
 	}
-	h.Job = a.Name
+	q, c := st.Times()
+	h.Job, h.Queue, h.Compute = a.Name, &q, &c
 	return h, nil
 }
 

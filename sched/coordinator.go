@@ -134,6 +134,7 @@ func (s *Scheduler) observe(e *Entry) {
 	case EntryTaskDone:
 		if j := s.st.Jobs[e.Name]; j != nil && e.Report != nil {
 			s.jobStats(e.Name).Record(*e.Report, j.Spec.Batch, time.Unix(0, e.Time))
+			s.jobStats(e.Name).RecordTimes(*e.Report, j.Added)
 		}
 	}
 }

@@ -24,6 +24,8 @@ type LocalModels struct {
 	backend Backend
 	timeout time.Duration
 	onBatch atomic.Pointer[func(batchRecord)] // metrics hook
+	// onChange, if set before use, is called after a model starts or stops being served.
+	onChange func()
 
 	mu      sync.RWMutex
 	runners map[string]*modelRunner
@@ -61,6 +63,9 @@ func (l *LocalModels) Serve(m ServedModel) error {
 	if old != nil {
 		old.Close()
 	}
+	if l.onChange != nil {
+		l.onChange()
+	}
 	return nil
 }
 
@@ -73,6 +78,9 @@ func (l *LocalModels) Unserve(name string) {
 	l.mu.Unlock()
 	if r != nil {
 		r.Close()
+		if l.onChange != nil {
+			l.onChange()
+		}
 	}
 }
 

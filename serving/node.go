@@ -48,6 +48,8 @@ type NodeService struct {
 
 	mu       sync.Mutex      // guards the served file and pending
 	pending  map[string]bool // models of the served file not loaded again yet (restore)
+	hints    chan servedHint // peers' http.placed messages, for the placer
+	changed  chan struct{}   // this node's served models changed (capacity 1)
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
@@ -59,9 +61,11 @@ var modelNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 // NewNodeService builds the service and registers its rpc methods; call before the rpc
 // server runs.
 func NewNodeService(o NodeOptions) *NodeService {
-	s := &NodeService{o: o, backend: NewKernelBackend(o.Threads), stop: make(chan struct{})}
+	s := &NodeService{o: o, backend: NewKernelBackend(o.Threads), stop: make(chan struct{}),
+		hints: make(chan servedHint, 64), changed: make(chan struct{}, 1)}
 	s.logf = o.Config.withDefaults().Logf
 	s.local = NewLocalModels(s.backend, 0)
+	s.local.onChange = s.noteChanged
 	s.srv = NewServer(o.Config, s.local)
 	s.srv.Remote = NewRouter(o.Client, o.Peers, o.Config.Limits)
 	s.srv.Stats = &RPCStats{Client: o.Client, Addr: o.SelfRPC}
@@ -69,6 +73,10 @@ func NewNodeService(o NodeOptions) *NodeService {
 	s.srv.Repo = s
 	s.srv.NotReady = s.notReady
 	registerRPC(o.RPC, s.local, o.Config.Limits, s.load, s.unload, s.sdfsName)
+	rpc.HandleJSON(o.RPC, MethodPlaced, func(_ context.Context, h servedHint) (struct{}, error) {
+		s.hint(h)
+		return struct{}{}, nil
+	})
 	return s
 }
 

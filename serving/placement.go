@@ -83,6 +83,17 @@ func (p *Placement) Serving(model string) []string {
 	return r
 }
 
+// ServedBy returns the models recorded as served by node, sorted.
+func (p *Placement) ServedBy(node string) []string {
+	var r []string
+	for _, name := range p.names() {
+		if _, ok := p.models[name].nodes[node]; ok {
+			r = append(r, name)
+		}
+	}
+	return r
+}
+
 // Moves notes which recorded nodes are dead at now (not in live, which includes Self) and,
 // on the placer, returns one move per dead node of each model: to the live node not
 // serving it that serves the fewest models (then by name), as long as there is one.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -33,6 +34,12 @@ func (s *NodeService) place() {
 		select {
 		case <-s.stop:
 			return
+		case h := <-s.hints: // a peer's served models changed
+			p.Survey(h.Node, h.Served)
+			continue
+		case <-s.changed: // this node's served models changed: tell the others at once
+			s.announce(p)
+			continue
 		case <-tick.C:
 		}
 		peers := s.o.Peers.Peers()
@@ -42,7 +49,7 @@ func (s *NodeService) place() {
 		}
 		slices.Sort(live)
 		if lastLive != nil {
-			s.noteMembers(lastLive, live)
+			s.noteMembers(p, lastLive, live)
 		}
 		if now := time.Now(); now.Sub(surveyed) >= surveyEvery || !slices.Equal(live, lastLive) {
 			s.survey(p, peers)
@@ -60,6 +67,59 @@ func (s *NodeService) place() {
 			p.Placed(mv)
 		}
 	}
+}
+
+// servedHint is the http.placed message: the models a node serves now.
+type servedHint struct {
+	Node   string         `json:"node"`
+	Served []ServeRequest `json:"served"`
+}
+
+// hint hands a peer's http.placed message to the placer; a full queue drops it (the next
+// survey brings the same news).
+func (s *NodeService) hint(h servedHint) {
+	select {
+	case s.hints <- h:
+	default:
+	}
+}
+
+// noteChanged tells the placer that this node's served models changed.
+func (s *NodeService) noteChanged() {
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+// announce records what this node serves and sends it to every live peer (in parallel,
+// each call bounded), so a model served a moment before its node dies is still known.
+func (s *NodeService) announce(p *Placement) {
+	h := servedHint{Node: s.o.Config.Node, Served: s.servedNow()}
+	p.Survey(h.Node, h.Served)
+	peers := s.o.Peers.Peers()
+	var wg sync.WaitGroup
+	for _, q := range peers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			if err := s.o.Client.CallJSON(ctx, q.RPCAddr, MethodPlaced, h, nil); err != nil {
+				s.logf("http: tell %s what this node serves: %v", q.Name, err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// servedNow lists the models this node serves, with their SDFS files.
+func (s *NodeService) servedNow() []ServeRequest {
+	var mine []ServeRequest
+	for _, m := range s.local.Served() {
+		mine = append(mine, ServeRequest{ServedModel: m, SDFSName: s.sdfsName(m.Name)})
+	}
+	return mine
 }
 
 // survey asks this node and every live peer what they serve (peers in parallel, each
@@ -84,11 +144,7 @@ func (s *NodeService) survey(p *Placement, peers []Peer) {
 			ch <- answer{q.Name, reqs, err}
 		}()
 	}
-	var mine []ServeRequest
-	for _, m := range s.local.Served() {
-		mine = append(mine, ServeRequest{ServedModel: m, SDFSName: s.sdfsName(m.Name)})
-	}
-	p.Survey(s.o.Config.Node, mine)
+	p.Survey(s.o.Config.Node, s.servedNow())
 	for range peers {
 		if a := <-ch; a.err == nil {
 			p.Survey(a.node, a.reqs)
@@ -116,9 +172,10 @@ func (s *NodeService) carry(mv Move, peers []Peer) error {
 }
 
 // noteMembers records the nodes that left or joined the live set as events.
-func (s *NodeService) noteMembers(before, now []string) {
+func (s *NodeService) noteMembers(p *Placement, before, now []string) {
 	for _, n := range before {
 		if !slices.Contains(now, n) {
+			s.logf("http: %s left the live nodes (it served %v)", n, p.ServedBy(n))
 			s.event("node failed", n)
 		}
 	}

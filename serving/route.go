@@ -21,6 +21,7 @@ const (
 	MethodModels  = "http.models"  // the models this node serves, with metadata
 	MethodServe   = "http.serve"   // load a model from SDFS and serve it
 	MethodUnserve = "http.unserve" // stop serving a model
+	MethodPlaced  = "http.placed"  // a node says which models it serves now (for the placers)
 )
 
 // Peer is another node that may serve models.

@@ -85,13 +85,29 @@ const token = "e2e-http-token"
 
 // send makes one request, with the token unless auth is false.
 func send(method, url string, body []byte, auth bool) (int, []byte, error) {
+	h := map[string]string{"Content-Type": "application/json"}
+	if auth {
+		h["Authorization"] = "Bearer " + token
+	}
+	return do(method, url, body, h)
+}
+
+// sendWith posts body with the token and the given headers.
+func sendWith(url string, body []byte, headers map[string]string) (int, []byte, error) {
+	h := map[string]string{"Authorization": "Bearer " + token}
+	for k, v := range headers {
+		h[k] = v
+	}
+	return do("POST", url, body, h)
+}
+
+func do(method, url string, body []byte, headers map[string]string) (int, []byte, error) {
 	req, err := http.NewRequest(method, url, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	if auth {
-		req.Header.Set("Authorization", "Bearer "+token)
+	for k, v := range headers {
+		req.Header.Set(k, v)
 	}
 	resp, err := httpc.Do(req)
 	if err != nil {
@@ -131,6 +147,7 @@ func TestClusterEndpointAndDashboard(t *testing.T) {
 	t.Run("live metrics pass promlint", func(t *testing.T) { liveMetricsLint(t, httpAddr["node1"]) })
 	t.Run("serve, route, kill and restart", func(t *testing.T) { serveRouteRestart(t, c, dir, httpAddr) })
 	t.Run("Triton model repository", func(t *testing.T) { tritonRepository(t, dir, httpAddr) })
+	t.Run("INT64 and BOOL tensors", func(t *testing.T) { intAndBoolTensors(t, dir, httpAddr) })
 	t.Run("Prometheus answers the dashboard's queries", func(t *testing.T) { prometheusScrapes(t, dir, httpAddr) })
 }
 
@@ -399,32 +416,57 @@ func serveRouteRestart(t *testing.T, c *localcluster.Cluster, dir string, httpAd
 		t.Fatalf("node0 metrics do not count the request it forwarded:\n%s", m)
 	}
 
-	// The serving node dies: requests elsewhere fail with an error, not a hang.
+	// The only serving node dies: until the model is served again elsewhere, requests fail
+	// with an error, not a hang; then node0 (the placer, the first live name) serves it.
 	if err := c.Kill("node2"); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	code, b, err := post(httpAddr["node0"]+"/v2/models/lenet5/infer", body)
-	if err != nil || code < 400 || !strings.Contains(string(b), `"error"`) || time.Since(start) > 10*time.Second {
-		t.Fatalf("request while the only serving node is dead: %d %s %v after %v", code, b, err, time.Since(start))
-	}
-	// Restarted, it reloads the model from SDFS on its own and serves again through node0.
-	if err := c.Restart("node2"); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		err := check("node0")
-		if err == nil {
+		start := time.Now()
+		code, b, err := post(httpAddr["node1"]+"/v2/models/lenet5/infer", body)
+		if err != nil || time.Since(start) > 10*time.Second || (code != 200 && !strings.Contains(string(b), `"error"`)) {
+			t.Fatalf("request while the only serving node is dead: %d %s %v after %v", code, b, err, time.Since(start))
+		}
+		if code == 200 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("node2 never served lenet5 again after its restart: %v", err)
+			log, _ := os.ReadFile(filepath.Join(dir, "node0", "node.log"))
+			t.Fatalf("lenet5 never served again after node2 died: %d %s\nnode0's log:\n%s", code, b, grepLines(string(log), "http:"))
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
+	if err := check("node1"); err != nil {
+		t.Fatal(err)
+	}
+	// Restarted, node2 reloads the model from SDFS on its own and serves it again too.
+	if err := c.Restart("node2"); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		// Ready means its models are loaded again (before, 503 with the reason).
+		code, b, err := get(httpAddr["node2"] + "/v2/health/ready")
+		if err == nil && code == 200 {
+			if !strings.Contains(cli(t, dir, "served"), "node2") {
+				t.Fatalf("node2 ready but does not serve lenet5: %s", cli(t, dir, "served"))
+			}
+			break
+		}
+		if err == nil && (code != 503 || !strings.Contains(string(b), "loading lenet5")) {
+			t.Fatalf("node2 not ready: %d %s", code, b)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node2 never served lenet5 again after its restart: %d %s %v", code, b, err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if err := check("node2"); err != nil {
+		t.Fatal(err)
+	}
 	// Unserved, it is gone from every node's view at once.
-	if out := cli(t, dir, "unserve", "lenet5"); !strings.Contains(out, "node2 no longer serves lenet5") {
+	if out := cli(t, dir, "unserve", "lenet5"); !strings.Contains(out, "node2 no longer serves lenet5") || !strings.Contains(out, "node0 no longer serves lenet5") {
 		t.Fatalf("unserve said %q", out)
 	}
 	if code, b, err := post(httpAddr["node1"]+"/v2/models/lenet5/infer", body); err != nil || code != 404 {
@@ -590,4 +632,15 @@ func dashboardMatchesJobStats(t *testing.T, dir, dashURL string) {
 	if len(after["slow"].Workers) == 0 && after["slow"].Done < after["slow"].Total {
 		t.Errorf("the running job has no workers in job stats: %+v", after["slow"])
 	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var keep []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
 }
