@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"os"
 	"slices"
 	"strings"
@@ -15,93 +13,11 @@ import (
 	"time"
 
 	"idunno/fd"
-	"idunno/sched"
 	"idunno/serving"
 )
 
-func init() {
-	register("serve", "serve MODEL --sdfs NAME [--nodes N1,N2 | --replicas K] [--max-batch B] [--max-delay D] [--max-queue Q] [--instances I]",
-		"load a model from SDFS on some nodes and serve it over HTTP (KServe v2)", runServe)
-	register("served", "served [--json]", "list the models each node serves over HTTP", runServed)
-	register("unserve", "unserve MODEL [--nodes N1,N2]", "stop serving a model over HTTP (on every node serving it, or on the ones named)", runUnserve)
-	nodeSetup = append(nodeSetup, addHTTP)
-}
-
-// addHTTP gives a node its HTTP endpoint (KServe v2, /metrics, dashboard) on base port + 2.
-func addHTTP(n *sched.Node) error {
-	live := func() []fd.Member {
-		if n.FD == nil {
-			return nil
-		}
-		return n.FD.Alive()
-	}
-	svc := serving.NewNodeService(serving.NodeOptions{
-		Config:  serving.Config{Node: n.Cfg.Name, Token: n.Cfg.HTTPBearerToken(), Logf: n.Logger("http")},
-		Addr:    n.Cfg.HTTPAddr(),
-		DataDir: n.Cfg.DataDir,
-		Threads: n.Cfg.Threads,
-		RPC:     n.RPC,
-		Client:  n.Client,
-		SelfRPC: n.Cfg.RPCAddr(),
-		Peers:   nodePeers{self: n.Cfg.Name, live: live},
-		Gauges:  nodeGauges{n: n, live: live},
-		Fetch: func(ctx context.Context, name string, w io.Writer) error {
-			if n.SDFS == nil {
-				return errors.New("this node runs no SDFS store")
-			}
-			_, err := n.SDFS.Client().Get(ctx, name, w)
-			return err
-		},
-		List: func(ctx context.Context, prefix string) ([]string, error) {
-			if n.SDFS == nil {
-				return nil, errors.New("this node runs no SDFS store")
-			}
-			fs, err := n.SDFS.Client().List(ctx, prefix)
-			names := make([]string, len(fs))
-			for i, f := range fs {
-				names[i] = f.Name
-			}
-			return names, err
-		},
-	})
-	n.Add(svc)
-	return nil
-}
-
-// nodePeers lists the live members other than this node for the HTTP router.
-type nodePeers struct {
-	self string
-	live func() []fd.Member
-}
-
-func (p nodePeers) Peers() []serving.Peer {
-	var r []serving.Peer
-	for _, m := range p.live() {
-		if m.Name != p.self {
-			r = append(r, serving.Peer{Name: m.Name, RPCAddr: m.RPCAddr})
-		}
-	}
-	return r
-}
-
-// nodeGauges reads the membership size from fd and the bytes stored and replication
-// backlog from this node's SDFS store.
-type nodeGauges struct {
-	n    *sched.Node
-	live func() []fd.Member
-}
-
-func (g nodeGauges) Gauges() serving.ClusterGauges {
-	r := serving.ClusterGauges{Members: len(g.live()), SDFSBytesStored: -1, ReplicationBacklog: -1}
-	if st := g.n.SDFS; st != nil {
-		_, r.SDFSBytesStored = st.Usage()
-		r.ReplicationBacklog = st.Backlog()
-	}
-	return r
-}
-
 func runServe(args []string) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs := newFlags("serve")
 	t := addTargetFlags(fs)
 	sdfsName := fs.String("sdfs", "", "SDFS name of the ONNX model file")
 	nodes := fs.String("nodes", "", "comma-separated nodes to serve it on (default: --replicas nodes chosen by the model's name)")
@@ -115,7 +31,7 @@ func runServe(args []string) error {
 		return err
 	}
 	if model == "" || *sdfsName == "" {
-		return errors.New("usage: serve MODEL --sdfs NAME [flags]")
+		return usageError("usage: serve MODEL --sdfs NAME [flags]")
 	}
 	if *maxBatch < 1 || *maxDelay < 0 || *maxQueue < 1 || *instances < 1 || *replicas < 1 {
 		return errors.New("--max-batch, --max-queue, --instances and --replicas must be at least 1, --max-delay not negative")
@@ -201,7 +117,7 @@ type servedJSON struct {
 }
 
 func runServed(args []string) error {
-	fs := flag.NewFlagSet("served", flag.ContinueOnError)
+	fs := newFlags("served")
 	t := addTargetFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args); err != nil {
@@ -242,7 +158,7 @@ func runServed(args []string) error {
 }
 
 func runUnserve(args []string) error {
-	fs := flag.NewFlagSet("unserve", flag.ContinueOnError)
+	fs := newFlags("unserve")
 	t := addTargetFlags(fs)
 	nodes := fs.String("nodes", "", "comma-separated nodes (default: every node serving it)")
 	model, rest := firstArg(args)
@@ -250,7 +166,7 @@ func runUnserve(args []string) error {
 		return err
 	}
 	if model == "" {
-		return errors.New("usage: unserve MODEL [--nodes N1,N2]")
+		return usageError("usage: unserve MODEL [--nodes N1,N2]")
 	}
 	all, err := t.nodes()
 	if err != nil {
@@ -271,8 +187,8 @@ func runUnserve(args []string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		var ms []serving.RemoteModel
 		err := t.cl.CallJSON(ctx, m.RPCAddr, serving.MethodModels, struct{}{}, &ms)
-		has := slices.ContainsFunc(ms, func(r serving.RemoteModel) bool { return r.Served.Name == model })
-		if err == nil && has {
+		served := slices.ContainsFunc(ms, func(r serving.RemoteModel) bool { return r.Served.Name == model })
+		if err == nil && served {
 			err = serving.Unserve(ctx, t.cl, m.RPCAddr, model)
 		} else if err == nil && len(want) > 0 {
 			err = fmt.Errorf("does not serve %s", model)
@@ -282,7 +198,7 @@ func runUnserve(args []string) error {
 			errs = append(errs, fmt.Errorf("%s: %w", m.Name, err))
 			continue
 		}
-		if has {
+		if served {
 			fmt.Printf("%s no longer serves %s\n", m.Name, model)
 			stopped++
 		}
