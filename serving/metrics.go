@@ -197,6 +197,31 @@ func (m *Metrics) Summaries() map[string]ModelSummary {
 	return r
 }
 
+// requestHistograms returns each model's cumulative request-duration histogram (models
+// with requests at this node only).
+func (m *Metrics) requestHistograms() map[string]*dto.Histogram {
+	m.mu.Lock()
+	var names []string
+	for name, s := range m.models {
+		if s.Success.Count+s.Fail.Count > 0 {
+			names = append(names, name)
+		}
+	}
+	m.mu.Unlock()
+	r := make(map[string]*dto.Histogram, len(names))
+	for _, name := range names {
+		h, err := m.duration.GetMetricWithLabelValues(name)
+		if err != nil {
+			continue
+		}
+		var pb dto.Metric
+		if h.(prometheus.Metric).Write(&pb) == nil && pb.Histogram != nil {
+			r[name] = pb.Histogram
+		}
+	}
+	return r
+}
+
 // bucketQuantile estimates the q-quantile of a histogram by linear interpolation within
 // its bucket.
 func bucketQuantile(q float64, h *dto.Histogram) float64 {

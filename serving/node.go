@@ -48,6 +48,7 @@ type NodeService struct {
 
 	mu       sync.Mutex      // guards the served file and pending
 	pending  map[string]bool // models of the served file not loaded again yet (restore)
+	sampler  sampler         // the dashboard's history and node table (sampler.go)
 	hints    chan servedHint // peers' http.placed messages, for the placer
 	changed  chan struct{}   // this node's served models changed (capacity 1)
 	stop     chan struct{}
@@ -73,6 +74,9 @@ func NewNodeService(o NodeOptions) *NodeService {
 	s.srv.Repo = s
 	s.srv.NotReady = s.notReady
 	registerRPC(o.RPC, s.local, o.Config.Limits, s.load, s.unload, s.sdfsName)
+	rpc.HandleJSON(o.RPC, MethodNode, func(context.Context, struct{}) (NodeFigures, error) {
+		return s.nodeFigures(), nil
+	})
 	rpc.HandleJSON(o.RPC, MethodPlaced, func(_ context.Context, h servedHint) (struct{}, error) {
 		s.hint(h)
 		return struct{}{}, nil
@@ -101,9 +105,10 @@ func (s *NodeService) Start(ctx context.Context) error {
 		s.pending[r.Name] = true
 	}
 	s.mu.Unlock()
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go s.restore()
 	go s.place()
+	go s.sample()
 	return nil
 }
 

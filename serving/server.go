@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -77,7 +78,12 @@ type Server struct {
 	// NotReady says why the node is not ready yet ("" when it is: its models are loaded);
 	// nil: ready once serving.
 	NotReady func() string
-	Events   Events // for the dashboard
+	Events   Events  // for the dashboard
+	History  History // for the dashboard: filled by the NodeService's sampler
+
+	liveMu sync.Mutex // guards nodes and trains
+	nodes  []NodeRow
+	trains []TrainStats
 
 	srv   *fasthttp.Server
 	auth  bearerAuth
@@ -105,6 +111,19 @@ func NewServer(cfg Config, local *LocalModels) *Server {
 		Logger:                logger(s.cfg.Logf),
 	}
 	return s
+}
+
+// setLive replaces the dashboard's node table and training jobs.
+func (s *Server) setLive(nodes []NodeRow, trains []TrainStats) {
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	s.nodes, s.trains = nodes, trains
+}
+
+func (s *Server) live() ([]NodeRow, []TrainStats) {
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	return s.nodes, s.trains
 }
 
 func (s *Server) notReady() string {
