@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	png_ "image/png"
 	"io"
 	"math"
 	"net"
@@ -499,10 +500,27 @@ func stats(t *testing.T, dir, job string) jobStats {
 // dumpDashboard loads the dashboard in headless Chromium, lets it run for budget of
 // virtual time (several one-second refreshes), and returns the DOM it ends with.
 func dumpDashboard(t *testing.T, url string, budget time.Duration) string {
+	return chromium(t, url, budget, "--dump-dom")
+}
+
+// screenshotDashboard is dumpDashboard taking a PNG of the page instead: to
+// $IDUNNO_DASHBOARD_PNG if set (to look at), else into a temporary directory.
+func screenshotDashboard(t *testing.T, url string, budget time.Duration) string {
+	path := os.Getenv("IDUNNO_DASHBOARD_PNG")
+	if path == "" {
+		path = filepath.Join(t.TempDir(), "dashboard.png")
+	}
+	chromium(t, url, budget, "--screenshot="+path, "--window-size=1500,2600", "--hide-scrollbars")
+	return path
+}
+
+// chromium runs headless Chromium on url with budget of virtual time and returns its output.
+func chromium(t *testing.T, url string, budget time.Duration, what ...string) string {
 	t.Helper()
-	cmd := exec.Command("/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+	args := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
 		"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--user-data-dir="+t.TempDir(), fmt.Sprintf("--virtual-time-budget=%d", budget.Milliseconds()), "--dump-dom", url)
+		"--user-data-dir=" + t.TempDir(), fmt.Sprintf("--virtual-time-budget=%d", budget.Milliseconds())}, what...)
+	cmd := exec.Command("/usr/bin/chromium", append(args, url)...)
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	if err := cmd.Start(); err != nil {
@@ -631,6 +649,91 @@ func dashboardMatchesJobStats(t *testing.T, dir, dashURL string) {
 	}
 	if len(after["slow"].Workers) == 0 && after["slow"].Done < after["slow"].Total {
 		t.Errorf("the running job has no workers in job stats: %+v", after["slow"])
+	}
+	dashboardViews(t, dir, dom)
+	png := screenshotDashboard(t, dashURL, 3500*time.Millisecond)
+	f, err := os.Open(png)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png_.Decode(f)
+	if err != nil || img.Bounds().Dx() < 1000 || img.Bounds().Dy() < 2000 {
+		t.Fatalf("dashboard screenshot %s: %v %v", png, err, img.Bounds())
+	}
+	t.Logf("dashboard screenshot: %s", png)
+}
+
+var (
+	nodeRowRE  = regexp.MustCompile(`(?s)<tr data-node="([^"]+)"[^>]*>(.*?)</tr>`)
+	trainRowRE = regexp.MustCompile(`<tr data-train="([^"]+)"`)
+	canvasRE   = regexp.MustCompile(`<canvas id="chart-(\w+)"[^>]*data-points="(\d+)"`)
+	eventRE    = regexp.MustCompile(`<li data-kind="([^"]+)"[^>]*>(.*?)</li>`)
+)
+
+// dashboardViews checks the dashboard's node table, training jobs, history charts and
+// events against the cluster: three live nodes with one coordinator, the training jobs of
+// `idunno train list`, charts with points, and the jobs' start and end among the events.
+func dashboardViews(t *testing.T, dir, dom string) {
+	roles := map[string]string{}
+	for _, m := range nodeRowRE.FindAllStringSubmatch(dom, -1) {
+		cells := map[string]string{}
+		for _, c := range cellRE.FindAllStringSubmatch(m[2], -1) {
+			cells[c[1]] = c[2]
+		}
+		if cells["state"] != "alive" {
+			t.Errorf("node %s shown %q", m[1], cells["state"])
+		}
+		if cpu, err := strconv.ParseFloat(cells["cpu"], 64); err != nil || cpu < 0 {
+			t.Errorf("node %s CPU shown %q", m[1], cells["cpu"])
+		}
+		if mem, err := strconv.ParseFloat(cells["memory"], 64); err != nil || mem <= 0 {
+			t.Errorf("node %s memory shown %q", m[1], cells["memory"])
+		}
+		roles[m[1]] = cells["role"]
+	}
+	coords := 0
+	for _, r := range roles {
+		if r == "coordinator" {
+			coords++
+		}
+	}
+	if len(roles) != 3 || coords != 1 {
+		t.Errorf("node table roles %v, want node0..node2 with one coordinator", roles)
+	}
+	var trains []struct {
+		Name   string    `json:"name"`
+		Losses []float32 `json:"losses"`
+	}
+	if err := json.Unmarshal([]byte(cli(t, dir, "train", "list", "--json")), &trains); err != nil {
+		t.Fatal(err)
+	}
+	shown := map[string]bool{}
+	for _, m := range trainRowRE.FindAllStringSubmatch(dom, -1) {
+		shown[m[1]] = true
+	}
+	losses := 0
+	for _, tr := range trains {
+		losses += len(tr.Losses)
+		if !shown[tr.Name] {
+			t.Errorf("training job %s not shown (shown: %v)", tr.Name, shown)
+		}
+	}
+	points := map[string]int{}
+	for _, m := range canvasRE.FindAllStringSubmatch(dom, -1) {
+		points[m[1]], _ = strconv.Atoi(m[2])
+	}
+	if points["jobrate"] < 2 || points["joblatency"] < 2 || points["loss"] != losses {
+		t.Errorf("chart points %v, want job charts drawn and %d loss points", points, losses)
+	}
+	kinds := map[string]bool{}
+	for _, m := range eventRE.FindAllStringSubmatch(dom, -1) {
+		if strings.Contains(m[2], "quick") {
+			kinds[m[1]] = true
+		}
+	}
+	if !kinds["job started"] || !kinds["job finished"] {
+		t.Errorf("events about job quick: %v, want it started and finished", kinds)
 	}
 }
 
