@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"idunno/modelcache"
 	"idunno/rpc"
 )
 
@@ -34,6 +35,9 @@ type NodeOptions struct {
 	// List returns the SDFS names that start with prefix (the repository index); nil: the
 	// index shows served models only.
 	List func(ctx context.Context, prefix string) ([]string, error)
+	// Models is the node's model cache, shared with the jobs' executor; nil: served models
+	// are loaded for serving alone.
+	Models *modelcache.Cache
 }
 
 // NodeService is the HTTP subsystem of a node (a sched.Component): the HTTP server, its
@@ -62,7 +66,7 @@ var modelNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 // NewNodeService builds the service and registers its rpc methods; call before the rpc
 // server runs.
 func NewNodeService(o NodeOptions) *NodeService {
-	s := &NodeService{o: o, backend: NewKernelBackend(o.Threads), stop: make(chan struct{}),
+	s := &NodeService{o: o, backend: NewKernelBackendCached(o.Threads, o.Models), stop: make(chan struct{}),
 		hints: make(chan servedHint, 64), changed: make(chan struct{}, 1)}
 	s.logf = o.Config.withDefaults().Logf
 	s.local = NewLocalModels(s.backend, 0)
