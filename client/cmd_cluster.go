@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 
@@ -26,7 +25,7 @@ func runCluster(args []string) error {
 		return err
 	}
 	if *dir == "" {
-		return errors.New("--dir is required")
+		return usageError("--dir is required")
 	}
 	if sub == "up" {
 		c, err := localcluster.Up(*dir, *nodes, *base, "")

@@ -72,6 +72,10 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"job", "frobnicate"}, exitUsage},
 		{[]string{"job", "wait", "--timeout", "notaduration", "j"}, exitUsage},
 		{[]string{"completion", "fish"}, exitUsage},
+		{[]string{"job", "add", "--name", "x"}, exitUsage}, // no model: refused before any call
+		{[]string{"grep", "--cluster", missing}, exitUsage},
+		{[]string{"cluster", "down", "--dir", ""}, exitUsage},
+		{[]string{"node", "--log-level", "loud"}, exitUsage},
 		{[]string{"members", "--cluster", missing}, exitFailure},
 		{[]string{"get", "x", "y", "--cluster", missing}, exitFailure},
 	} {
