@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"idunno/fd"
-	"idunno/sched/httpapi"
+	"idunno/serving"
 )
 
 func runServe(args []string) error {
@@ -24,7 +24,7 @@ func runServe(args []string) error {
 	replicas := fs.Int("replicas", 2, "how many nodes serve it when --nodes is not given")
 	maxBatch := fs.Int("max-batch", 1, "dynamic batching: rows per kernel call (1: no batching)")
 	maxDelay := fs.Duration("max-delay", 0, "dynamic batching: longest a request waits for others")
-	maxQueue := fs.Int("max-queue", httpapi.DefaultMaxQueue, "requests waiting at most; more get 503")
+	maxQueue := fs.Int("max-queue", serving.DefaultMaxQueue, "requests waiting at most; more get 503")
 	instances := fs.Int("instances", 1, "kernel calls of this model that may run at once per node")
 	model, rest := firstArg(args)
 	if err := fs.Parse(rest); err != nil {
@@ -50,12 +50,12 @@ func runServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	req := httpapi.ServeRequest{SDFSName: *sdfsName, ServedModel: httpapi.ServedModel{Name: model, Instances: *instances,
-		Batch: httpapi.BatchConfig{MaxBatch: *maxBatch, MaxDelay: *maxDelay, MaxQueue: *maxQueue}}}
+	req := serving.ServeRequest{SDFSName: *sdfsName, ServedModel: serving.ServedModel{Name: model, Instances: *instances,
+		Batch: serving.BatchConfig{MaxBatch: *maxBatch, MaxDelay: *maxDelay, MaxQueue: *maxQueue}}}
 	var errs []error
 	for _, m := range chosen {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		_, err := httpapi.Serve(ctx, t.cl, m.RPCAddr, req)
+		_, err := serving.Serve(ctx, t.cl, m.RPCAddr, req)
 		cancel()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", m.Name, err))
@@ -113,7 +113,7 @@ func chooseNodes(alive []fd.Member, model, names string, k int) ([]fd.Member, er
 type servedJSON struct {
 	Node string `json:"node"`
 	HTTP string `json:"http"`
-	httpapi.ServedModel
+	serving.ServedModel
 }
 
 func runServed(args []string) error {
@@ -133,8 +133,8 @@ func runServed(args []string) error {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		var ms []httpapi.RemoteModel
-		err := t.cl.CallJSON(ctx, m.RPCAddr, httpapi.MethodModels, struct{}{}, &ms)
+		var ms []serving.RemoteModel
+		err := t.cl.CallJSON(ctx, m.RPCAddr, serving.MethodModels, struct{}{}, &ms)
 		cancel()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", m.Name, err)
@@ -185,11 +185,11 @@ func runUnserve(args []string) error {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		var ms []httpapi.RemoteModel
-		err := t.cl.CallJSON(ctx, m.RPCAddr, httpapi.MethodModels, struct{}{}, &ms)
-		serving := slices.ContainsFunc(ms, func(r httpapi.RemoteModel) bool { return r.Served.Name == model })
-		if err == nil && serving {
-			err = httpapi.Unserve(ctx, t.cl, m.RPCAddr, model)
+		var ms []serving.RemoteModel
+		err := t.cl.CallJSON(ctx, m.RPCAddr, serving.MethodModels, struct{}{}, &ms)
+		has := slices.ContainsFunc(ms, func(r serving.RemoteModel) bool { return r.Served.Name == model })
+		if err == nil && has {
+			err = serving.Unserve(ctx, t.cl, m.RPCAddr, model)
 		} else if err == nil && len(want) > 0 {
 			err = fmt.Errorf("does not serve %s", model)
 		}
@@ -198,7 +198,7 @@ func runUnserve(args []string) error {
 			errs = append(errs, fmt.Errorf("%s: %w", m.Name, err))
 			continue
 		}
-		if serving {
+		if has {
 			fmt.Printf("%s no longer serves %s\n", m.Name, model)
 			stopped++
 		}

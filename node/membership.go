@@ -6,8 +6,8 @@ import (
 
 	"idunno/fd"
 	"idunno/sched"
-	"idunno/sched/httpapi"
 	"idunno/sdfs"
+	"idunno/serving"
 )
 
 // The node's failure detector as each subsystem wants to see the membership. Before Run
@@ -61,11 +61,11 @@ func (n *Node) sdfsPeers(context.Context) ([]sdfs.Peer, error) {
 // httpPeers lists the live members other than this node for the HTTP router.
 type httpPeers struct{ n *Node }
 
-func (p httpPeers) Peers() []httpapi.Peer {
-	var r []httpapi.Peer
+func (p httpPeers) Peers() []serving.Peer {
+	var r []serving.Peer
 	for _, m := range p.n.alive() {
 		if m.Name != p.n.cfg.Name {
-			r = append(r, httpapi.Peer{Name: m.Name, RPCAddr: m.RPCAddr})
+			r = append(r, serving.Peer{Name: m.Name, RPCAddr: m.RPCAddr})
 		}
 	}
 	return r
@@ -75,8 +75,8 @@ func (p httpPeers) Peers() []httpapi.Peer {
 // replication backlog from this node's SDFS store.
 type httpGauges struct{ n *Node }
 
-func (g httpGauges) Gauges() httpapi.ClusterGauges {
-	r := httpapi.ClusterGauges{Members: len(g.n.alive())}
+func (g httpGauges) Gauges() serving.ClusterGauges {
+	r := serving.ClusterGauges{Members: len(g.n.alive())}
 	_, r.SDFSBytesStored = g.n.store.Usage()
 	r.ReplicationBacklog = g.n.store.Backlog()
 	return r

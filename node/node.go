@@ -20,9 +20,9 @@ import (
 	"idunno/logs"
 	"idunno/rpc"
 	"idunno/sched"
-	"idunno/sched/httpapi"
 	"idunno/sched/logquery"
 	"idunno/sdfs"
+	"idunno/serving"
 )
 
 // Options are how a node logs: LogFormat logs.Text (the default) or logs.JSON, and the
@@ -48,7 +48,7 @@ type Node struct {
 
 	store *sdfs.Store
 	sched *sched.Scheduler
-	http  *httpapi.NodeService
+	http  *serving.NodeService
 }
 
 // New builds a node: data directory and log, RPC, the detector's config, the SDFS store,
@@ -158,10 +158,10 @@ func (n *Node) newScheduler() (*sched.Scheduler, error) {
 }
 
 // newHTTP builds the HTTP endpoint (KServe v2, /metrics, dashboard) on base port + 2.
-func (n *Node) newHTTP() *httpapi.NodeService {
+func (n *Node) newHTTP() *serving.NodeService {
 	files := n.store.Client()
-	return httpapi.NewNodeService(httpapi.NodeOptions{
-		Config:  httpapi.Config{Node: n.cfg.Name, Token: n.cfg.HTTPBearerToken(), Logf: n.Logf("http")},
+	return serving.NewNodeService(serving.NodeOptions{
+		Config:  serving.Config{Node: n.cfg.Name, Token: n.cfg.HTTPBearerToken(), Logf: n.Logf("http")},
 		Addr:    n.cfg.HTTPAddr(),
 		DataDir: n.cfg.DataDir,
 		Threads: n.cfg.Threads,
