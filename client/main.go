@@ -207,6 +207,7 @@ func newRoot(stdout, stderr io.Writer, status *int) *cobra.Command {
 	// The global flags: every client command accepts them, before or after its name. They
 	// are declared here so cobra can find the command name behind them; the command's own
 	// flag set parses them.
+	// Keep globalFlags in step.
 	root.PersistentFlags().String("cluster", "", "local cluster directory (default $IDUNNO_CLUSTER)")
 	root.PersistentFlags().String("at", "", "RPC address HOST:PORT of a node (default $IDUNNO_AT; secret from IDUNNO_SECRET)")
 	root.PersistentFlags().Bool("json", false, "print JSON (commands that print tables)")
@@ -216,6 +217,9 @@ func newRoot(stdout, stderr io.Writer, status *int) *cobra.Command {
 	root.AddCommand(completionCommand(root))
 	return root
 }
+
+// globalFlags are the root's persistent flags.
+var globalFlags = map[string]bool{"cluster": true, "at": true, "json": true}
 
 func cobraCommand(c command, stdout, stderr io.Writer, status *int) *cobra.Command {
 	cc := &cobra.Command{
@@ -332,6 +336,9 @@ func complete(c command, args []string, toComplete string) ([]string, cobra.Shel
 	}
 	var out []string
 	for _, f := range commandFlags(c, verb) {
+		if globalFlags[f.Name] {
+			continue // cobra offers the global flags itself
+		}
 		out = append(out, "--"+f.Name+"\t"+firstLine(f.Usage))
 	}
 	return out, cobra.ShellCompDirectiveNoFileComp

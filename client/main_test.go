@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -156,11 +157,20 @@ func TestCompletion(t *testing.T) {
 		{[]string{"__complete", "job", ""}, []string{"add", "wait", "stats"}},
 		{[]string{"__complete", "job", "add", "--ba"}, []string{"--batch"}},
 		{[]string{"__complete", "put", "--"}, []string{"--cluster", "--at"}},
+		{[]string{"__complete", "members", "--"}, []string{"--json"}},
 		{[]string{"__complete", "cluster", "up", "--"}, []string{"--nodes", "--base-port"}},
 	} {
 		code, out, _ := run(c.args...)
 		if code != exitOK {
 			t.Errorf("%q: exit %d", c.args, code)
+		}
+		seen := map[string]bool{}
+		for _, l := range strings.Split(out, "\n") {
+			word, _, _ := strings.Cut(l, "\t")
+			if seen[word] {
+				t.Errorf("%q: %q offered twice", c.args, word)
+			}
+			seen[word] = true
 		}
 		for _, w := range c.want {
 			if !strings.Contains(out, w) {
@@ -189,5 +199,37 @@ func TestTopNotTerminal(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "no coordinator") {
 		t.Fatalf("no snapshot in %q", out)
+	}
+}
+
+// The bash script, sourced in a real bash, completes through the binary.
+func TestBashCompletionScript(t *testing.T) {
+	const lib = "/usr/share/bash-completion/bash_completion"
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	if _, err := os.Stat(lib); err != nil {
+		t.Skip("bash-completion is not installed (apt-get install bash-completion)")
+	}
+	dir := t.TempDir()
+	bin := testBinary(t)
+	if err := os.Symlink(bin, filepath.Join(dir, "idunno")); err != nil {
+		t.Fatal(err)
+	}
+	script := `source ` + lib + `; source <(idunno completion bash)
+t() { COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}; COMPREPLY=()
+  __start_idunno 2>/dev/null; echo "${COMPREPLY[*]}"; }
+t idunno job ad; t idunno job add --ba; t idunno --cluster /tmp mem`
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", script)
+	cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"))
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("bash: %v\n%s", err, out)
+	}
+	want := "add\n--batch\nmembers\n"
+	if string(out) != want {
+		t.Fatalf("completions %q, want %q", out, want)
 	}
 }
