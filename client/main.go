@@ -139,9 +139,8 @@ func buildVersion() string {
 // completion can print them. Commands run one at a time in a process (the shell runs them
 // in turn), so one record is enough.
 var invocation struct {
-	flags     *flag.FlagSet // the last set newFlags made
-	badParse  bool          // a flag set rejected the command line
-	helpShown bool
+	flags    *flag.FlagSet // the last set newFlags made
+	badParse bool          // a flag set rejected the command line
 }
 
 // newFlags returns a flag set for one command. It prints nothing itself: a parse error is
@@ -204,10 +203,9 @@ func newRoot(stdout, stderr io.Writer, status *int) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetVersionTemplate("idunno {{.Version}}\n")
-	// The global flags: every client command accepts them, before or after its name. They
-	// are declared here so cobra can find the command name behind them; the command's own
-	// flag set parses them.
-	// Keep globalFlags in step.
+	// The global flags (globalFlags): every client command accepts them, before or after
+	// its name. They are declared here so cobra can find the command name behind them; the
+	// command's own flag set parses them.
 	root.PersistentFlags().String("cluster", "", "local cluster directory (default $IDUNNO_CLUSTER)")
 	root.PersistentFlags().String("at", "", "RPC address HOST:PORT of a node (default $IDUNNO_AT; secret from IDUNNO_SECRET)")
 	root.PersistentFlags().Bool("json", false, "print JSON (commands that print tables)")

@@ -48,6 +48,16 @@ func TestHelpOnStdoutWithExitZero(t *testing.T) {
 	}
 }
 
+// Every command answers --help on stdout with exit status 0, before doing anything.
+func TestEveryCommandHasHelp(t *testing.T) {
+	for _, c := range commands() {
+		code, out, errOut := run(c.name, "--help")
+		if code != exitOK || !strings.Contains(out, "idunno "+c.usage) {
+			t.Errorf("%s --help: exit %d, stdout %q, stderr %q", c.name, code, out, errOut)
+		}
+	}
+}
+
 func TestVersion(t *testing.T) {
 	code, out, _ := run("--version")
 	if code != exitOK || !strings.HasPrefix(out, "idunno ") || len(strings.TrimSpace(out)) <= len("idunno") {
