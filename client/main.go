@@ -248,7 +248,9 @@ func runCommand(c command, args []string, stdout, stderr io.Writer) int {
 	if help {
 		fmt.Fprintf(stdout, "Usage:\n  idunno %s\n\n%s\n", c.usage, c.summary)
 	}
-	err := c.run(hoistFirstWord(args))
+	args = dropUnusedGlobals(c, hoistFirstWord(args))
+	invocation.flags, invocation.badParse = nil, false // forget dropUnusedGlobals' look
+	err := c.run(args)
 	var ue *usageErr
 	var te *timeoutErr
 	switch {
@@ -297,6 +299,39 @@ func hoistFirstWord(args []string) []string {
 		}
 	}
 	return args
+}
+
+// dropUnusedGlobals removes the global flags the command (or its verb) does not declare:
+// `idunno --cluster D zoo lenet5 ...` runs zoo, which needs no cluster, as kubectl ignores
+// its global flags where they mean nothing.
+func dropUnusedGlobals(c command, args []string) []string {
+	verb := ""
+	if len(args) > 0 && contains(c.verbs, args[0]) {
+		verb = args[0]
+	}
+	declared := map[string]bool{}
+	for _, f := range commandFlags(c, verb) {
+		declared[f.Name] = true
+	}
+	if len(declared) == 0 {
+		return args // the command would not say: leave its arguments alone
+	}
+	var out []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || !globalFlags[name] || declared[name] {
+			out = append(out, a)
+			continue
+		}
+		if name != "json" && !hasValue {
+			i++ // its value
+		}
+	}
+	return out
 }
 
 // wantsHelp reports whether the command line asks for help (before any "--").

@@ -135,6 +135,23 @@ func TestGlobalFlagPositions(t *testing.T) {
 	}
 }
 
+func TestDropUnusedGlobals(t *testing.T) {
+	zoo := command{name: "zoo", run: runZoo}
+	members := command{name: "members", run: runMembers}
+	for _, c := range []struct {
+		cmd      command
+		in, want []string
+	}{
+		{zoo, []string{"lenet5", "--cluster", "d", "--out", "x", "--at=h:1", "--json"}, []string{"lenet5", "--out", "x"}},
+		{zoo, []string{"lenet5", "--out", "x", "--", "--cluster"}, []string{"lenet5", "--out", "x", "--", "--cluster"}},
+		{members, []string{"--cluster", "d", "--json"}, []string{"--cluster", "d", "--json"}},
+	} {
+		if got := dropUnusedGlobals(c.cmd, c.in); !cmp.Equal(got, c.want) {
+			t.Errorf("%s: dropUnusedGlobals(%q) = %q, want %q", c.cmd.name, c.in, got, c.want)
+		}
+	}
+}
+
 func TestHoistFirstWord(t *testing.T) {
 	for _, c := range []struct{ in, want []string }{
 		{[]string{"list"}, []string{"list"}},
