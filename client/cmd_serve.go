@@ -187,8 +187,8 @@ func runUnserve(args []string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		var ms []serving.RemoteModel
 		err := t.cl.CallJSON(ctx, m.RPCAddr, serving.MethodModels, struct{}{}, &ms)
-		has := slices.ContainsFunc(ms, func(r serving.RemoteModel) bool { return r.Served.Name == model })
-		if err == nil && has {
+		served := slices.ContainsFunc(ms, func(r serving.RemoteModel) bool { return r.Served.Name == model })
+		if err == nil && served {
 			err = serving.Unserve(ctx, t.cl, m.RPCAddr, model)
 		} else if err == nil && len(want) > 0 {
 			err = fmt.Errorf("does not serve %s", model)
@@ -198,7 +198,7 @@ func runUnserve(args []string) error {
 			errs = append(errs, fmt.Errorf("%s: %w", m.Name, err))
 			continue
 		}
-		if has {
+		if served {
 			fmt.Printf("%s no longer serves %s\n", m.Name, model)
 			stopped++
 		}
