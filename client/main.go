@@ -381,6 +381,9 @@ func complete(c command, args []string, toComplete string) ([]string, cobra.Shel
 // declared on the way: every command declares its flags before it parses its arguments, and
 // parsing stops at -help before the command does anything.
 func commandFlags(c command, verb string) []*flag.Flag {
+	if verb == "" && len(c.verbs) > 0 {
+		return nil // the flags are the verb's; the command itself only dispatches
+	}
 	invocation.flags = nil
 	args := []string{"-help"}
 	if verb != "" {

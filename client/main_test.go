@@ -58,6 +58,21 @@ func TestEveryCommandHasHelp(t *testing.T) {
 	}
 }
 
+// Asking a command for its flags prints nothing: `idunno job` prints its verbs once.
+func TestJobUsageOnce(t *testing.T) {
+	bin := testBinary(t)
+	for _, args := range [][]string{{"job"}, {"job", "--help"}, {"job", "bogus"}} {
+		out, _ := exec.Command(bin, args...).CombinedOutput()
+		if n := strings.Count(string(out), "idunno job wait J"); n != 1 {
+			t.Errorf("%q printed the job usage %d times:\n%s", args, n, out)
+		}
+	}
+	out, err := exec.Command(bin, "__complete", "job", "--").Output()
+	if err != nil || strings.Contains(string(out), "idunno job") {
+		t.Errorf("completion of job's flags printed its usage: %q %v", out, err)
+	}
+}
+
 func TestVersion(t *testing.T) {
 	code, out, _ := run("--version")
 	if code != exitOK || !strings.HasPrefix(out, "idunno ") || len(strings.TrimSpace(out)) <= len("idunno") {
