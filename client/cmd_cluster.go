@@ -11,7 +11,6 @@ func runCluster(args []string) error {
 	if len(args) == 0 {
 		return usageError("usage: idunno cluster up|down|kill|stop|cont|restart --dir DIR ...")
 	}
-	localcluster.DieWithParent = false // nodes outlive this command
 	sub, rest := args[0], args[1:]
 	if wantsHelp(args[:1]) {
 		rest = args // idunno cluster --help: the flags every verb takes
@@ -27,6 +26,7 @@ func runCluster(args []string) error {
 	if *dir == "" {
 		return usageError("--dir is required")
 	}
+	localcluster.DieWithParent = false // nodes outlive this command
 	if sub == "up" {
 		c, err := localcluster.Up(*dir, *nodes, *base, "")
 		if err != nil {
