@@ -43,7 +43,6 @@ func newMemCluster(t *testing.T, n int) *memCluster {
 	cfg.TakeoverGrace = 500 * time.Millisecond
 	cfg.PullEvery = 50 * time.Millisecond
 	cfg.ControlEvery = 200 * time.Millisecond
-	cfg.RateWindow = 2 * time.Second
 	c := &memCluster{t: t, mem: NewStaticMembership(), blobs: NewMemBlobs(), cfg: cfg, nodes: map[string]*memNode{},
 		exec: &FakeExecutor{
 			Datasets: map[string]int{"small.idx": 2000, "big.npy": 3001},

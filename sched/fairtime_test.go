@@ -15,52 +15,6 @@ import (
 // TestFairSharesFLOPsPrior checks the cost prior from the models' FLOPs: before any cost
 // is measured, and for a new job next to measured ones, shares come within a few percent
 // of the true cost ratio (here cost = FLOPs × seconds per FLOP plus a small overhead).
-func TestFairSharesFLOPsPrior(t *testing.T) {
-	const spf = 2e-11
-	trueCost := func(flops float64) float64 { return flops*spf*1.02 + 1e-7 }
-	within := func(t *testing.T, shares []float64, flops []float64) {
-		t.Helper()
-		sum := 0.0
-		for _, f := range flops {
-			sum += trueCost(f)
-		}
-		for i, f := range flops {
-			want := trueCost(f) / sum
-			if math.Abs(shares[i]/want-1) > 0.03 {
-				t.Fatalf("job %d: share %.6g, fair share %.6g (%.1f%% off)", i, shares[i], want, 100*(shares[i]/want-1))
-			}
-		}
-	}
-	lenet, resnet, mid := 4.6e5, 8.2e9, 6e8
-	// Nothing measured: shares follow FLOPs, LeNet about 0.006% of worker time.
-	shares, _ := FairShares([]JobLoad{{Name: "lenet", FLOPs: lenet}, {Name: "resnet", FLOPs: resnet}})
-	within(t, shares, []float64{lenet, resnet})
-	// The expensive job is measured; the cheap one arrives.
-	shares, _ = FairShares([]JobLoad{{Name: "resnet", FLOPs: resnet, Cost: trueCost(resnet)}, {Name: "lenet", FLOPs: lenet}})
-	within(t, shares, []float64{resnet, lenet})
-	// Two measured, one new.
-	shares, _ = FairShares([]JobLoad{{Name: "resnet", FLOPs: resnet, Cost: trueCost(resnet)},
-		{Name: "mid", FLOPs: mid, Cost: trueCost(mid)}, {Name: "lenet", FLOPs: lenet}})
-	within(t, shares, []float64{resnet, mid, lenet})
-	// The mean-of-others rule is the fallback only where FLOPs are unknown: a measured job
-	// without FLOPs gives no seconds per FLOP, so the new job gets its cost.
-	shares, _ = FairShares([]JobLoad{{Name: "old", Cost: 0.004}, {Name: "new", FLOPs: lenet}})
-	if math.Abs(shares[0]-0.5) > 1e-9 {
-		t.Fatalf("fallback shares %v", shares)
-	}
-	// A job without FLOPs next to unmeasured jobs with FLOPs gets their mean prior.
-	c := CostEstimates([]JobLoad{{Name: "a", FLOPs: 1e9}, {Name: "b", FLOPs: 3e9}, {Name: "c"}})
-	if math.Abs(c[2]/c[0]-2) > 1e-9 || math.Abs(c[1]/c[0]-3) > 1e-9 {
-		t.Fatalf("estimates %v", c)
-	}
-	// Garbage never leaks into shares.
-	shares, _ = FairShares([]JobLoad{{Name: "a", FLOPs: math.NaN(), Cost: math.Inf(1)}, {Name: "b", FLOPs: -1}})
-	for _, s := range shares {
-		if !(s > 0 && s < 1) {
-			t.Fatalf("shares %v", shares)
-		}
-	}
-}
 
 // simWorker is one worker of the simulated cluster: it holds up to depth tasks (one
 // running), pulls whenever a task finishes and every PullEvery, like worker.go; an express
@@ -218,7 +172,7 @@ func (f *fairSim) run(end time.Time) {
 		}
 		// The controller's period, as coordTick runs it.
 		f.s.mu.Lock()
-		if f.now.Sub(f.s.co.lastControl) >= f.s.cfg.ControlEvery {
+		if f.now.Sub(f.s.co.core.LastControl()) >= f.s.cfg.ControlEvery {
 			f.s.control(f.now)
 		}
 		f.s.mu.Unlock()
@@ -588,10 +542,10 @@ func TestSilentWorkerLosesLeases(t *testing.T) {
 	for _, o := range frozen {
 		frozenRefs = append(frozenRefs, TaskRef{o.Spec.Name, o.Task})
 	}
-	live := map[string]string{"w0": "a", "w1": "b"}
 	tick := func() {
 		s.mu.Lock()
-		s.expireLeases(live, f.now)
+		_, rs := s.co.core.Tick(f.now, []string{s.name, "w0", "w1"}, s.name)
+		s.applyResizes(rs)
 		s.mu.Unlock()
 	}
 	// w0 keeps pulling and finishing what it gets; w1 says nothing.
