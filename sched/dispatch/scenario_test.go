@@ -165,6 +165,18 @@ func checkSpread(t *testing.T, samples []spreadSample, median, worst float64) (m
 	return med, w
 }
 
+// checkUtilization asserts that the workers spent at least min of their time running
+// tasks: fairness is not bought by idling workers (the per-task overhead counts as busy;
+// see TaskOverhead for its size).
+func checkUtilization(t *testing.T, s *Sim, min float64) {
+	t.Helper()
+	u := s.Utilization()
+	t.Logf("workers busy %.1f%% of the time", 100*u)
+	if u < min {
+		t.Errorf("workers busy %.1f%% of the time, want at least %.0f%%", 100*u, 100*min)
+	}
+}
+
 // TestCoreTwoJobsAddedTogether: two jobs whose costs per query differ 1,000x are added at
 // the same moment on 9 workers (the benchmark cluster), with their priors 2x off. From
 // 10 s after the add, their 10 s rates are within 3% (median of one sample a second) and
@@ -176,7 +188,10 @@ func TestCoreTwoJobsAddedTogether(t *testing.T) {
 	dear := SimJob{Name: "dear", Cost: 20 * time.Millisecond, FLOPs: 2e9, Batch: 8, Weight: 1, Queries: 10_000_000}
 	s.add(cheap)
 	s.add(dear)
+	s.At(10 * time.Second)
+	s.ResetUtilization()
 	s.At(40 * time.Second)
+	checkUtilization(t, s.Sim, 0.95)
 	s.fail(2)
 	s.At(60 * time.Second)
 	s.join(1)
@@ -199,7 +214,10 @@ func TestCoreFourJobs(t *testing.T) {
 		s.At(time.Duration(i) * 3 * time.Second)
 		s.add(j)
 	}
+	s.At(20 * time.Second)
+	s.ResetUtilization()
 	s.At(50 * time.Second)
+	checkUtilization(t, s.Sim, 0.95)
 	s.fail(2)
 	s.At(70 * time.Second)
 	s.join(1)
@@ -221,7 +239,10 @@ func TestCoreEightJobs(t *testing.T) {
 		s.At(time.Duration(i) * 2 * time.Second)
 		s.add(j)
 	}
+	s.At(30 * time.Second)
+	s.ResetUtilization()
 	s.At(50 * time.Second)
+	checkUtilization(t, s.Sim, 0.95)
 	s.fail(3)
 	s.At(70 * time.Second)
 	s.join(2)

@@ -162,6 +162,10 @@ type Sim struct {
 	rng     *rand.Rand
 	nextTic time.Time
 	Leases  int // tasks leased, for benchmarks
+	// Busy is the worker time spent running tasks (overhead included) since the last
+	// ResetUtilization; workerT the live workers' time since then.
+	Busy    time.Duration
+	workerT time.Duration
 }
 
 // NewSim returns a simulation of workers named w0, w1, ... with a Core of cfg.
@@ -307,6 +311,7 @@ func (s *Sim) startNext(w *SimWorker) {
 		d *= s.Jitter(s.rng, o.Job)
 	}
 	w.run = &simRun{o: o, until: s.Now.Add(time.Duration(math.Max(d, 1)))}
+	s.Busy += w.run.until.Sub(s.Now)
 }
 
 // RunUntil advances the simulation to end, event by event.
@@ -329,10 +334,10 @@ func (s *Sim) RunUntil(end time.Time) {
 			}
 		}
 		if at.After(end) {
-			s.Now = end
+			s.advance(end)
 			return
 		}
-		s.Now = at
+		s.advance(at)
 		switch kind {
 		case 0:
 			exp, rs := s.Core.Tick(s.Now, s.alive(), s.Self)
@@ -357,6 +362,30 @@ func (s *Sim) RunUntil(end time.Time) {
 		}
 	}
 }
+
+// advance moves the clock to t, counting the live workers' time.
+func (s *Sim) advance(t time.Time) {
+	live := 0
+	for _, w := range s.Workers {
+		if !w.dead {
+			live++
+		}
+	}
+	s.workerT += time.Duration(live) * t.Sub(s.Now)
+	s.Now = t
+}
+
+// Utilization is the share of the live workers' time spent running tasks since the last
+// ResetUtilization (a task counts in full when it starts).
+func (s *Sim) Utilization() float64 {
+	if s.workerT <= 0 {
+		return 0
+	}
+	return s.Busy.Seconds() / s.workerT.Seconds()
+}
+
+// ResetUtilization starts counting Utilization afresh.
+func (s *Sim) ResetUtilization() { s.Busy, s.workerT = 0, 0 }
 
 // At runs the simulation to d after its start.
 func (s *Sim) At(d time.Duration) { s.RunUntil(s.Start.Add(d)) }
