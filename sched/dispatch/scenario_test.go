@@ -358,3 +358,50 @@ func BenchmarkCoreDecision(b *testing.B) {
 		}
 	}
 }
+
+// TestCoreBenchmarkJobsLoaded replays the real-cluster benchmark's four jobs at about the
+// rates they reached on the loaded 2-core machine (100-120 q/s each under fair time, load
+// 23-33: costs per query from their rates alone on the cluster, twice as slow as
+// unloaded) to show what limits the spread there: LeNet-5's tasks cannot be smaller than
+// its batch of 64 queries, 6% of its 10 s count at 100 q/s, so its rate steps by that
+// much a task. With LeNet-5 at batch 8 the same jobs stay within the bounds.
+func TestCoreBenchmarkJobsLoaded(t *testing.T) {
+	for _, lenetBatch := range []int{64, 8} {
+		s := newScenario(t, 9, 6)
+		// Seconds per query on one worker: 9 workers over the rate alone on the cluster
+		// (ResNet-50 298 q/s, ResNet-18 2,341, MobileNetV2 2,673, LeNet-5 73,081 unloaded),
+		// twice as slow; priors from the models' FLOPs, up to 3x off as measured.
+		cost := func(alone float64) time.Duration { return time.Duration(2 * 9 / alone * float64(time.Second)) }
+		jobs := []SimJob{
+			{Name: "resnet50", Cost: cost(298), Batch: 8},
+			{Name: "resnet18", Cost: cost(2341), Batch: 8},
+			{Name: "mobilenet", Cost: cost(2673), Batch: 8},
+			{Name: "lenet5", Cost: cost(73081), Batch: lenetBatch},
+		}
+		for i, off := range []float64{1 / 3.0, 2, 3, 0.5} {
+			jobs[i].FLOPs = jobs[i].Cost.Seconds() / 1e-11 * off
+		}
+		for i, j := range jobs {
+			j.Weight, j.Queries = 1, 60000
+			s.At(time.Duration(i) * 3 * time.Second)
+			s.add(j)
+		}
+		s.At(20 * time.Second)
+		s.ResetUtilization()
+		s.At(80 * time.Second)
+		t.Logf("LeNet-5 at batch %d: workers busy %.1f%%", lenetBatch, 100*s.Utilization())
+		samples := s.spreads(19*time.Second, 80*time.Second, 10*time.Second)
+		if lenetBatch == 8 {
+			checkSpread(t, samples, 0.05, 0.15)
+			continue
+		}
+		sp := make([]float64, len(samples))
+		for i, x := range samples {
+			sp[i] = x.spread
+		}
+		slices.Sort(sp)
+		r := s.Rates(s.Now, 10*time.Second)
+		t.Logf("LeNet-5 at batch 64: median spread %.1f%%, worst %.1f%%; rates %.0f/%.0f/%.0f/%.0f q/s, LeNet-5 tasks of %d queries",
+			100*sp[len(sp)/2], 100*sp[len(sp)-1], r["resnet50"], r["resnet18"], r["mobilenet"], r["lenet5"], s.Tasks["lenet5"].Sizing().TaskSize)
+	}
+}
