@@ -181,6 +181,20 @@ func FuzzDecodeJournal(f *testing.F) {
 	st.Apply(rs)
 	snap, _ = appendLine(nil, 'S', st)
 	f.Add(snap)
+	// A second resize on top of the first.
+	rs2 := &Entry{Seq: st.Seq + 1, Epoch: 2, Kind: EntryJobResize, Name: "a", Task: 6, Size: 10, Time: 11}
+	line, _ = appendLine(nil, 'E', rs2)
+	f.Add(append(append([]byte{}, snap...), line...))
+	// A journal written before Splits: its one resize in ResizeFrom/ResizeSize/ResizeID.
+	old := NewState()
+	for _, e := range sampleEntries() {
+		old.Apply(e)
+	}
+	old.Jobs["a"].Spec.ResizeFrom, old.Jobs["a"].Spec.ResizeSize, old.Jobs["a"].Spec.ResizeID = 4, 5, 9
+	old.Jobs["a"].Done = make([]byte, (old.Jobs["a"].Spec.NumTasks()+7)/8)
+	old.Jobs["a"].NDone = 0
+	oldSnap, _ := appendLine(nil, 'S', old)
+	f.Add(append(oldSnap, line...))
 	f.Add([]byte("S 00000000 {}\n"))
 	// A snapshot with the job statistics line after it, then entries.
 	js := NewJobStats()

@@ -483,3 +483,50 @@ func TestCheapJobResizedWhenExpensiveJoins(t *testing.T) {
 	// ending exactly 10 s after the add still holds them.
 	checkSpread(t, m.spreads(13*time.Second, 40*time.Second, 11*time.Second), 0.05, 0.15)
 }
+
+// TestJobResizeAfterOldJournal: a job resized once by a journal written before Splits
+// (ResizeFrom, ResizeSize, ResizeID) reads the same, and can be resized again on top.
+func TestJobResizeAfterOldJournal(t *testing.T) {
+	s := NewState()
+	spec := testSpec("a", 100, 5, 20) // 5 tasks of 20
+	spec.ID = 7
+	for i, e := range []*Entry{
+		{Kind: EntryEpoch, Epoch: 1, Node: "n0"},
+		{Kind: EntryJobAdd, Epoch: 1, Job: spec},
+		{Kind: EntryTaskDone, Epoch: 1, Name: "a", Task: 0},
+	} {
+		e.Seq = uint64(i + 1)
+		if err := s.Apply(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// As an old journal held it: from task 1 on, tasks of 10 (8 more tasks), ID 8.
+	j := s.Jobs["a"]
+	j.Spec.ResizeFrom, j.Spec.ResizeSize, j.Spec.ResizeID = 1, 10, 8
+	j.Done = make([]byte, (j.Spec.NumTasks()+7)/8)
+	j.Done[0] = 1
+	b, _ := appendLine(nil, 'S', s)
+	st, _, _, err := DecodeJournal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := st.Jobs["a"].Spec
+	if f, to := sp.TaskRange(3); sp.NumTasks() != 9 || f != 40 || to != 50 || sp.ResultID(3) != 8 || sp.ResultID(0) != 7 {
+		t.Fatalf("old resize reads %d tasks, task 3 %d-%d", sp.NumTasks(), f, to)
+	}
+	if err := st.Apply(&Entry{Seq: st.Seq + 1, Epoch: 1, Kind: EntryJobResize, Name: "a", Task: 5, Size: 20, Time: 9}); err != nil {
+		t.Fatal(err)
+	}
+	sp = st.Jobs["a"].Spec
+	end := 0
+	for i := range sp.NumTasks() {
+		f, to := sp.TaskRange(i)
+		if f != end || to <= f {
+			t.Fatalf("task %d covers %d-%d after %d", i, f, to, end)
+		}
+		end = to
+	}
+	if f, _ := sp.TaskRange(5); end != 100 || f != 60 || sp.NumTasks() != 7 || sp.ResultID(4) != 8 || sp.ResultID(5) != 9 {
+		t.Fatalf("second resize: %d tasks ending at %d, task 5 from %d", sp.NumTasks(), end, f)
+	}
+}
