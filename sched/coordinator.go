@@ -147,7 +147,9 @@ func (s *Scheduler) observe(e *Entry) {
 		delete(s.stats, e.Name)
 	case EntryTaskDone:
 		if j := s.st.Jobs[e.Name]; j != nil && e.Report != nil {
-			s.jobStats(e.Name).Record(*e.Report, j.Spec.Batch, time.Unix(0, e.Time))
+			st := s.jobStats(e.Name)
+			st.costTau = s.cfg.CostTau
+			st.Record(*e.Report, j.Spec.Batch, time.Unix(0, e.Time))
 		}
 	}
 }

@@ -34,6 +34,10 @@ type SchedConfig struct {
 	RetryBackoff     time.Duration // a failed task or result write is retried after this, times the attempt (200 ms)
 	ReadTimeout      time.Duration // deadline of reading one task's result while assembling a job's (30 s)
 	WriteTimeout     time.Duration // deadline of writing a job's result, labels read included (1 min)
+	// CostTau is the time constant of a job's measured cost per query (see
+	// DefaultCostTau): long enough that a loaded machine's heavy-tailed task times average
+	// out, short enough that a real change is followed within a few of it. 10 s.
+	CostTau time.Duration
 }
 
 // DefaultSchedConfig returns the defaults.
@@ -56,6 +60,7 @@ func DefaultSchedConfig() SchedConfig {
 		RetryBackoff:     200 * time.Millisecond,
 		ReadTimeout:      30 * time.Second,
 		WriteTimeout:     time.Minute,
+		CostTau:          DefaultCostTau,
 	}
 }
 
