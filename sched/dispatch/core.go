@@ -259,6 +259,7 @@ func (c *Core) Heard(now time.Time, worker string, held, done []TaskRef) []Lease
 // cost, or a job out of tasks, re-splits the workers at once (the decisions returned).
 func (c *Core) Completed(now time.Time, job string, task int, cost float64) []Resize {
 	c.tasks.Complete(job, task)
+	c.tasks.Touch(job)
 	j := c.jobs[job]
 	if j == nil {
 		return nil
@@ -270,7 +271,10 @@ func (c *Core) Completed(now time.Time, job string, task int, cost float64) []Re
 }
 
 // Release drops the lease of a task found done already (a repeated report).
-func (c *Core) Release(job string, task int) { c.tasks.Complete(job, task) }
+func (c *Core) Release(job string, task int) {
+	c.tasks.Complete(job, task)
+	c.tasks.Touch(job)
+}
 
 // Join adds a worker that pulls for work to the split, if the split has not seen it yet
 // (it joined since the last Tick). Call it before Lease, and journal the decisions first.
@@ -288,8 +292,10 @@ func (c *Core) Lease(now time.Time, worker string, want int) []Order {
 	var out []Order
 	for _, sh := range c.assign[worker] {
 		j := c.jobs[sh.Job]
-		if sh.Weight > 0 && j != nil && !j.started && c.isRunning(j) && j.Tasks.NumDone() == 0 && c.tasks.HasPending(sh.Job) {
-			out = append(out, c.lease(now, worker, j, true))
+		if sh.Weight > 0 && j != nil && !j.started && c.isRunning(j) && j.Tasks.NumDone() == 0 {
+			if o, ok := c.lease(now, worker, j, true); ok {
+				out = append(out, o)
+			}
 		}
 	}
 	for i := 0; i < want; i++ {
@@ -297,17 +303,24 @@ func (c *Core) Lease(now time.Time, worker string, want int) []Order {
 		if name == "" {
 			break
 		}
-		out = append(out, c.lease(now, worker, c.jobs[name], false))
+		o, ok := c.lease(now, worker, c.jobs[name], false)
+		if !ok {
+			break // Pick saw a pending task Lease did not find: a broken invariant, not a worker's fault
+		}
+		out = append(out, o)
 	}
 	return out
 }
 
-func (c *Core) lease(now time.Time, worker string, j *coreJob, express bool) Order {
+func (c *Core) lease(now time.Time, worker string, j *coreJob, express bool) (Order, bool) {
+	task, ok := c.tasks.Lease(j.Name, worker, now)
+	if !ok {
+		return Order{}, false
+	}
 	j.started = true
-	task, _ := c.tasks.Lease(j.Name, worker, now)
 	f, t := j.Tasks.TaskRange(task)
 	c.fair.Leased(j.Name, t-f)
-	return Order{Job: j.Name, Task: task, Express: express}
+	return Order{Job: j.Name, Task: task, Express: express}, true
 }
 
 // Pick chooses the job worker runs next ("" for none): the job furthest behind in queries

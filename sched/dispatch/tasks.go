@@ -55,6 +55,11 @@ type taskQueue struct {
 	next   int   // tasks below next were leased at least once (or are done)
 	retry  []int // tasks given back by failed workers, ascending
 	leased map[int]string
+	// nextOK: task next is known to be neither leased nor done, so skip has nothing to
+	// do (a pick asks every job whether it has a pending task). Cleared when task next is
+	// leased, and by Touch when the journal marks a task done. A resize keeps it true: it
+	// splits only from the frontier, at or after next, and keeps a task there.
+	nextOK bool
 }
 
 // NewTaskTable returns an empty table.
@@ -91,16 +96,27 @@ func (t *TaskTable) HasPending(job string) bool {
 		return true
 	}
 	q.skip()
-	return q.next < q.ts.NumTasks()
+	return q.nextOK
 }
 
 func (q *taskQueue) skip() {
+	if q.nextOK {
+		return
+	}
 	n := q.ts.NumTasks()
 	for q.next < n {
 		if _, l := q.leased[q.next]; !l && !q.ts.IsDone(q.next) {
+			q.nextOK = true
 			return
 		}
 		q.next++
+	}
+}
+
+// Touch tells the table that a task of job may have been marked done by the journal.
+func (t *TaskTable) Touch(job string) {
+	if q := t.jobs[job]; q != nil {
+		q.nextOK = false
 	}
 }
 
@@ -124,12 +140,16 @@ func (t *TaskTable) Lease(job, worker string, now time.Time) (int, bool) {
 	} else {
 		task = q.next
 		q.next++
+		q.nextOK = false
 	}
 	t.hold(q, job, task, worker, now)
 	return task, true
 }
 
 func (t *TaskTable) hold(q *taskQueue, job string, task int, worker string, now time.Time) {
+	if task == q.next {
+		q.nextOK = false
+	}
 	q.leased[task] = worker
 	m := t.byWorker[worker]
 	if m == nil {
