@@ -10,10 +10,6 @@ import (
 	"idunno/rpc"
 )
 
-// BenchmarkFairDecision is one fair-time decision for 1,000 workers and 100 jobs: shares
-// from measured costs, the fair rate and the per-worker split, then a round of picks, one
-// for each of the 1,000 workers (each leasing a task of the job it picked).
-
 // benchCoordinator makes a coordinator with (or without) a standby on loopback RPC.
 func benchCoordinator(b *testing.B, standby bool) *Scheduler {
 	mem := NewStaticMembership()

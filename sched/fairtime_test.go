@@ -12,10 +12,6 @@ import (
 	"idunno/rpc"
 )
 
-// TestFairSharesFLOPsPrior checks the cost prior from the models' FLOPs: before any cost
-// is measured, and for a new job next to measured ones, shares come within a few percent
-// of the true cost ratio (here cost = FLOPs × seconds per FLOP plus a small overhead).
-
 // simWorker is one worker of the simulated cluster: it holds up to depth tasks (one
 // running), pulls whenever a task finishes and every PullEvery, like worker.go; an express
 // task starts at once in a second slot, beside the running one.

@@ -164,6 +164,9 @@ func TestFairQueuePick(t *testing.T) {
 	}
 }
 
+// TestFairSharesFLOPsPrior checks the cost prior from the models' FLOPs: before any cost
+// is measured, and for a new job next to measured ones, shares come within a few percent
+// of the true cost ratio (here cost = FLOPs × seconds per FLOP plus a small overhead).
 func TestFairSharesFLOPsPrior(t *testing.T) {
 	const spf = 2e-11
 	trueCost := func(flops float64) float64 { return flops*spf*1.02 + 1e-7 }
@@ -211,6 +214,9 @@ func TestFairSharesFLOPsPrior(t *testing.T) {
 	}
 }
 
+// BenchmarkFairDecision is one fair-time decision for 1,000 workers and 100 jobs: shares
+// from measured costs, the fair rate and the per-worker split, then a round of picks, one
+// for each of the 1,000 workers (each leasing a task of the job it picked).
 func BenchmarkFairDecision(b *testing.B) {
 	workers := make([]string, 1000)
 	for i := range workers {
