@@ -405,3 +405,30 @@ func TestCoreBenchmarkJobsLoaded(t *testing.T) {
 			100*sp[len(sp)/2], 100*sp[len(sp)-1], r["resnet50"], r["resnet18"], r["mobilenet"], r["lenet5"], s.Tasks["lenet5"].Sizing().TaskSize)
 	}
 }
+
+// TestCoreHundredJobs: 100 jobs (costs over 1,000x) on 200 workers, added within 10 s;
+// 20 workers fail and 10 jobs leave, then 10 arrive. The 8-job bounds (10% median, 20%
+// worst) from 10 s after each change.
+func TestCoreHundredJobs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long simulation")
+	}
+	rng := rand.New(rand.NewPCG(100, 100))
+	jobs := drawJobs(rng, 110)
+	s := newScenario(t, 200, 100)
+	for i, j := range jobs[:100] {
+		s.At(time.Duration(i) * 100 * time.Millisecond)
+		s.add(j)
+	}
+	s.At(40 * time.Second)
+	s.fail(20)
+	for _, j := range jobs[:10] {
+		s.remove(j.Name)
+	}
+	s.At(45 * time.Second)
+	for _, j := range jobs[100:] {
+		s.add(j)
+	}
+	s.At(75 * time.Second)
+	checkSpread(t, s.spreads(20*time.Second, 75*time.Second, 10*time.Second), 0.10, 0.20)
+}
