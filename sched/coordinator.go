@@ -272,9 +272,11 @@ type TaskOrder struct {
 	Spec  JobSpec `json:"spec"`
 	Task  int     `json:"task"`
 	Epoch uint64  `json:"epoch"`
-	// Express: the first task of a newly added job, leased even to a worker whose queue is
-	// full; the worker starts it at once beside the task it is running, so a new job's first
-	// query does not wait behind a busy worker's queue of another job's long tasks.
+	// Express: the worker starts it at once beside the task it is running, instead of
+	// queueing it. The first task of a newly added job (leased even to a worker whose queue
+	// is full, so a new job's first query does not wait behind a busy worker's queue of
+	// another job's long tasks), and a cheap job's task that its batch keeps longer than
+	// FairTaskSeconds at its fair rate (dispatch.Config.ExpressSeconds).
 	Express bool `json:"express,omitempty"`
 }
 

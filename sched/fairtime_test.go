@@ -14,7 +14,7 @@ import (
 
 // simWorker is one worker of the simulated cluster: it holds up to depth tasks (one
 // running), pulls whenever a task finishes and every PullEvery, like worker.go; an express
-// task starts at once in a second slot, beside the running one.
+// task starts at once in a second slot, beside the running one, which waits for it (one CPU).
 type simWorker struct {
 	name     string
 	queue    []TaskOrder
@@ -139,6 +139,14 @@ func (f *fairSim) start(w *simWorker, slot int, o TaskOrder) {
 		d = time.Duration(float64(d) * f.jitter(o.Spec.Name))
 	}
 	w.slots[slot] = simSlot{o: &o, start: f.now, until: f.now.Add(d)}
+	// One CPU: while the express task runs, the other slot's task waits for it.
+	if other := &w.slots[1-slot]; other.o != nil {
+		if slot == 1 {
+			other.until = other.until.Add(d)
+		} else {
+			w.slots[0].until = w.slots[0].until.Add(other.until.Sub(f.now))
+		}
+	}
 	f.picks[w.name] = append(f.picks[w.name], o.Spec.Name)
 }
 

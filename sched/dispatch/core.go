@@ -27,6 +27,14 @@ type Config struct {
 	// cost), so an expensive job's tasks stay short and jobs sharing a worker interleave
 	// finely. Default 250 ms.
 	TaskSeconds time.Duration
+	// ExpressSeconds: a task that takes at most this long by its job's measured cost, but
+	// is longer than FairTaskSeconds at its job's fair rate, is leased as express, and the
+	// worker runs it at once beside its current task instead of queueing it. Such a task is
+	// a cheap job's whole batch (LeNet-5's 64 queries, a few ms), too small in worker time
+	// to matter and too large in its job's 10 s count at the pace of expensive jobs to
+	// queue: behind an expensive task it would complete after a variable wait, and its
+	// job's rate would move by whole tasks at random. Default 25 ms; 0 turns it off.
+	ExpressSeconds time.Duration
 	// A new job's tasks are about TaskQueries queries, but at most MaxTaskBatches batches
 	// and at least MinTaskQueries queries (large tasks amortise a cheap job's per-task
 	// costs), unless TaskSeconds or FairTaskSeconds ask for fewer (see TaskTarget).
@@ -42,6 +50,7 @@ func DefaultConfig() Config {
 		FairSlack:       100 * time.Millisecond,
 		FairTaskSeconds: 100 * time.Millisecond,
 		TaskSeconds:     250 * time.Millisecond,
+		ExpressSeconds:  25 * time.Millisecond,
 		TaskQueries:     1024,
 		MaxTaskBatches:  16,
 		MinTaskQueries:  64,
@@ -287,7 +296,8 @@ func (c *Core) Join(now time.Time, worker string) []Resize {
 }
 
 // Lease hands worker up to want tasks, by the fair dispatch (Pick), plus an express task
-// of each job assigned to it that has not started yet.
+// of each job assigned to it that has not started yet. A task short enough by its job's
+// measured cost (ExpressSeconds) is express too.
 func (c *Core) Lease(now time.Time, worker string, want int) []Order {
 	var out []Order
 	for _, sh := range c.assign[worker] {
@@ -320,6 +330,10 @@ func (c *Core) lease(now time.Time, worker string, j *coreJob, express bool) (Or
 	j.started = true
 	f, t := j.Tasks.TaskRange(task)
 	c.fair.Leased(j.Name, t-f)
+	if q := float64(t - f); usable(j.cost) && q*j.cost <= c.cfg.ExpressSeconds.Seconds() &&
+		q > c.cfg.FairTaskSeconds.Seconds()*c.fairRate*(JobLoad{Weight: j.Weight}).weight() {
+		express = true // a cheap task that its batch keeps larger than FairTaskSeconds
+	}
 	return Order{Job: j.Name, Task: task, Express: express}, true
 }
 

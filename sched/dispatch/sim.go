@@ -114,6 +114,8 @@ type SimWorker struct {
 	Slow  float64 // factor on every task's duration (0: 1)
 	queue []Order
 	run   *simRun
+	side  []Order // express tasks: run one at a time beside run, as sched's worker does
+	srun  *simRun // sharing the worker's one CPU with run: run is delayed by srun's time
 	done  []TaskRef
 	ready []simReady // computed, being written
 	next  time.Time  // its next periodic pull
@@ -196,7 +198,7 @@ func (s *Sim) FailWorkers(n int) {
 			return
 		}
 		if !w.dead {
-			w.dead, w.run, w.queue, w.ready, w.done = true, nil, nil, nil, nil
+			w.dead, w.run, w.queue, w.ready, w.done, w.side, w.srun = true, nil, nil, nil, nil, nil, nil
 			n--
 		}
 	}
@@ -251,7 +253,10 @@ func (s *Sim) pull(w *SimWorker) {
 	if w.run != nil {
 		held = append(held, TaskRef{w.run.o.Job, w.run.o.Task})
 	}
-	for _, o := range w.queue {
+	if w.srun != nil {
+		held = append(held, TaskRef{w.srun.o.Job, w.srun.o.Task})
+	}
+	for _, o := range append(w.queue, w.side...) {
 		held = append(held, TaskRef{o.Job, o.Task})
 	}
 	for _, r := range w.ready {
@@ -281,12 +286,13 @@ func (s *Sim) pull(w *SimWorker) {
 	s.Leases += len(orders)
 	for _, o := range orders {
 		if o.Express {
-			w.queue = append([]Order{o}, w.queue...)
+			w.side = append(w.side, o)
 		} else {
 			w.queue = append(w.queue, o)
 		}
 	}
 	s.startNext(w)
+	s.startSide(w)
 	w.next = s.Now.Add(s.PullEvery)
 }
 
@@ -296,11 +302,36 @@ func (s *Sim) startNext(w *SimWorker) {
 	}
 	o := w.queue[0]
 	w.queue = w.queue[1:]
+	if w.run = s.runTask(w, o); w.run == nil {
+		s.startNext(w) // a removed job's task: dropped
+		return
+	}
+	if w.srun != nil { // one CPU: the express task beside it finishes first
+		w.run.until = w.run.until.Add(w.srun.until.Sub(s.Now))
+	}
+}
+
+func (s *Sim) startSide(w *SimWorker) {
+	if w.srun != nil || len(w.side) == 0 {
+		return
+	}
+	o := w.side[0]
+	w.side = w.side[1:]
+	if w.srun = s.runTask(w, o); w.srun == nil {
+		s.startSide(w)
+		return
+	}
+	if w.run != nil { // one CPU: the queued task waits while the express one runs
+		w.run.until = w.run.until.Add(w.srun.until.Sub(s.Now))
+	}
+}
+
+// runTask starts o on w now (nil for a removed job's task).
+func (s *Sim) runTask(w *SimWorker, o Order) *simRun {
 	j := s.Jobs[o.Job]
 	ts := s.Tasks[o.Job]
 	if j == nil || ts == nil {
-		s.startNext(w) // a removed job's task: dropped
-		return
+		return nil
 	}
 	f, t := ts.TaskRange(o.Task)
 	d := float64(time.Duration(t-f)*j.Cost + s.TaskOverhead)
@@ -310,8 +341,9 @@ func (s *Sim) startNext(w *SimWorker) {
 	if s.Jitter != nil {
 		d *= s.Jitter(s.rng, o.Job)
 	}
-	w.run = &simRun{o: o, until: s.Now.Add(time.Duration(math.Max(d, 1)))}
-	s.Busy += w.run.until.Sub(s.Now)
+	r := &simRun{o: o, until: s.Now.Add(time.Duration(math.Max(d, 1)))}
+	s.Busy += r.until.Sub(s.Now)
+	return r
 }
 
 // RunUntil advances the simulation to end, event by event.
@@ -325,6 +357,9 @@ func (s *Sim) RunUntil(end time.Time) {
 			}
 			if w.run != nil && w.run.until.Before(at) {
 				at, kind, who = w.run.until, 1, w
+			}
+			if w.srun != nil && w.srun.until.Before(at) {
+				at, kind, who = w.srun.until, 4, w
 			}
 			if len(w.ready) > 0 && w.ready[0].at.Before(at) {
 				at, kind, who = w.ready[0].at, 2, w
@@ -353,6 +388,11 @@ func (s *Sim) RunUntil(end time.Time) {
 				continue // reported at once (kind 2, same instant)
 			}
 			s.pull(who) // ask for the next task while this one's result is written
+		case 4:
+			r := who.srun
+			who.srun = nil
+			who.ready = append(who.ready, simReady{TaskRef{r.o.Job, r.o.Task}, s.Now.Add(s.ReportDelay)})
+			s.startSide(who)
 		case 2:
 			who.done = append(who.done, who.ready[0].ref)
 			who.ready = who.ready[1:]
