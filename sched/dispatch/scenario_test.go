@@ -362,9 +362,10 @@ func BenchmarkCoreDecision(b *testing.B) {
 // TestCoreBenchmarkJobsLoaded replays the real-cluster benchmark's four jobs at about the
 // rates they reached on the loaded 2-core machine (100-120 q/s each under fair time, load
 // 23-33: costs per query from their rates alone on the cluster, twice as slow as
-// unloaded) to show what limits the spread there: LeNet-5's tasks cannot be smaller than
-// its batch of 64 queries, 6% of its 10 s count at 100 q/s, so its rate steps by that
-// much a task. With LeNet-5 at batch 8 the same jobs stay within the bounds.
+// unloaded). LeNet-5's tasks cannot be smaller than its batch of 64 queries, 6% of its
+// 10 s count at 100 q/s, so its rate steps by that much a task; they are express (run at
+// once beside the worker's current task), so the steps come at a steady pace and the
+// issue's bounds hold, as they do with LeNet-5 at batch 8. It logs both.
 func TestCoreBenchmarkJobsLoaded(t *testing.T) {
 	for _, lenetBatch := range []int{64, 8} {
 		s := newScenario(t, 9, 6)
@@ -391,18 +392,10 @@ func TestCoreBenchmarkJobsLoaded(t *testing.T) {
 		s.At(80 * time.Second)
 		t.Logf("LeNet-5 at batch %d: workers busy %.1f%%", lenetBatch, 100*s.Utilization())
 		samples := s.spreads(19*time.Second, 80*time.Second, 10*time.Second)
-		if lenetBatch == 8 {
-			checkSpread(t, samples, 0.05, 0.15)
-			continue
-		}
-		sp := make([]float64, len(samples))
-		for i, x := range samples {
-			sp[i] = x.spread
-		}
-		slices.Sort(sp)
 		r := s.Rates(s.Now, 10*time.Second)
-		t.Logf("LeNet-5 at batch 64: median spread %.1f%%, worst %.1f%%; rates %.0f/%.0f/%.0f/%.0f q/s, LeNet-5 tasks of %d queries",
-			100*sp[len(sp)/2], 100*sp[len(sp)-1], r["resnet50"], r["resnet18"], r["mobilenet"], r["lenet5"], s.Tasks["lenet5"].Sizing().TaskSize)
+		t.Logf("LeNet-5 at batch %d: rates %.0f/%.0f/%.0f/%.0f q/s, LeNet-5 tasks of %d queries", lenetBatch,
+			r["resnet50"], r["resnet18"], r["mobilenet"], r["lenet5"], s.Tasks["lenet5"].Sizing().TaskSize)
+		checkSpread(t, samples, 0.05, 0.15)
 	}
 }
 
