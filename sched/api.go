@@ -297,31 +297,19 @@ func (s *Scheduler) apiJobAdd(ctx context.Context, spec JobSpec) (JobAddReply, e
 	}
 	spec.Queries = n
 	spec.ID = s.now().UnixNano()
-	spec.ResizeFrom, spec.ResizeSize, spec.ResizeID, spec.SizeChosen = 0, 0, 0, false // the coordinator's
+	spec.ResizeFrom, spec.ResizeSize, spec.ResizeID, spec.Splits, spec.SizeChosen = 0, 0, 0, nil, false // the coordinator's
 	// The model's compute per query is the controller's cost prior until the job's own
 	// cost is measured, so the split chosen now is already close to fair. Never the client's.
 	spec.FLOPsPerQuery = s.exec.FLOPsPerQuery(ctx, spec)
 	if spec.TaskSize <= 0 {
-		target := min(s.cfg.TaskQueries, max(spec.Batch*s.cfg.MaxTaskBatches, s.cfg.MinTaskQueries))
-		// An expensive job (by its model's FLOPs) gets tasks of about TaskSeconds by its
-		// cost prior, however big MinTaskQueries (which amortises per-task overhead on cheap
-		// jobs; an expensive task's overhead is negligible): its cost is
-		// measured when the first one completes, and the tasks of the jobs sharing a worker
-		// interleave finely enough for their rates to match over a rate window.
-		// A job that will run at the pace of expensive ones (fair time gives every job the
-		// same rate) gets tasks of about FairTaskSeconds at that rate: LeNet-5 beside
-		// ResNet-50 runs at ResNet's few hundred queries per second, and with 1,024-query
-		// tasks its rate over a 10 s window would move in steps of a third. At that pace a
-		// task's fixed costs are negligible, so MinTaskQueries does not apply.
+		// The dispatch core's choice (see dispatch.Core.TaskTarget); a coordinator that
+		// stepped down meanwhile is caught below.
 		s.mu.Lock()
-		c, rate := s.costPrior(spec)
+		target := s.cfg.TaskQueries
+		if s.co != nil {
+			target = s.co.core.TaskTarget(spec.FLOPsPerQuery, spec.RateWeight(), spec.Batch)
+		}
 		s.mu.Unlock()
-		if q := s.cfg.TaskSeconds.Seconds() / c; spec.FLOPsPerQuery > 0 && c > 0 && q < float64(target) {
-			target = max(spec.Batch, int(q))
-		}
-		if q := s.cfg.FairTaskSeconds.Seconds() * rate; spec.FLOPsPerQuery > 0 && rate > 0 && q < float64(target) {
-			target = max(int(q), spec.Batch)
-		}
 		spec.TaskSize = ChooseTaskSize(n, spec.Batch, target)
 		spec.SizeChosen = true
 	} else if spec.TaskSize%spec.Batch != 0 {
@@ -336,7 +324,7 @@ func (s *Scheduler) apiJobAdd(ctx context.Context, spec JobSpec) (JobAddReply, e
 		return fail(err)
 	}
 	js := s.st.Jobs[spec.Name]
-	s.co.tasks.AddJob(js)
+	s.coreAdd(js)
 	s.control(s.now())
 	split := s.splitString()
 	if err := s.commit(&Entry{Kind: EntryJobSplit, Name: spec.Name, Text: split}); err != nil {
@@ -356,7 +344,7 @@ func (s *Scheduler) apiJobRemove(_ context.Context, a NameArgs) (struct{}, error
 	if err := s.commit(&Entry{Kind: EntryJobRemove, Name: a.Name}); err != nil {
 		return struct{}{}, err
 	}
-	s.co.tasks.RemoveJob(a.Name)
+	s.co.core.RemoveJob(a.Name)
 	s.control(s.now())
 	s.logf("sched: job %s removed", a.Name)
 	return struct{}{}, nil
@@ -374,7 +362,7 @@ func (s *Scheduler) summary(n string, now time.Time) JobSummary {
 	}
 	sum.Seconds = float64(end-j.Added) / 1e9
 	if s.co != nil {
-		sum.Share = s.co.shares[n]
+		sum.Share = s.co.core.Share(n)
 	}
 	if st := s.stats[n]; st != nil {
 		sum.Rate10s = st.Rate(now, rateWindow)
@@ -470,8 +458,9 @@ func (s *Scheduler) apiJobStats(_ context.Context, a NameArgs) (JobStatsReport, 
 		r.Accuracy = &acc
 	}
 	if !j.Complete {
-		for _, w := range sortedKeys(s.co.assign) {
-			for _, sh := range s.co.assign[w] {
+		assign := s.co.core.Assignment()
+		for _, w := range sortedKeys(assign) {
+			for _, sh := range assign[w] {
 				if sh.Job == a.Name {
 					r.Workers = append(r.Workers, WorkerShare{Name: w, Share: sh.Weight})
 				}

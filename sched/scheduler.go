@@ -10,60 +10,62 @@ import (
 	"time"
 
 	"idunno/rpc"
+	"idunno/sched/dispatch"
 )
 
 // SchedConfig gathers the scheduler's timing knobs and bounds, with defaults from
-// DefaultSchedConfig.
+// DefaultSchedConfig. The dispatch core's (leases, fair time, task sizes) are the embedded
+// dispatch.Config, documented there.
 type SchedConfig struct {
-	Tick             time.Duration // how often roles, leases and standby are checked
-	TakeoverGrace    time.Duration // a node that is not the standby waits this long before electing itself
-	PullEvery        time.Duration // a worker asks for work (and reports) at least this often
-	Depth            int           // tasks a worker holds: one running, the rest prefetched
-	MaxBuffered      int           // completions a worker buffers while no coordinator answers
-	ControlEvery     time.Duration // fair-time controller period
-	RateWindow       time.Duration // window of the rates the controller compares
-	ReplicateTimeout time.Duration // deadline of one replication call to the standby
-	AckTimeout       time.Duration // how long a client's change waits for the standby (or the disk) to hold it
-	CallTimeout      time.Duration // deadline of other scheduler calls
-	TaskQueries      int           // about this many queries per task...
-	MaxTaskBatches   int           // ...but at most this many batches (and at least MinTaskQueries queries)
-	MinTaskQueries   int
-	TaskSeconds      time.Duration // ...and, by the cost prior, no longer than this (at least one batch)
-	Writers          int           // result writes a worker keeps in flight
-	PutTimeout       time.Duration // deadline of one result write (retried); above twice SDFS's StatTimeout
-	LeaseSilence     time.Duration // a worker that has not pulled for this long loses its tasks
-	// FairSlack is how far (in seconds at the fair rate) a job may run ahead of the job
-	// furthest behind: what a worker's preference for its own jobs may cost (see FairQueue).
-	FairSlack time.Duration
-	// FairTaskSeconds bounds a task of a job that runs at the pace of others: at most this
-	// long at the fair rate, so completions step its rate over a 10 s window by little.
-	FairTaskSeconds time.Duration
+	dispatch.Config
+	Tick             time.Duration // how often roles, leases and standby are checked (50 ms)
+	TakeoverGrace    time.Duration // a node that is not the standby waits this long before electing itself (2 s)
+	PollEvery        time.Duration // a node without a coordinator asks the others for theirs this often (200 ms)
+	StatusTimeout    time.Duration // deadline of one such status call (500 ms)
+	StandbyFresh     time.Duration // the standby takes over at once only if the coordinator replicated to it this recently (3 s)
+	PullEvery        time.Duration // a worker asks for work (and reports) at least this often (200 ms)
+	Depth            int           // tasks a worker holds: one running, the rest prefetched (2)
+	MaxBuffered      int           // completions a worker buffers while no coordinator answers (1,024)
+	ReplicateTimeout time.Duration // deadline of one replication call to the standby (300 ms)
+	AckTimeout       time.Duration // how long a client's change waits for the standby (or the disk) to hold it (5 s)
+	CallTimeout      time.Duration // deadline of other scheduler calls (2 s)
+	Writers          int           // result writes a worker keeps in flight (3)
+	PutTimeout       time.Duration // deadline of one result write (retried); above twice SDFS's StatTimeout (15 s)
+	RetryBackoff     time.Duration // a failed task or result write is retried after this, times the attempt (200 ms)
+	ReadTimeout      time.Duration // deadline of reading one task's result while assembling a job's (30 s)
+	WriteTimeout     time.Duration // deadline of writing a job's result, labels read included (1 min)
+	// CostTau is the time constant of a job's measured cost per query (see
+	// DefaultCostTau): long enough that a loaded machine's heavy-tailed task times average
+	// out, short enough that a real change is followed within a few of it. 10 s.
+	CostTau time.Duration
 }
 
 // DefaultSchedConfig returns the defaults.
 func DefaultSchedConfig() SchedConfig {
 	return SchedConfig{
+		Config:           dispatch.DefaultConfig(),
 		Tick:             50 * time.Millisecond,
 		TakeoverGrace:    2 * time.Second,
+		PollEvery:        200 * time.Millisecond,
+		StatusTimeout:    500 * time.Millisecond,
+		StandbyFresh:     3 * time.Second,
 		PullEvery:        200 * time.Millisecond,
 		Depth:            2,
 		MaxBuffered:      1024,
-		ControlEvery:     time.Second,
-		RateWindow:       5 * time.Second,
 		ReplicateTimeout: 300 * time.Millisecond,
 		AckTimeout:       5 * time.Second,
 		CallTimeout:      2 * time.Second,
-		TaskQueries:      1024,
-		MaxTaskBatches:   16,
-		MinTaskQueries:   64,
-		TaskSeconds:      250 * time.Millisecond,
 		Writers:          3,
 		PutTimeout:       15 * time.Second,
-		LeaseSilence:     10 * time.Second,
-		FairSlack:        250 * time.Millisecond,
-		FairTaskSeconds:  250 * time.Millisecond,
+		RetryBackoff:     200 * time.Millisecond,
+		ReadTimeout:      30 * time.Second,
+		WriteTimeout:     time.Minute,
+		CostTau:          DefaultCostTau,
 	}
 }
+
+// Dispatch is the part of the config the dispatch core reads.
+func (c SchedConfig) Dispatch() dispatch.Config { return c.Config }
 
 type role int
 
@@ -219,14 +221,14 @@ func (s *Scheduler) tick() {
 	}
 	// The standby holds the newest journal: it takes over at once.
 	if s.role == roleStandby && s.standbyOf == s.st.Coordinator && s.standbyOf != "" &&
-		now.Sub(s.lastBeat) < 3*time.Second {
+		now.Sub(s.lastBeat) < s.cfg.StandbyFresh {
 		if _, ok := live[s.standbyOf]; !ok {
 			s.takeOver("standby of failed coordinator " + s.standbyOf)
 			s.mu.Unlock()
 			return
 		}
 	}
-	if now.Sub(s.lastPoll) < 4*s.cfg.Tick {
+	if now.Sub(s.lastPoll) < s.cfg.PollEvery {
 		s.mu.Unlock()
 		return
 	}
@@ -297,7 +299,7 @@ func (s *Scheduler) pollStatus(alive []Peer) []StatusReply {
 				mu.Unlock()
 				return
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*s.cfg.Tick)
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.StatusTimeout)
 			defer cancel()
 			var r StatusReply
 			if err := s.rpc.CallJSON(ctx, p.RPCAddr, "sched.status", struct{}{}, &r); err == nil {
