@@ -345,33 +345,39 @@ func (w *world) check() Summary {
 		w.t.Errorf("anomaly: %s", a)
 	}
 	for _, op := range ops {
-		if op.Outcome != Acked {
+		if op.Outcome != Acked || op.Err != "" {
 			w.logf("  %s %s %s after %.2fs: %s", op.Kind, op.Key, op.Outcome, op.End.Sub(op.Start).Seconds(), op.Err)
 		}
+	}
+	if s.AddsAcked == 0 || s.PutsAcked == 0 {
+		w.t.Errorf("the workload was never acknowledged: %s", s)
 	}
 	return s
 }
 
-// TestPartitions runs the five partition scenarios one after another on one
-// 5-node cluster (node i on host 10.77.X.(i+1), each in its own network namespace), with
-// clients writing SDFS files and adding jobs throughout, then checks the history: no acked
-// write or job lost, every job's result byte-identical to the failure-free reference, no
-// job or query applied twice, and no two coordinators in one epoch.
-func TestPartitions(t *testing.T) {
-	w := newWorld(t, 5)
-	nt := w.c.Net
+// The five partition scenarios, each on a fresh 5-node cluster (node i on host
+// 10.77.X.(i+1), each in its own network namespace), with a client writing SDFS files and
+// adding jobs throughout. Afterwards the checker compares the history with what the cluster
+// holds: no acked write or job lost, every job's result byte-identical to the failure-free
+// reference, no job or query applied twice, no two coordinators in one epoch. Each logs
+// its failover time (fault to the first acked put and job add that started after it).
 
-	// 1. The coordinator cut from its standby (both ways); everyone else sees both.
+// TestPartitionCoordinatorStandby cuts the coordinator from its standby (both ways);
+// everyone else still sees both.
+func TestPartitionCoordinatorStandby(t *testing.T) {
+	w := newWorld(t, 5)
 	co, sb := w.roles()
 	w.logf("coordinator %s, standby %s", w.c.Name(co), w.c.Name(sb))
-	w.scenario("coord-standby", 5*time.Second,
-		func() error { return nt.Cut(co, sb) }, nt.Heal)
+	w.scenario("coord-standby", 5*time.Second, func() error { return w.c.Net.Cut(co, sb) }, w.c.Net.Heal)
+	w.check()
+}
 
-	// 2. The coordinator cut from the majority: it keeps one worker, the standby and the
-	// other two form the majority.
-	co, sb = w.roles()
-	var minority, majority []int
-	minority = append(minority, co)
+// TestPartitionCoordinatorMinority cuts the coordinator and one worker from the standby
+// and the other two workers.
+func TestPartitionCoordinatorMinority(t *testing.T) {
+	w := newWorld(t, 5)
+	co, sb := w.roles()
+	minority, majority := []int{co}, []int{}
 	for i := 0; i < w.c.Len(); i++ {
 		switch {
 		case i == co:
@@ -382,12 +388,15 @@ func TestPartitions(t *testing.T) {
 		}
 	}
 	w.logf("coordinator %s, standby %s; minority %v", w.c.Name(co), w.c.Name(sb), minority)
-	w.scenario("coord-majority", 6*time.Second,
-		func() error { return nt.Partition(minority, majority) }, nt.Heal)
+	w.scenario("coord-majority", 6*time.Second, func() error { return w.c.Net.Partition(minority, majority) }, w.c.Net.Heal)
+	w.check()
+}
 
-	// 3. A minority of workers (two nodes that are neither coordinator nor standby) cut
-	// off from the rest.
-	co, sb = w.roles()
+// TestPartitionWorkersMinority cuts two workers (neither coordinator nor standby) off from
+// the other three nodes.
+func TestPartitionWorkersMinority(t *testing.T) {
+	w := newWorld(t, 5)
+	co, sb := w.roles()
 	var cutoff, rest []int
 	for i := 0; i < w.c.Len(); i++ {
 		if i != co && i != sb && len(cutoff) < 2 {
@@ -397,13 +406,17 @@ func TestPartitions(t *testing.T) {
 		}
 	}
 	w.logf("coordinator %s, standby %s; workers cut off %v", w.c.Name(co), w.c.Name(sb), cutoff)
-	w.scenario("workers-minority", 6*time.Second,
-		func() error { return nt.Partition(cutoff, rest) }, nt.Heal)
+	w.scenario("workers-minority", 6*time.Second, func() error { return w.c.Net.Partition(cutoff, rest) }, w.c.Net.Heal)
+	w.check()
+}
 
-	// 4. A flapping link: the coordinator's link goes down and up, down for 0.3 s (less
-	// than detection) and 1.2 s (more) in turn, up for 0.7 s.
-	co, sb = w.roles()
+// TestPartitionFlappingLink takes the coordinator's link down and up: down for 0.3 s
+// (less than detection) and 1.2 s (more) in turn, up for 0.7 s, three times each.
+func TestPartitionFlappingLink(t *testing.T) {
+	w := newWorld(t, 5)
+	co, sb := w.roles()
 	w.logf("coordinator %s, standby %s; flapping the coordinator's link", w.c.Name(co), w.c.Name(sb))
+	nt := w.c.Net
 	w.scenario("flapping", 0, func() error {
 		for k := 0; k < 6; k++ {
 			if err := nt.LinkDown(co); err != nil {
@@ -417,10 +430,14 @@ func TestPartitions(t *testing.T) {
 		}
 		return nil
 	}, nt.Heal)
+	w.check()
+}
 
-	// 5. The standby frozen while the coordinator is killed; the standby resumes after
-	// 4 s, the old coordinator restarts.
-	co, sb = w.roles()
+// TestPartitionFrozenStandby freezes the standby (SIGSTOP) and kills the coordinator; 4 s
+// later the standby resumes and the old coordinator restarts.
+func TestPartitionFrozenStandby(t *testing.T) {
+	w := newWorld(t, 5)
+	co, sb := w.roles()
 	w.logf("coordinator %s, standby %s; freezing the standby, killing the coordinator", w.c.Name(co), w.c.Name(sb))
 	w.scenario("frozen-standby", 4*time.Second, func() error {
 		if err := w.c.Freeze(sb); err != nil {
@@ -430,12 +447,5 @@ func TestPartitions(t *testing.T) {
 	}, func() error {
 		return errors.Join(w.c.Thaw(sb), w.c.Start(co))
 	})
-
-	s := w.check()
-	if s.AddsAcked == 0 || s.PutsAcked == 0 {
-		t.Errorf("the workload was never acknowledged: %s", s)
-	}
-	for _, f := range w.failover {
-		t.Log(f)
-	}
+	w.check()
 }

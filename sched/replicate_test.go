@@ -280,3 +280,51 @@ func TestFencedErrorIsTyped(t *testing.T) {
 		t.Fatalf("got %v (%T), want a *FencedError", err, err)
 	}
 }
+
+// When the coordinator and its standby are both gone, the workers' journals lack the
+// acknowledged jobs (only those two hold them): a worker taking over on its higher epoch
+// would drop them for good once they return. So nobody takes over until one of them is
+// back, and then it does, with every acknowledged job (found by the network-namespace
+// scenario "frozen-standby" in chaos/).
+func TestNoTakeoverWithoutTheNewestJournal(t *testing.T) {
+	c := newMemCluster(t, 4)
+	if co := c.waitCoordinator(""); co.name != "node0" {
+		t.Fatalf("coordinator %s, want node0", co.name)
+	}
+	waitStandby(t, c, "node1")
+	if err := c.call("node0", "sched.phase", PhaseArgs{PhaseInference}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range []string{"a1", "a2"} {
+		if _, err := addJob(c, "node0", j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, w := range []string{"node2", "node3"} {
+		for deadline := time.Now().Add(10 * time.Second); c.nodes[w].s.Status().Seen < 1; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never heard of the coordinator", w)
+			}
+		}
+	}
+	c.kill("node1")
+	c.kill("node0")
+	// Well past TakeoverGrace (0.5 s): node2 and node3 answer each other and have seen
+	// epoch 1, but their journals are of epoch 0.
+	time.Sleep(4 * c.cfg.TakeoverGrace)
+	if co := c.coordinator(); co != nil {
+		t.Fatalf("%s took over without the acknowledged jobs", co.name)
+	}
+	c.start("node1")
+	co := c.waitCoordinator("")
+	if co.name != "node1" {
+		t.Fatalf("%s took over, want node1 (the standby, back with its journal)", co.name)
+	}
+	var jobs []JobSummary
+	if err := c.callRetry("sched.job.list", struct{}{}, &jobs); err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 2 {
+		t.Fatalf("jobs after the takeover: %+v, want a1 and a2", jobs)
+	}
+}

@@ -3,6 +3,7 @@ package sched
 import (
 	"bytes"
 	"context"
+	"idunno/fd"
 
 	"idunno/sdfs"
 )
@@ -38,6 +39,21 @@ func (m fdMembership) Alive() []Peer {
 		out = append(out, Peer{Name: x.Name, RPCAddr: x.RPCAddr})
 	}
 	return out
+}
+
+// Known counts the members the detector knows but those that left: failed ones are
+// remembered for fd's RetainDead (60 s).
+func (m fdMembership) Known() int {
+	if m.n.FD == nil {
+		return 0
+	}
+	k := 0
+	for _, x := range m.n.FD.Members() {
+		if x.State != fd.Left {
+			k++
+		}
+	}
+	return k
 }
 
 func (m fdMembership) sdfsPeers(context.Context) ([]sdfs.Peer, error) {

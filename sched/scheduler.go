@@ -24,14 +24,18 @@ type SchedConfig struct {
 	RateWindow       time.Duration // window of the rates the controller compares
 	ReplicateTimeout time.Duration // deadline of one replication call to the standby
 	AckTimeout       time.Duration // how long a client's change waits for the standby (or the disk) to hold it
-	CallTimeout      time.Duration // deadline of other scheduler calls
-	TaskQueries      int           // about this many queries per task...
-	MaxTaskBatches   int           // ...but at most this many batches (and at least MinTaskQueries queries)
-	MinTaskQueries   int
-	TaskSeconds      time.Duration // ...and, by the cost prior, no longer than this (at least one batch)
-	Writers          int           // result writes a worker keeps in flight
-	PutTimeout       time.Duration // deadline of one result write (retried); above twice SDFS's StatTimeout
-	LeaseSilence     time.Duration // a worker that has not pulled for this long loses its tasks
+	// StandbyQuiet: after replacing its standby, a coordinator confirms no change for this
+	// long (1 s), so that if the old standby fell silent in a partition, the detector has
+	// also failed the other members cut off with it, and the majority check sees it.
+	StandbyQuiet   time.Duration
+	CallTimeout    time.Duration // deadline of other scheduler calls
+	TaskQueries    int           // about this many queries per task...
+	MaxTaskBatches int           // ...but at most this many batches (and at least MinTaskQueries queries)
+	MinTaskQueries int
+	TaskSeconds    time.Duration // ...and, by the cost prior, no longer than this (at least one batch)
+	Writers        int           // result writes a worker keeps in flight
+	PutTimeout     time.Duration // deadline of one result write (retried); above twice SDFS's StatTimeout
+	LeaseSilence   time.Duration // a worker that has not pulled for this long loses its tasks
 	// FairSlack is how far (in seconds at the fair rate) a job may run ahead of the job
 	// furthest behind: what a worker's preference for its own jobs may cost (see FairQueue).
 	FairSlack time.Duration
@@ -52,6 +56,7 @@ func DefaultSchedConfig() SchedConfig {
 		RateWindow:       5 * time.Second,
 		ReplicateTimeout: 300 * time.Millisecond,
 		AckTimeout:       5 * time.Second,
+		StandbyQuiet:     time.Second,
 		CallTimeout:      2 * time.Second,
 		TaskQueries:      1024,
 		MaxTaskBatches:   16,
@@ -99,6 +104,10 @@ type Scheduler struct {
 	lostSince time.Time // since when no live coordinator is known
 	standbyOf string    // the coordinator whose journal this node receives
 	lastBeat  time.Time // when the coordinator last replicated to this node
+	// released: this node was a standby and its coordinator moved to another, so its
+	// journal may lack changes the new standby confirmed (cleared by a new snapshot).
+	released  bool
+	waitNoted bool // the wait for a node holding the newest journal was logged
 	lastPoll  time.Time
 	co        *coordTables // non-nil while coordinator
 	// stats holds each job's latencies, rates and costs, fed by every task-done entry this
@@ -221,6 +230,12 @@ func (s *Scheduler) tick() {
 	if s.role == roleStandby && s.standbyOf == s.st.Coordinator && s.standbyOf != "" &&
 		now.Sub(s.lastBeat) < 3*time.Second {
 		if _, ok := live[s.standbyOf]; !ok {
+			if !s.majority(alive) {
+				// Cut off in a minority (the coordinator may be alive on the majority's
+				// side): taking over would make a second coordinator.
+				s.mu.Unlock()
+				return
+			}
 			s.takeOver("standby of failed coordinator " + s.standbyOf)
 			s.mu.Unlock()
 			return
@@ -251,7 +266,7 @@ func (s *Scheduler) tick() {
 		s.follow(best.Name, live[best.Name], best.Epoch)
 		return
 	}
-	if lost < s.cfg.TakeoverGrace {
+	if lost < s.cfg.TakeoverGrace || !s.majority(alive) {
 		return
 	}
 	// No coordinator anywhere: the node with the newest journal takes over (ties: lowest
@@ -260,9 +275,27 @@ func (s *Scheduler) tick() {
 	if len(sts) < len(alive) {
 		return
 	}
+	// Only a journal of the newest epoch anyone has seen, kept by a node that was not
+	// released as standby, can hold every change acknowledged in that epoch: the
+	// coordinator's and its standby's. A node with an older one (a worker, or a node cut
+	// off from them) taking over would drop those changes when it won on its higher epoch,
+	// so without such a node nobody takes over: the coordinator or the standby must come
+	// back (a restart recovers its journal from disk).
+	newest := s.maxEpoch
+	for _, r := range sts {
+		newest = max(newest, r.Epoch, r.Seen)
+	}
+	if s.st.Epoch < newest || s.released {
+		if !s.waitNoted {
+			s.waitNoted = true
+			s.logf("sched: no coordinator, and this node's journal (epoch %d%s) may lack changes of epoch %d: waiting for a node that holds them",
+				s.st.Epoch, map[bool]string{true: ", released as standby"}[s.released], newest)
+		}
+		return
+	}
 	me := StatusReply{Name: s.name, Epoch: s.st.Epoch, Seq: s.st.Seq}
 	for _, r := range sts {
-		if r.Name == s.name {
+		if r.Name == s.name || r.Epoch < newest || r.Released {
 			continue
 		}
 		if r.Epoch > me.Epoch || (r.Epoch == me.Epoch && (r.Seq > me.Seq || (r.Seq == me.Seq && NameLess(r.Name, me.Name)))) {
@@ -276,10 +309,21 @@ func (s *Scheduler) follow(name, addr string, epoch uint64) {
 	if epoch > s.maxEpoch {
 		s.maxEpoch = epoch
 	}
+	s.waitNoted = false
 	if name != s.coordName {
 		s.logf("sched: following coordinator %s (epoch %d)", name, epoch)
 	}
 	s.coordName, s.coordAddr = name, addr
+}
+
+// majority reports whether alive (this node's live view, itself included) holds more than
+// half the members the view knows. A node cut off in a minority neither takes over nor
+// confirms a change: the majority's side may elect a coordinator whose journal lacks it.
+// (The detector forgets failed members after its RetainDead, so a minority cut off for
+// longer than that counts itself a majority again.)
+func (s *Scheduler) majority(alive []Peer) bool {
+	k := s.mem.Known()
+	return k == 0 || 2*len(alive) > k
 }
 
 // pollStatus asks every live node for its role and journal position, in parallel.
@@ -321,6 +365,11 @@ type StatusReply struct {
 	Coordinator string `json:"coordinator"`
 	CoordAddr   string `json:"coord_addr"`
 	Phase       Phase  `json:"phase"`
+	// Seen is the highest coordinator epoch the node has seen (its journal may be older);
+	// Released says it was a standby its coordinator replaced. Either way a node whose
+	// journal is not of the newest epoch, or was released, cannot take over.
+	Seen     uint64 `json:"seen,omitempty"`
+	Released bool   `json:"released,omitempty"`
 }
 
 func (s *Scheduler) status() StatusReply {
@@ -329,7 +378,7 @@ func (s *Scheduler) status() StatusReply {
 			Coordinator: s.name, CoordAddr: s.addr, Phase: s.st.Phase}
 	}
 	return StatusReply{Name: s.name, Role: s.role.String(), Epoch: s.st.Epoch, Seq: s.st.Seq,
-		Coordinator: s.coordName, CoordAddr: s.coordAddr, Phase: s.st.Phase}
+		Coordinator: s.coordName, CoordAddr: s.coordAddr, Phase: s.st.Phase, Seen: s.maxEpoch, Released: s.released}
 }
 
 // Status returns this node's scheduling role and journal position.
