@@ -328,3 +328,26 @@ func TestNoTakeoverWithoutTheNewestJournal(t *testing.T) {
 		t.Fatalf("jobs after the takeover: %+v, want a1 and a2", jobs)
 	}
 }
+
+func TestMajorityOfKnownMembers(t *testing.T) {
+	m := NewStaticMembership()
+	s := &Scheduler{mem: m}
+	for i := 0; i < 5; i++ {
+		m.Set(Peer{Name: fmt.Sprintf("node%d", i)}, true)
+	}
+	if !s.majority(m.Alive()) {
+		t.Fatal("5 of 5 alive is no majority")
+	}
+	m.Set(Peer{Name: "node3"}, false)
+	m.Set(Peer{Name: "node4"}, false)
+	if !s.majority(m.Alive()) {
+		t.Fatal("3 of 5 alive is no majority")
+	}
+	m.Set(Peer{Name: "node2"}, false)
+	if s.majority(m.Alive()) {
+		t.Fatal("2 of 5 alive counts as a majority")
+	}
+	if one := NewStaticMembership(Peer{Name: "node0"}); !(&Scheduler{mem: one}).majority(one.Alive()) {
+		t.Fatal("a single-node cluster is no majority of itself")
+	}
+}
