@@ -117,7 +117,7 @@ type Observed struct {
 
 // Anomaly is one way the cluster broke a promise.
 type Anomaly struct {
-	Kind string // lost, corrupt, duplicated, wrong-result, incomplete, split-brain
+	Kind string // lost, corrupt, duplicated, wrong-result, incomplete, refused-applied, split-brain
 	Key  string
 	What string
 }
@@ -226,7 +226,12 @@ func checkJob(op Op, j JobState, ref []byte, s *Summary) []Anomaly {
 		}
 		return out
 	}
-	if op.Outcome != Acked {
+	switch op.Outcome {
+	case Refused:
+		// The client was told the job was not added (e.g. "already in use" for its own
+		// retry): it will not wait for, or trust, a job that runs anyway.
+		out = append(out, Anomaly{"refused-applied", op.Key, "refused (" + op.Err + ") but the job exists"})
+	case Unknown:
 		s.UnknownApplied++
 	}
 	if j.Copies > 1 {

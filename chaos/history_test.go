@@ -43,6 +43,8 @@ func TestCheck(t *testing.T) {
 			Observed{Jobs: map[string]JobState{"j": done(ref)}, Reference: map[string][]byte{"j": ref}}, nil},
 		{"acked job missing is lost", []Op{add("j", Acked)}, Observed{}, []string{"lost j"}},
 		{"refused job missing is fine", []Op{add("j", Refused)}, Observed{}, nil},
+		{"refused job present is an anomaly", []Op{add("j", Refused)},
+			Observed{Jobs: map[string]JobState{"j": done(ref)}, Reference: map[string][]byte{"j": ref}}, []string{"refused-applied j"}},
 		{"job listed twice is duplicated", []Op{add("j", Acked)},
 			Observed{Jobs: map[string]JobState{"j": {Present: true, Copies: 2, Complete: true, Queries: 2, Result: ref}}}, []string{"duplicated j"}},
 		{"a query answered twice", []Op{add("j", Acked)},

@@ -351,3 +351,39 @@ func TestMajorityOfKnownMembers(t *testing.T) {
 		t.Fatal("a single-node cluster is no majority of itself")
 	}
 }
+
+// Two copies of one add (same idempotency key) that reach the coordinator together, as
+// when a client gave up on a node cut off from the coordinator and asked another, and the
+// partition healed: both are told the job was added, and there is one job (found by the
+// chaos scenario "workers-minority": the second copy was refused as "already in use").
+func TestConcurrentRetriesOfOneAdd(t *testing.T) {
+	c := newMemCluster(t, 2)
+	c.exec.ProbeDelay = 200 * time.Millisecond
+	c.waitCoordinator("")
+	waitStandby(t, c, "node1")
+	if err := c.call("node0", "sched.phase", PhaseArgs{PhaseInference}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, via := range []string{"node0", "node1"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = addJob(c, via, "twice")
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("copy %d: %v", i, err)
+		}
+	}
+	var jobs []JobSummary
+	if err := c.callRetry("sched.job.list", struct{}{}, &jobs); err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 1 {
+		t.Fatalf("jobs %+v, want one", jobs)
+	}
+}

@@ -144,10 +144,14 @@ type FakeExecutor struct {
 	Models   map[string]time.Duration // model name -> time per query
 	FLOPs    map[string]float64       // model name -> FLOPs per query (missing: unknown)
 	Fail     func(spec JobSpec, from int) error
+	// ProbeDelay makes Probe take this long (a slow SDFS read), for tests of requests that
+	// overlap.
+	ProbeDelay time.Duration
 }
 
 // Probe checks names against the fake's tables.
 func (f *FakeExecutor) Probe(_ context.Context, spec JobSpec) (int, error) {
+	time.Sleep(f.ProbeDelay)
 	if _, ok := f.Models[spec.Model]; !ok {
 		return 0, fmt.Errorf("sched: model %q not found in SDFS", spec.Model)
 	}
