@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -258,7 +259,7 @@ func (w *world) scenario(name string, hold time.Duration, fault func() error, un
 	ops := w.cl.Hist.Ops()
 	put, okp := FirstAfter(ops, OpPut, cut)
 	add, oka := FirstAfter(ops, OpJobAdd, cut)
-	fig := fmt.Sprintf("%s: first acked put %s, first acked job add %s after the fault", name, showDur(put, okp), showDur(add, oka))
+	fig := fmt.Sprintf("%s: first acked put %s, first acked job add %s after the fault%s", name, showDur(put, okp), showDur(add, oka), w.takeovers(cut))
 	w.logf("%s", fig)
 	w.mu.Lock()
 	w.failover = append(w.failover, fig)
@@ -269,6 +270,25 @@ func (w *world) scenario(name string, hold time.Duration, fault func() error, un
 	if !waitFor(30*time.Second, func() bool { return len(w.c.Coordinators(2*time.Second)) == 1 }) {
 		w.t.Fatalf("%s: not one coordinator after healing: %v", name, w.c.Coordinators(2*time.Second))
 	}
+}
+
+// takeovers lists the coordinators that took over after t, from the nodes' logs (whose
+// timestamps have millisecond resolution).
+func (w *world) takeovers(t time.Time) string {
+	var out []string
+	for i := 0; i < w.c.Len(); i++ {
+		b, _ := os.ReadFile(w.c.LogPath(i))
+		for _, c := range ParseClaims(w.c.Name(i), b) {
+			if c.At.After(t) {
+				out = append(out, fmt.Sprintf("%s epoch %d at +%.2fs", c.Node, c.Epoch, c.At.Sub(t).Seconds()))
+			}
+		}
+	}
+	if len(out) == 0 {
+		return "; no takeover"
+	}
+	sort.Strings(out)
+	return "; took over: " + strings.Join(out, ", ")
 }
 
 func showDur(d time.Duration, ok bool) string {
