@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"idunno/fd"
+	"idunno/node"
 	"idunno/rpc"
 	"idunno/sched"
 )
@@ -281,7 +282,7 @@ func (c *Cluster) converged() (bool, string) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		var r sched.MembersReply
+		var r node.MembersReply
 		err := c.RPC.CallJSON(ctx, c.RPCAddr(i), "fd.members", struct{}{}, &r)
 		cancel()
 		if err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -15,13 +14,6 @@ import (
 	"idunno/kernel/onnx"
 )
 
-func init() {
-	register("infer", "infer --model M.onnx --input input_0.pb [--input ...] --output-dir DIR [--threads N]",
-		"run a model through the kernel on TensorProto inputs; writes DIR/output_<i>.pb", runInfer)
-	register("bench", "bench kernel|train --model M.onnx --batch B --threads T --seconds S [--json]",
-		"measure kernel inference or training throughput and fraction of the FP32 FMA peak", runBench)
-}
-
 // multiFlag collects a repeated string flag.
 type multiFlag []string
 
@@ -29,7 +21,7 @@ func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func runInfer(args []string) error {
-	fs := flag.NewFlagSet("infer", flag.ContinueOnError)
+	fs := newFlags("infer")
 	model := fs.String("model", "", "ONNX model file")
 	var inputs multiFlag
 	fs.Var(&inputs, "input", "input TensorProto file (repeat, in the model's input order)")
@@ -39,7 +31,7 @@ func runInfer(args []string) error {
 		return err
 	}
 	if *model == "" || *outDir == "" || fs.NArg() > 0 {
-		return fmt.Errorf("usage: idunno infer --model M.onnx --input input_0.pb [--input ...] --output-dir DIR [--threads N]")
+		return usageErrorf("usage: idunno infer --model M.onnx --input input_0.pb [--input ...] --output-dir DIR [--threads N]")
 	}
 	m, err := kernel.Load(*model, kernel.Options{Threads: *threads})
 	if err != nil {
@@ -96,20 +88,24 @@ func runBench(args []string) error {
 	if len(args) > 0 && args[0] == "train" {
 		return runBenchTrain(args[1:])
 	}
-	if len(args) == 0 || args[0] != "kernel" {
-		return fmt.Errorf("usage: idunno bench kernel --model M.onnx --batch B --threads T --seconds S [--json]")
+	if len(args) == 0 || (args[0] != "kernel" && !wantsHelp(args[:1])) {
+		return usageErrorf("usage: idunno bench kernel --model M.onnx --batch B --threads T --seconds S [--json]")
 	}
-	fs := flag.NewFlagSet("bench kernel", flag.ContinueOnError)
+	fs := newFlags("bench kernel")
 	model := fs.String("model", "", "ONNX model file")
 	batch := fs.Int("batch", 1, "batch size")
 	threads := fs.Int("threads", 2, "kernel threads")
 	seconds := fs.Float64("seconds", 10, "how long to run")
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	if err := fs.Parse(args[1:]); err != nil {
+	rest := args[1:]
+	if wantsHelp(args[:1]) {
+		rest = args // idunno bench --help: the flags of bench kernel
+	}
+	if err := fs.Parse(rest); err != nil {
 		return err
 	}
 	if *model == "" || *batch < 1 || *threads < 1 || *seconds <= 0 || fs.NArg() > 0 {
-		return fmt.Errorf("usage: idunno bench kernel --model M.onnx --batch B --threads T --seconds S [--json]")
+		return usageErrorf("usage: idunno bench kernel --model M.onnx --batch B --threads T --seconds S [--json]")
 	}
 	r, err := benchKernel(*model, *batch, *threads, time.Duration(*seconds*float64(time.Second)))
 	if err != nil {
