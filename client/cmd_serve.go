@@ -15,12 +15,13 @@ import (
 	"time"
 
 	"idunno/fd"
+	"idunno/kernel"
 	"idunno/sched"
 	"idunno/sched/httpapi"
 )
 
 func init() {
-	register("serve", "serve MODEL --sdfs NAME [--nodes N1,N2 | --replicas K] [--max-batch B] [--max-delay D] [--max-queue Q] [--instances I]",
+	register("serve", "serve MODEL --sdfs NAME [--nodes N1,N2 | --replicas K] [--max-batch B] [--max-delay D] [--max-queue Q] [--instances I] [--precision fp32|bf16|int8]",
 		"load a model from SDFS on some nodes and serve it over HTTP (KServe v2)", runServe)
 	register("served", "served [--json]", "list the models each node serves over HTTP", runServed)
 	register("unserve", "unserve MODEL [--nodes N1,N2]", "stop serving a model over HTTP (on every node serving it, or on the ones named)", runUnserve)
@@ -110,8 +111,13 @@ func runServe(args []string) error {
 	maxDelay := fs.Duration("max-delay", 0, "dynamic batching: longest a request waits for others")
 	maxQueue := fs.Int("max-queue", httpapi.DefaultMaxQueue, "requests waiting at most; more get 503")
 	instances := fs.Int("instances", 1, "kernel calls of this model that may run at once per node")
+	precision := precisionFlag(fs)
 	model, rest := firstArg(args)
 	if err := fs.Parse(rest); err != nil {
+		return err
+	}
+	prec, err := kernel.ParsePrecision(*precision)
+	if err != nil {
 		return err
 	}
 	if model == "" || *sdfsName == "" {
@@ -135,7 +141,7 @@ func runServe(args []string) error {
 		return err
 	}
 	req := httpapi.ServeRequest{SDFSName: *sdfsName, ServedModel: httpapi.ServedModel{Name: model, Instances: *instances,
-		Batch: httpapi.BatchConfig{MaxBatch: *maxBatch, MaxDelay: *maxDelay, MaxQueue: *maxQueue}}}
+		Precision: prec.String(), Batch: httpapi.BatchConfig{MaxBatch: *maxBatch, MaxDelay: *maxDelay, MaxQueue: *maxQueue}}}
 	var errs []error
 	for _, m := range chosen {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -38,7 +38,12 @@ func NewKernelBackend(threads int) *KernelBackend {
 
 // LoadFile loads an ONNX file under name, replacing any model of that name.
 func (b *KernelBackend) LoadFile(name, path string) error {
-	m, err := kernel.Load(path, kernel.Options{Threads: b.threads})
+	return b.LoadFileAt(name, path, kernel.FP32)
+}
+
+// LoadFileAt is LoadFile computing at precision prec.
+func (b *KernelBackend) LoadFileAt(name, path string, prec kernel.Precision) error {
+	m, err := kernel.Load(path, kernel.Options{Threads: b.threads, Precision: prec})
 	if err != nil {
 		return fmt.Errorf("httpapi: load %s: %w", name, err)
 	}
