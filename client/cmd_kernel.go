@@ -15,13 +15,6 @@ import (
 	"idunno/kernel/onnx"
 )
 
-func init() {
-	register("infer", "infer --model M.onnx --input input_0.pb [--input ...] --output-dir DIR [--threads N] [--precision fp32|bf16|int8]",
-		"run a model through the kernel on TensorProto inputs; writes DIR/output_<i>.pb", runInfer)
-	register("bench", "bench kernel|train --model M.onnx --batch B --threads T --seconds S [--precision fp32|bf16|int8] [--json]",
-		"measure kernel inference or training throughput and fraction of the FP32 FMA peak", runBench)
-}
-
 // multiFlag collects a repeated string flag.
 type multiFlag []string
 
@@ -29,7 +22,7 @@ func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func runInfer(args []string) error {
-	fs := flag.NewFlagSet("infer", flag.ContinueOnError)
+	fs := newFlags("infer")
 	model := fs.String("model", "", "ONNX model file")
 	var inputs multiFlag
 	fs.Var(&inputs, "input", "input TensorProto file (repeat, in the model's input order)")
@@ -40,7 +33,7 @@ func runInfer(args []string) error {
 		return err
 	}
 	if *model == "" || *outDir == "" || fs.NArg() > 0 {
-		return fmt.Errorf("usage: idunno infer --model M.onnx --input input_0.pb [--input ...] --output-dir DIR [--threads N] [--precision fp32|bf16|int8]")
+		return usageErrorf("usage: idunno infer --model M.onnx --input input_0.pb [--input ...] --output-dir DIR [--threads N] [--precision fp32|bf16|int8]")
 	}
 	prec, err := kernel.ParsePrecision(*precision)
 	if err != nil {
@@ -107,21 +100,25 @@ func runBench(args []string) error {
 	if len(args) > 0 && args[0] == "train" {
 		return runBenchTrain(args[1:])
 	}
-	if len(args) == 0 || args[0] != "kernel" {
-		return fmt.Errorf("usage: idunno bench kernel --model M.onnx --batch B --threads T --seconds S [--json]")
+	if len(args) == 0 || (args[0] != "kernel" && !wantsHelp(args[:1])) {
+		return usageErrorf("usage: idunno bench kernel --model M.onnx --batch B --threads T --seconds S [--json]")
 	}
-	fs := flag.NewFlagSet("bench kernel", flag.ContinueOnError)
+	fs := newFlags("bench kernel")
 	model := fs.String("model", "", "ONNX model file")
 	batch := fs.Int("batch", 1, "batch size")
 	threads := fs.Int("threads", 2, "kernel threads")
 	seconds := fs.Float64("seconds", 10, "how long to run")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	precision := precisionFlag(fs)
-	if err := fs.Parse(args[1:]); err != nil {
+	rest := args[1:]
+	if wantsHelp(args[:1]) {
+		rest = args // idunno bench --help: the flags of bench kernel
+	}
+	if err := fs.Parse(rest); err != nil {
 		return err
 	}
 	if *model == "" || *batch < 1 || *threads < 1 || *seconds <= 0 || fs.NArg() > 0 {
-		return fmt.Errorf("usage: idunno bench kernel --model M.onnx --batch B --threads T --seconds S [--precision fp32|bf16|int8] [--json]")
+		return usageErrorf("usage: idunno bench kernel --model M.onnx --batch B --threads T --seconds S [--precision fp32|bf16|int8] [--json]")
 	}
 	prec, err := kernel.ParsePrecision(*precision)
 	if err != nil {

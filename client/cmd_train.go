@@ -23,11 +23,6 @@ import (
 	"idunno/sched/train"
 )
 
-func init() {
-	register("eval", "eval --model M.onnx --data IMAGES --labels LABELS [preprocessing flags] [--batch B] [--threads T] [--precision fp32|bf16|int8] [--agreement] [--json]",
-		"top-1 accuracy of a model on a labelled dataset", runEval)
-}
-
 // localImageNames lists a folder's files (relative, slash-separated, sorted).
 func localImageNames(dir string) ([]string, error) {
 	var names []string
@@ -143,11 +138,6 @@ func loadTrainModel(spec, shape string, classes int64, seed uint64, init string)
 	return zoo.Build(arch, opt)
 }
 
-func isTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
 // trainFlags are the flags `train local` and `train add` share: the initial model, the
 // data's labels and evaluation set, the plan, the optimizer and its schedule, preprocessing.
 type trainFlags struct {
@@ -205,7 +195,7 @@ func (f *trainFlags) loadModel() (*onnx.Model, error) {
 
 // runTrainLocal is `idunno train local`: training on this machine.
 func runTrainLocal(args []string) error {
-	fs := flag.NewFlagSet("train local", flag.ContinueOnError)
+	fs := newFlags("train local")
 	tf := addTrainFlags(fs, "")
 	threads := fs.Int("threads", 0, "kernel threads (0: one per CPU)")
 	out := fs.String("out", "", "trained model file (ONNX, BatchNorm folded)")
@@ -217,7 +207,7 @@ func runTrainLocal(args []string) error {
 	if pos, err := parseInterleaved(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 || *tf.model == "" || *tf.data == "" || *out == "" {
-		return errors.New("usage: idunno train local --model INIT.onnx|zoo:NAME --data IMAGES --labels LABELS --epochs E --batch B --out TRAINED.onnx [--lr --momentum --weight-decay --optimizer sgd|adam|adamw --schedule ... --seed S --threads T] [--eval-data IMAGES --eval-labels LABELS [--precision fp32|bf16|int8]] [preprocessing flags]")
+		return usageError("usage: idunno train local --model INIT.onnx|zoo:NAME --data IMAGES --labels LABELS --epochs E --batch B --out TRAINED.onnx [--lr --momentum --weight-decay --optimizer sgd|adam|adamw --schedule ... --seed S --threads T] [--eval-data IMAGES --eval-labels LABELS [--precision fp32|bf16|int8]] [preprocessing flags]")
 	}
 	opt, schedule, err := tf.optimizer()
 	if err != nil {
@@ -312,7 +302,7 @@ func runTrainLocal(args []string) error {
 }
 
 func runEval(args []string) error {
-	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
+	fs := newFlags("eval")
 	model := fs.String("model", "", "ONNX model")
 	data := fs.String("data", "", "images (IDX, .npy, or a folder of images)")
 	labels := fs.String("labels", "", "labels (IDX labels or .npy integers; omit for a folder of class folders)")
@@ -326,7 +316,7 @@ func runEval(args []string) error {
 	if pos, err := parseInterleaved(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 || *model == "" || *data == "" || *batch < 1 {
-		return errors.New("usage: idunno eval --model M.onnx --data IMAGES --labels LABELS [preprocessing flags] [--batch B] [--threads T] [--precision fp32|bf16|int8] [--agreement] [--json]")
+		return usageError("usage: idunno eval --model M.onnx --data IMAGES --labels LABELS [preprocessing flags] [--batch B] [--threads T] [--precision fp32|bf16|int8] [--agreement] [--json]")
 	}
 	prec, err := kernel.ParsePrecision(*precision)
 	if err != nil {
@@ -403,7 +393,7 @@ type trainBenchResult struct {
 // runBenchTrain times training steps (forward, loss, backward, optimizer) on seeded random
 // data and labels.
 func runBenchTrain(args []string) error {
-	fs := flag.NewFlagSet("bench train", flag.ContinueOnError)
+	fs := newFlags("bench train")
 	model := fs.String("model", "", "ONNX model file, or zoo:NAME")
 	shape := fs.String("input-shape", "", "zoo models: input C,H,W")
 	classes := fs.Int64("classes", 10, "zoo models: classes")
@@ -416,7 +406,7 @@ func runBenchTrain(args []string) error {
 		return err
 	}
 	if *model == "" || *batch < 1 || *threads < 1 || *seconds <= 0 || fs.NArg() > 0 {
-		return errors.New("usage: idunno bench train --model M.onnx|zoo:NAME --batch B --threads T --seconds S [--optimizer sgd|adam|adamw] [--json]")
+		return usageError("usage: idunno bench train --model M.onnx|zoo:NAME --batch B --threads T --seconds S [--optimizer sgd|adam|adamw] [--json]")
 	}
 	m, err := loadTrainModel(*model, *shape, *classes, 1, "torch")
 	if err != nil {
