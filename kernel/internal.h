@@ -51,6 +51,7 @@ typedef struct {
     float *fa;
     int npost;
     idk_post_t post[IDK_MAX_POST];
+    int fused; /* done by the op before it (a ReLU after BatchNormalization: fuse_norm_relu) */
 } idk_op_t;
 
 /* One argument of a oneDNN primitive: its kind, layout and buffer (-1: the scratchpad). */

@@ -629,6 +629,11 @@ static idk_status_t lower_eltwise(idk_plan_t *p, const idk_op_t *op) {
     idk_primary(p, op->in[0], &v);
     dnnl_memory_desc_t md = v->md;
     int sb = v->buf;
+    if (op->fused) { /* the BatchNormalization before applied this ReLU: the output is its buffer */
+        dnnl_memory_desc_t pm;
+        idk_plain_md(&pm, OUT->ndims, OUT->dims);
+        return idk_set_output(p, op->out[0], &md, dnnl_memory_desc_equal(&pm, &md), sb) == 0 ? IDK_OK : IDK_ERR_INVALID;
+    }
     int db = new_out(p, op->out[0], &md);
     if (db < 0) return IDK_ERR_NOMEM;
     if (idk_tensor_volume(OUT) == 0) return IDK_OK;
@@ -1249,14 +1254,26 @@ out:
     return rc;
 }
 
+/* relu_follows reports whether op opi+1 is a plain ReLU that is the only reader of op opi's
+ * output (not a graph output): oneDNN's batch normalization can apply it itself. */
+static int relu_follows(idk_plan_t *p, int opi) {
+    if (opi + 1 >= p->nops) return 0;
+    const idk_op_t *op = &p->ops[opi], *nx = &p->ops[opi + 1];
+    const idk_tensor_t *y = &p->t[op->out[0]];
+    return nx->kind == IDK_OP_ELTWISE && nx->nin == 1 && nx->in[0] == op->out[0] && nx->ia[0] == IDK_ELT_RELU &&
+           nx->fa[0] == 0.0f && y->lastuse == opi + 1 && !y->is_out && !p->t[nx->out[0]].is_in;
+}
+
 static idk_status_t lower_bnorm(idk_plan_t *p, const idk_op_t *op) {
     idk_view_t *v;
     idk_primary(p, op->in[0], &v);
     dnnl_memory_desc_t md = v->md, pm;
     int xb = v->buf;
+    int relu = relu_follows(p, p->cur_op);
     dnnl_batch_normalization_desc_t d;
-    dnnl_status_t ds = dnnl_batch_normalization_forward_desc_init(&d, dnnl_forward_inference, &md, op->fa[0],
-                                                                  dnnl_use_global_stats | dnnl_use_scale | dnnl_use_shift);
+    dnnl_status_t ds = dnnl_batch_normalization_forward_desc_init(
+        &d, dnnl_forward_inference, &md, op->fa[0],
+        dnnl_use_global_stats | dnnl_use_scale | dnnl_use_shift | (relu ? dnnl_fuse_norm_relu : 0));
     if (ds != dnnl_success) return dnnl_err(p, "bnorm desc", ds);
     dnnl_primitive_attr_t attr = new_attr();
     dnnl_primitive_desc_t pd;
@@ -1277,6 +1294,7 @@ static idk_status_t lower_bnorm(idk_plan_t *p, const idk_op_t *op) {
     idk_step_arg(s, DNNL_ARG_MEAN, &pm, pbuf[2]);
     idk_step_arg(s, DNNL_ARG_VARIANCE, &pm, pbuf[3]);
     idk_step_arg(s, DNNL_ARG_DST, &md, db);
+    if (relu) p->ops[p->cur_op + 1].fused = 1;
     rc = IDK_OK;
 out:
     dnnl_primitive_desc_destroy(pd);
