@@ -14,7 +14,7 @@ FUZZPKGS  ?= ./...
 
 export CGO_ENABLED=0
 
-.PHONY: all deps test-deps demo-deps install-pkgs test fuzz demo bench clean vet
+.PHONY: all deps test-deps demo-deps ort-deps install-pkgs test fuzz demo bench clean vet
 
 all: bin/idunno bin/libidunno_kernel.so
 
@@ -84,7 +84,13 @@ demo: all demo-deps
 	$(GO) build -o bin/idunno-demo ./demo
 	bin/idunno-demo --bin bin/idunno $(DEMO_FLAGS)
 
-bench: all test-deps
+# ort-deps installs ONNX Runtime for node (benchmarks/ort's package-lock.json) for the
+# side-by-side comparison; .npmrc there skips the package's CUDA download.
+ort-deps:
+	@$(MAKE) -s install-pkgs PKGS="nodejs npm"
+	cd benchmarks/ort && npm ci --no-audit --no-fund
+
+bench: all test-deps ort-deps
 	./benchmarks/run.sh
 
 clean:

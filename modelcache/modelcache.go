@@ -60,10 +60,10 @@ func New(size int) *Cache {
 	return c
 }
 
-// Key names a model file's bytes loaded with the given kernel threads.
-func Key(file []byte, threads int) string {
+// Key names a model file's bytes loaded with the given kernel threads and precision.
+func Key(file []byte, threads int, prec kernel.Precision) string {
 	sum := sha256.Sum256(file)
-	return fmt.Sprintf("%s/t%d", hex.EncodeToString(sum[:]), threads)
+	return fmt.Sprintf("%s/t%d/%s", hex.EncodeToString(sum[:]), threads, prec)
 }
 
 // Acquire returns the model cached under key, calling load (once, whoever asks at the same

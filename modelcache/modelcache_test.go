@@ -103,7 +103,7 @@ func TestFailedLoadIsNotCached(t *testing.T) {
 		t.Fatalf("retry after a failed load: %v (%d loads)", err, loads.Load())
 	}
 	h.Release()
-	if Key([]byte("m"), 1) == Key([]byte("m"), 2) || Key([]byte("m"), 1) != Key([]byte("m"), 1) {
+	if Key([]byte("m"), 1, kernel.FP32) == Key([]byte("m"), 2, kernel.FP32) || Key([]byte("m"), 1, kernel.FP32) != Key([]byte("m"), 1, kernel.FP32) || Key([]byte("m"), 1, kernel.FP32) == Key([]byte("m"), 1, kernel.BF16) {
 		t.Fatal("keys must name the bytes and the threads")
 	}
 }

@@ -51,8 +51,14 @@ func NewKernelBackendCached(threads int, cache *modelcache.Cache) *KernelBackend
 
 // LoadFile loads an ONNX file under name, replacing any model of that name.
 func (b *KernelBackend) LoadFile(name, path string) error {
+	return b.LoadFileAt(name, path, kernel.FP32)
+}
+
+// LoadFileAt is LoadFile computing at precision prec.
+func (b *KernelBackend) LoadFileAt(name, path string, prec kernel.Precision) error {
+	opt := kernel.Options{Threads: b.threads, Precision: prec}
 	if b.cache == nil {
-		m, err := kernel.Load(path, kernel.Options{Threads: b.threads})
+		m, err := kernel.Load(path, opt)
 		if err != nil {
 			return fmt.Errorf("serving: load %s: %w", name, err)
 		}
@@ -63,12 +69,12 @@ func (b *KernelBackend) LoadFile(name, path string) error {
 	if err != nil {
 		return fmt.Errorf("serving: load %s: %w", name, err)
 	}
-	h, err := b.cache.Acquire(modelcache.Key(raw, b.threads), func() (*kernel.Model, error) {
+	h, err := b.cache.Acquire(modelcache.Key(raw, b.threads, prec), func() (*kernel.Model, error) {
 		om, err := onnx.Decode(raw)
 		if err != nil {
 			return nil, err
 		}
-		return kernel.LoadModel(om, kernel.Options{Threads: b.threads})
+		return kernel.LoadModel(om, opt)
 	})
 	if err != nil {
 		return fmt.Errorf("serving: load %s: %w", name, err)

@@ -15,7 +15,8 @@ import (
 type ServedModel struct {
 	Name      string      `json:"name"`
 	Batch     BatchConfig `json:"batch"`
-	Instances int         `json:"instances"` // kernel calls of this model that may run at once
+	Instances int         `json:"instances"`           // kernel calls of this model that may run at once
+	Precision string      `json:"precision,omitempty"` // kernel compute precision: "" (fp32), "bf16", "int8"
 }
 
 // LocalModels is the set of models this node serves: each one's metadata comes from the

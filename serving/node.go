@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"idunno/kernel"
 	"idunno/modelcache"
 	"idunno/rpc"
 )
@@ -144,6 +145,10 @@ func (s *NodeService) load(ctx context.Context, req ServeRequest) error {
 	if !modelNameRE.MatchString(req.Name) {
 		return fmt.Errorf("serving: bad model name %q (letters, digits, . _ -; up to 128)", req.Name)
 	}
+	prec, err := kernel.ParsePrecision(req.Precision)
+	if err != nil {
+		return fmt.Errorf("serving: serve %s: %w", req.Name, err)
+	}
 	if s.o.Fetch == nil {
 		return errors.New("serving: this node has no SDFS client")
 	}
@@ -167,7 +172,7 @@ func (s *NodeService) load(ctx context.Context, req ServeRequest) error {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("serving: %w", err)
 	}
-	if err := s.backend.LoadFile(req.Name, path); err != nil {
+	if err := s.backend.LoadFileAt(req.Name, path, prec); err != nil {
 		return err
 	}
 	s.logf("http: loaded model %s from SDFS %s (max batch %d, max delay %v)", req.Name, req.SDFSName, req.Batch.MaxBatch, req.Batch.MaxDelay)
