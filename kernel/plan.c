@@ -149,8 +149,8 @@ IDK_API idk_status_t idk_plan_add_tensor(idk_plan_t *p, int32_t dtype, int32_t n
     if (p->compiled) return idk_fail(p, IDK_ERR_STATE, "add_tensor after compile");
     if (ndims < 0 || ndims > IDK_MAX_DIMS || (ndims > 0 && !dims))
         return idk_fail(p, IDK_ERR_INVALID, "tensor rank %d out of range", ndims);
-    if (dtype != IDK_F32 && dtype != IDK_I64)
-        return idk_fail(p, IDK_ERR_UNSUPPORTED, "tensor dtype %d not supported (f32 and int64 only)", dtype);
+    if (dtype != IDK_F32 && dtype != IDK_I64 && !(dtype == IDK_I8 && data))
+        return idk_fail(p, IDK_ERR_UNSUPPORTED, "tensor dtype %d not supported (f32, int64 and constant int8 only)", dtype);
     size_t vol = 1;
     for (int i = 0; i < ndims; i++) {
         if (dims[i] < 0 || dims[i] > ((int64_t)1 << 40))

@@ -56,7 +56,7 @@ typedef enum {
 /* Element types (ONNX TensorProto.DataType numbering). */
 typedef enum {
     IDK_F32 = 1,
-    IDK_I8 = 3,   /* reserved: quantised plans */
+    IDK_I8 = 3,   /* constant int8 weights of IDK_OP_QCONV */
     IDK_I64 = 7,
     IDK_BF16 = 16 /* reserved: bf16 plans */
 } idk_dtype_t;
@@ -131,7 +131,21 @@ typedef enum {
     IDK_OP_REDUCE = 25,
     /* in: x (f32). Output i64 with x's rank and dim `axis` set to 1.
      * i: axis, select_last_index, is_min (ArgMin). */
-    IDK_OP_ARGMAX = 26
+    IDK_OP_ARGMAX = 26,
+    /* ---- int8 (kernel/quant.c); numbered from 64 to stay clear of new float ops ---- */
+    /* ONNX QuantizeLinear. in: x (f32), scale (f32: 1 value, or 1-D along axis), [zero_point
+     * (i64, the scale's dims)]. Output i64 (8-bit values carried as int64): saturate(
+     * round_half_even(x / scale) + zero_point) to [qmin, qmax]. i: axis, qmin, qmax. */
+    IDK_OP_QUANTIZE = 64,
+    /* ONNX DequantizeLinear. in: x (i64), scale, [zero_point] as QUANTIZE. Output f32:
+     * (x - zero_point) * scale. i: axis. */
+    IDK_OP_DEQUANTIZE = 65,
+    /* Convolution of an 8-bit quantized input with int8 weights (oneDNN's u8/s8 x s8 kernels,
+     * s32 accumulation). in: x (f32), w (constant i8, ONNX's (O, I/group, k...)), w_scales
+     * (constant f32 [O]), [bias (f32 [O])]. The kernel quantizes x as QUANTIZE with x_scale and
+     * x_zero_point (u8, or s8 when x_signed), then y = x_scale * w_scales[o] * sum((xq - zp) * w)
+     * + bias[o], in f32. i: as CONV, then x_zero_point, x_signed. f: x_scale. Post-ops allowed. */
+    IDK_OP_QCONV = 66
 } idk_op_kind_t;
 
 typedef enum {
