@@ -1,6 +1,8 @@
 package kernel
 
 import (
+	"errors"
+	"fmt"
 	"runtime"
 	"unsafe"
 
@@ -177,4 +179,33 @@ func (b *builder) lowerQConv(n *onnx.Node) error {
 		return err
 	}
 	return b.addPostOps(posts)
+}
+
+// IsQuantized reports whether m is a quantized model: it has QuantizeLinear/DequantizeLinear
+// (QDQ) or QLinearConv/QLinearMatMul/ConvInteger/MatMulInteger nodes. Such a model runs its
+// quantized convolutions in int8 whatever precision is asked for: the int8 values are part of
+// the model.
+func IsQuantized(m *onnx.Model) bool {
+	if m == nil || m.Graph == nil {
+		return false
+	}
+	for _, n := range m.Graph.Nodes {
+		switch n.OpType {
+		case "QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger":
+			return true
+		}
+	}
+	return false
+}
+
+// ErrNotQuantized is the error of CheckInt8 for a float model.
+var ErrNotQuantized = errors.New("kernel: --precision int8 needs a quantized (QDQ) model; this one is float: run `idunno quantize --model M.onnx --calibration DATA --out M.int8.onnx` first and use its output")
+
+// CheckInt8 is the check behind --precision int8: nil for a quantized model, else
+// ErrNotQuantized (wrapped with the model's name).
+func CheckInt8(name string, m *onnx.Model) error {
+	if IsQuantized(m) {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", name, ErrNotQuantized)
 }

@@ -39,6 +39,12 @@ func registerQuant() {
 		minIn: 2, maxIn: 3, infer: inferQuantize, eval: evalQuantize}
 	ops["DequantizeLinear"] = &opSpec{attrs: []string{"axis", "block_size"},
 		minIn: 2, maxIn: 3, infer: inferDequantize, eval: evalDequantize}
+	// expanded by expandQuantOps before any node is visited
+	for name, in := range map[string][2]int{"QLinearConv": {8, 9}, "QLinearMatMul": {8, 8}, "ConvInteger": {2, 4}, "MatMulInteger": {2, 4}} {
+		ops[name] = &opSpec{minIn: in[0], maxIn: in[1], infer: func(x *nodeCtx) ([]onnx.ValueInfo, error) {
+			return nil, x.errf("internal: not expanded")
+		}}
+	}
 }
 
 // qparams checks a QuantizeLinear/DequantizeLinear node's scale and zero point (inputs 1

@@ -247,7 +247,7 @@ IDK_API idk_status_t idk_plan_add_op(idk_plan_t *p, int32_t kind, int32_t nin, c
                                      const int32_t *out, int32_t niattr, const int64_t *iattrs, int32_t nfattr,
                                      const float *fattrs);
 
-/* idk_plan_add_post_op appends a post-op to the last op added (CONV or MATMUL).
+/* idk_plan_add_post_op appends a post-op to the last op added (CONV, QCONV or MATMUL).
  * Post-ops run in the order added. tensor: the tensor id for IDK_POST_SUM, else ignored. */
 IDK_API idk_status_t idk_plan_add_post_op(idk_plan_t *p, int32_t kind, int32_t alg, float alpha, float beta,
                                           int32_t tensor);
