@@ -64,8 +64,11 @@ idk_status_t idk_check_quant(idk_plan_t *p, const idk_op_t *op) {
             return qbad(p, "qconv needs f32 x and constant i8 weights of x's rank");
         if (ws->dtype != IDK_F32 || idk_tensor_volume(ws) != (size_t)w->dims[0] || !ws->cdata)
             return qbad(p, "qconv weight scales: constant f32, one per output channel");
-        if (op->nin == 4 && (T(3)->dtype != IDK_F32 || idk_tensor_volume(T(3)) != (size_t)w->dims[0]))
-            return qbad(p, "qconv bias: f32, one per output channel");
+        for (int64_t c = 0; c < w->dims[0]; c++)
+            if (!(((const float *)ws->cdata)[c] > 0) || !isfinite(((const float *)ws->cdata)[c]))
+                return qbad(p, "qconv weight scales must be positive and finite");
+        if (op->nin == 4 && (T(3)->dtype != IDK_F32 || idk_tensor_volume(T(3)) != (size_t)w->dims[0] || !T(3)->cdata))
+            return qbad(p, "qconv bias: constant f32, one per output channel");
         int64_t zp = op->ia[2 + 4 * S], sgn = op->ia[3 + 4 * S];
         if (sgn != 0 && sgn != 1) return qbad(p, "qconv x_signed must be 0 or 1");
         if (sgn ? (zp < -128 || zp > 127) : (zp < 0 || zp > 255)) return qbad(p, "qconv x zero point out of range");
@@ -157,6 +160,9 @@ static idk_status_t lower_qdq(idk_plan_t *p, const idk_op_t *op) {
 }
 
 /* ---- QCONV: oneDNN int8 convolution ---- */
+
+/* A weight scale of 0 (an all-zero channel) would make the bias division infinite; the
+ * quantizer writes 1 for such channels, and idk_check_quant rejects non-positive scales. */
 
 static idk_status_t qdnnl_err(idk_plan_t *p, const char *what, dnnl_status_t s) {
     return idk_fail(p, IDK_ERR_DNNL, "op %d: %s: oneDNN status %d", p->cur_op, what, (int)s);
@@ -333,7 +339,17 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
             goto out;
         }
     }
-    if (has_bias && idk_get_plain(p, op->in[3], &bb) != 0) goto out;
+    if (has_bias) {
+        /* oneDNN 2.x adds an int8 convolution's bias to the s32 accumulator before the output
+         * scales: pass bias / (xs * ws[c]) */
+        const float *bv = T(3)->cdata;
+        float *sb = malloc((size_t)oc * sizeof *sb);
+        if (!sb) goto out;
+        for (int64_t c = 0; c < oc; c++) sb[c] = bv[c] / (xs * wsc[c]);
+        bb = const_buffer(p, sb, (size_t)oc * sizeof *sb, NULL);
+        free(sb);
+        if (bb < 0) goto out;
+    }
     if (zp != 0 && (zb = const_buffer(p, &zpv, sizeof zpv, NULL)) < 0) goto out;
     db = sum_tid >= 0 ? idk_dst_for_sum(p, op, sum_tid, &dmd) : idk_new_out(p, op->out[0], &dmd);
     if (db < 0) goto out;

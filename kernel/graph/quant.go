@@ -484,6 +484,9 @@ func (c *compiler) fuseQDQ() {
 		if !allZero(src.zeros) {
 			continue // asymmetric weights: the reference path
 		}
+		if len(n.Inputs) > 2 && n.Inputs[2] != "" && c.consts[n.Inputs[2]] == nil {
+			continue // the kernel folds the bias into the accumulator's units: it must be constant
+		}
 		dq := ix.producer[n.Inputs[0]]
 		if dq == nil || dq.OpType != "DequantizeLinear" {
 			continue

@@ -142,7 +142,7 @@ typedef enum {
     IDK_OP_DEQUANTIZE = 65,
     /* Convolution of an 8-bit quantized input with int8 weights (oneDNN's u8/s8 x s8 kernels,
      * s32 accumulation). in: x (f32), w (constant i8, ONNX's (O, I/group, k...)), w_scales
-     * (constant f32 [O]), [bias (f32 [O])]. The kernel quantizes x as QUANTIZE with x_scale and
+     * (constant f32 [O]), [bias (constant f32 [O])]. The kernel quantizes x as QUANTIZE with x_scale and
      * x_zero_point (u8, or s8 when x_signed), then y = x_scale * w_scales[o] * sum((xq - zp) * w)
      * + bias[o], in f32. i: as CONV, then x_zero_point, x_signed. f: x_scale. Post-ops allowed. */
     IDK_OP_QCONV = 66
