@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"time"
 	"unsafe"
 
 	"idunno/kernel/graph"
@@ -208,4 +209,48 @@ func CheckInt8(name string, m *onnx.Model) error {
 		return nil
 	}
 	return fmt.Errorf("%s: %w", name, ErrNotQuantized)
+}
+
+// PeakInt8GOPS measures this machine's AVX-512 VNNI int8 multiply-accumulate peak with the
+// given threads over about 0.3 s of wall time, in giga-ops per second (0 without VNNI).
+func PeakInt8GOPS(threads int) float64 {
+	if load() != nil {
+		return 0
+	}
+	threads = max(threads, 1)
+	iters, best := int64(1<<16), 0.0
+	for spent := 0.0; spent < 0.3; {
+		t0 := time.Now()
+		ops := idkInt8Run(int32(threads), iters)
+		dt := time.Since(t0).Seconds()
+		spent += dt
+		if ops == 0 {
+			return 0
+		}
+		if dt < 0.03 {
+			iters *= 2
+			continue
+		}
+		best = max(best, ops/dt/1e9)
+	}
+	return best
+}
+
+// PeakInt8GOPSPerCPUSecond is the int8 peak of one core per second of CPU time the loop got
+// (meaningful on a loaded machine, like PeakGFLOPSPerCPUSecond).
+func PeakInt8GOPSPerCPUSecond() float64 {
+	if load() != nil {
+		return 0
+	}
+	for iters := int64(1 << 16); ; iters *= 2 {
+		c0 := CPUSeconds()
+		ops := idkInt8Run(1, iters)
+		dt := CPUSeconds() - c0
+		if ops == 0 {
+			return 0
+		}
+		if dt > 0.2 {
+			return ops / dt / 1e9
+		}
+	}
 }

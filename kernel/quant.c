@@ -380,3 +380,36 @@ idk_status_t idk_lower_quant(idk_plan_t *p, const idk_op_t *op) {
     }
     return idk_fail(p, IDK_ERR_INVALID, "op %d: unknown quantized kind %d", p->cur_op, op->kind);
 }
+
+/* ---- the int8 peak: AVX-512 VNNI multiply-accumulate (vpdpbusd), measured like peak.c ---- */
+
+#include <immintrin.h>
+#include <omp.h>
+
+/* Each vpdpbusd on 512 bits does 64 u8 x s8 multiplies and adds them into 16 s32 lanes:
+ * 128 integer ops, counted like a float FMA's two. 16 independent accumulators keep the
+ * units busy. */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static double vnni512(long iters) {
+    __m512i a[16], u = _mm512_set1_epi8(3), s = _mm512_set1_epi8(-2);
+    for (int i = 0; i < 16; i++) a[i] = _mm512_set1_epi32(i);
+    for (long n = 0; n < iters; n++)
+        for (int i = 0; i < 16; i++) a[i] = _mm512_dpbusd_epi32(a[i], u, s);
+    __m512i t = a[0];
+    for (int i = 1; i < 16; i++) t = _mm512_add_epi32(t, a[i]);
+    int out[16];
+    _mm512_storeu_si512(out, t);
+    return out[0] * 0.0 + (double)iters * 16 * 64 * 2;
+}
+
+/* idk_int8_run runs the VNNI loop for `iters` rounds on `threads` threads and returns the
+ * integer ops done, or 0 on a CPU without AVX-512 VNNI. */
+IDK_API double idk_int8_run(int32_t threads, int64_t iters) {
+    if (threads < 1) threads = 1;
+    if (iters < 1) iters = 1;
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512vnni")) return 0;
+    double ops = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : ops)
+    ops += vnni512((long)iters);
+    return ops;
+}

@@ -185,3 +185,14 @@ func (m *Model) int8Convs(t *testing.T, dims []int64) int {
 	}
 	return n
 }
+
+// TestPeakInt8 reports the VNNI int8 peak beside the FP32 one (benchmarks quote both).
+func TestPeakInt8(t *testing.T) {
+	g := PeakInt8GOPS(2)
+	c := PeakInt8GOPSPerCPUSecond()
+	f := PeakGFLOPSPerCPUSecond()
+	t.Logf("int8 peak: %.1f GOP/s with 2 threads (wall), %.1f GOP/s per CPU second; FP32: %.1f GFLOP/s per CPU second", g, c, f)
+	if g < 0 || c < 0 {
+		t.Fatalf("negative peak")
+	}
+}

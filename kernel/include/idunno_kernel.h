@@ -346,6 +346,11 @@ IDK_API double idk_peak_gflops(int32_t threads, double seconds);
  * threads and returns the floating-point operations done (for CPU-time based peaks). */
 IDK_API double idk_fma_run(int32_t threads, int64_t iters);
 
+/* idk_int8_run runs an AVX-512 VNNI (u8 x s8 -> s32 multiply-accumulate) loop for `iters`
+ * rounds on `threads` threads and returns the integer operations done (a multiply-add counts
+ * two), or 0 when the CPU lacks avx512_vnni: the int8 peak, measured like the FP32 one. */
+IDK_API double idk_int8_run(int32_t threads, int64_t iters);
+
 /* idk_noop does nothing; it measures the cost of a call into the library. */
 IDK_API int32_t idk_noop(int32_t x);
 
