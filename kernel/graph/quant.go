@@ -97,12 +97,12 @@ func qparams(x *nodeCtx, quantize bool) (axis int, qt onnx.DataType, err error) 
 			}
 			qt = onnx.DataType(od)
 		}
-		if qt != onnx.Uint8 && qt != onnx.Int8 && qt != onnx.Int32 && qt != onnx.Int16 && qt != onnx.Uint16 {
-			return 0, 0, x.errf("quantized type %s not supported (uint8, int8, int16, uint16)", dtypeName(qt))
+		if qt != onnx.Uint8 && qt != onnx.Int8 && qt != onnx.Int32 && qt != onnx.Int16 {
+			return 0, 0, x.errf("quantized type %s not supported (uint8, int8, int16)", dtypeName(qt))
 		}
 	} else {
-		if t := x.in(0).DType; t != onnx.Uint8 && t != onnx.Int8 && t != onnx.Int32 && t != onnx.Int16 && t != onnx.Uint16 {
-			return 0, 0, x.errf("input is %s; want uint8, int8, int16, uint16 or int32", dtypeName(t))
+		if t := x.in(0).DType; t != onnx.Uint8 && t != onnx.Int8 && t != onnx.Int32 && t != onnx.Int16 {
+			return 0, 0, x.errf("input is %s; want uint8, int8, int16 or int32", dtypeName(t))
 		}
 		if x.has(2) && qt != x.in(0).DType {
 			return 0, 0, x.errf("zero point is %s, input is %s", dtypeName(qt), dtypeName(x.in(0).DType))
@@ -127,8 +127,6 @@ func QuantRange(t onnx.DataType) (lo, hi int64) {
 		return 0, 255
 	case onnx.Int8:
 		return -128, 127
-	case onnx.Uint16:
-		return 0, 65535
 	case onnx.Int16:
 		return -32768, 32767
 	case onnx.Int32:

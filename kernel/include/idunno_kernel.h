@@ -25,8 +25,8 @@
  * Concat, Reshape, Transpose, Expand) and the integer ops (CAST, COMPARE, WHERE,
  * CUMSUM, UNARY, BINARY add/sub/mul/div/max/min) take them. Every integer and
  * boolean ONNX type is carried as int64 (booleans as 0/1); the caller converts at
- * the plan's edges. bf16 and int8 values are reserved in the same field for
- * later plans.
+ * the plan's edges. IDK_I8 is accepted for constants only (the weights of
+ * IDK_OP_QCONV); bf16 is reserved in the same field for later plans.
  */
 #ifndef IDUNNO_KERNEL_H
 #define IDUNNO_KERNEL_H
