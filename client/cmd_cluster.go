@@ -1,35 +1,32 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"os"
 
 	"idunno/client/localcluster"
 )
 
-func init() {
-	register("cluster", "cluster up --nodes N --dir DIR [--base-port P] | down|kill|stop|cont|restart --dir DIR [NODE...]",
-		"start and control a local cluster of node processes on 127.0.0.1", runCluster)
-}
-
 func runCluster(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: idunno cluster up|down|kill|stop|cont|restart --dir DIR ...")
+		return usageError("usage: idunno cluster up|down|kill|stop|cont|restart --dir DIR ...")
 	}
-	localcluster.DieWithParent = false // nodes outlive this command
-	sub := args[0]
-	fs := flag.NewFlagSet("cluster "+sub, flag.ContinueOnError)
+	sub, rest := args[0], args[1:]
+	if wantsHelp(args[:1]) {
+		rest = args // idunno cluster --help: the flags every verb takes
+	}
+	fs := newFlags("cluster " + sub)
 	dir := fs.String("dir", os.Getenv("IDUNNO_CLUSTER"), "cluster directory (default $IDUNNO_CLUSTER)")
+	fs.StringVar(dir, "cluster", *dir, "the same as --dir (the global flag of the other commands)")
 	nodes := fs.Int("nodes", 10, "number of nodes (up)")
 	base := fs.Int("base-port", 0, "base port of node0; node i uses base+10*i (up; 0 picks a free one)")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := fs.Parse(rest); err != nil {
 		return err
 	}
 	if *dir == "" {
-		return errors.New("--dir is required")
+		return usageError("--dir is required")
 	}
+	localcluster.DieWithParent = false // nodes outlive this command
 	if sub == "up" {
 		c, err := localcluster.Up(*dir, *nodes, *base, "")
 		if err != nil {
@@ -58,5 +55,5 @@ func runCluster(args []string) error {
 	case "restart":
 		return c.Restart(names...)
 	}
-	return fmt.Errorf("unknown subcommand %q", sub)
+	return usageErrorf("unknown subcommand %q", sub)
 }

@@ -13,13 +13,8 @@ import (
 	"idunno/sched/logquery"
 )
 
-func init() {
-	register("grep", "grep PATTERN [--node NODE] [--max N] [--cluster DIR | --at HOST:PORT]",
-		"search every live node's log (Go regexp) and print matching lines with the node's name", runGrep)
-}
-
 func runGrep(args []string) error {
-	fs := flag.NewFlagSet("grep", flag.ContinueOnError)
+	fs := newFlags("grep")
 	t := addTargetFlags(fs)
 	node := fs.String("node", "", "search only this node's log")
 	max := fs.Int("max", logquery.MaxMatches, "matching lines to print per node (all are counted)")
@@ -29,7 +24,7 @@ func runGrep(args []string) error {
 		return err
 	}
 	if len(pos) != 1 {
-		return errors.New("want one PATTERN (usage: idunno grep PATTERN [--node NODE])")
+		return usageError("want one PATTERN (usage: idunno grep PATTERN [--node NODE])")
 	}
 	members, err := t.nodes()
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -24,24 +23,12 @@ import (
 	"idunno/sdfs"
 )
 
-func init() {
-	nodeSetup = append(nodeSetup, func(n *sched.Node) error { return n.AddScheduler() })
-	register("train", "train local --model INIT.onnx --data IMAGES --labels LABELS --epochs E --batch B --out OUT.onnx ... | train start|stop | train add --name N --model FILE.onnx|zoo:NAME [--input-shape C,H,W] [--classes K] | train remove --name N | train list",
-		"training phase: start or stop it; add a training job (validates the model, stores it in SDFS)", runTrain)
-	register("inference", "inference start|stop",
-		"inference phase: start it (jobs run) or stop it (jobs pause, nothing is lost)", runInference)
-	register("job", "job add|result|wait|remove|list|stats ... (idunno job help)",
-		"inference jobs: add, fetch results, wait, remove, list, statistics", runJob)
-	register("top", "top [--once] [--interval D]",
-		"live view of every job: progress, rate, latency percentiles, shares; refreshed every second", runTop)
-}
-
 // schedCall runs a scheduler method on the cluster (any node forwards to the coordinator),
 // retrying briefly while a new coordinator is being elected.
 func schedCall(t *target, method string, args, reply any) error {
 	cl, err := t.client()
 	if err != nil {
-		return err
+		return err // no cluster named: nothing to retry
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -82,14 +69,14 @@ func jobSDFS(t *target) (*sdfs.Client, error) {
 }
 
 func runPhase(args []string, cmd string, phase sched.Phase) error {
-	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs := newFlags(cmd)
 	t := addTargetFlags(fs)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 || (pos[0] != "start" && pos[0] != "stop") {
-		return fmt.Errorf("usage: idunno %s start|stop", cmd)
+		return usageErrorf("usage: idunno %s start|stop", cmd)
 	}
 	var info sched.ClusterInfo
 	if pos[0] == "stop" {
@@ -137,7 +124,7 @@ func runTrain(args []string) error {
 		}
 	}
 	if len(args) > 0 && (args[0] == "remove" || args[0] == "list") {
-		fs := flag.NewFlagSet("train "+args[0], flag.ContinueOnError)
+		fs := newFlags("train " + args[0])
 		t := addTargetFlags(fs)
 		name := fs.String("name", "", "model name (train remove)")
 		if _, err := parseInterleaved(fs, args[1:]); err != nil {
@@ -146,7 +133,7 @@ func runTrain(args []string) error {
 		var info sched.ClusterInfo
 		if args[0] == "remove" {
 			if *name == "" {
-				return errors.New("usage: idunno train remove --name N")
+				return usageError("usage: idunno train remove --name N")
 			}
 			if err := schedCall(t, "sched.model.remove", sched.NameArgs{Name: *name}, &info); err != nil {
 				return err
@@ -169,7 +156,7 @@ func runTrain(args []string) error {
 // runTrainAdd is a training job: until real training lands it takes a model (a file or a
 // zoo architecture), checks it with the kernel, and stores it in SDFS for inference.
 func runTrainAdd(args []string) error {
-	fs := flag.NewFlagSet("train add", flag.ContinueOnError)
+	fs := newFlags("train add")
 	t := addTargetFlags(fs)
 	name := fs.String("name", "", "model name jobs refer to")
 	model := fs.String("model", "", "FILE.onnx, or zoo:NAME for a zoo architecture")
@@ -180,7 +167,7 @@ func runTrainAdd(args []string) error {
 		return err
 	}
 	if *name == "" || *model == "" {
-		return errors.New("usage: idunno train add --name N --model FILE.onnx|zoo:NAME")
+		return usageError("usage: idunno train add --name N --model FILE.onnx|zoo:NAME")
 	}
 	var data []byte
 	if arch, ok := strings.CutPrefix(*model, "zoo:"); ok {
@@ -189,7 +176,7 @@ func runTrainAdd(args []string) error {
 			for _, f := range strings.Split(*shape, ",") {
 				var d int64
 				if _, err := fmt.Sscan(strings.TrimSpace(f), &d); err != nil {
-					return fmt.Errorf("--input-shape %q: want C,H,W", *shape)
+					return usageErrorf("--input-shape %q: want C,H,W", *shape)
 				}
 				opt.InputShape = append(opt.InputShape, d)
 			}
@@ -250,8 +237,12 @@ func runJob(args []string) error {
 	case "list":
 		return runJobList(rest)
 	}
-	fmt.Fprint(os.Stderr, `usage:
-  idunno job add --name J --model SDFSNAME|MODEL --data SDFSNAME --batch B [--format idx|npy|images] [--task-size Q] [--weight W]
+	out := os.Stderr
+	if sub == "help" || wantsHelp(args[:1]) {
+		out = os.Stdout
+	}
+	fmt.Fprint(out, `usage:
+  idunno job add --name J --model SDFSNAME|MODEL --data SDFSNAME --batch B [--format idx|npy|images] [--task-size Q] [--weight W] [--precision fp32|bf16|int8] [--wait [--timeout D]]
   idunno job add --name J --model SDFSNAME --input NAME=ARRAY.npy [--input NAME2=ARRAY2.npy ...] --batch B  (models with named, e.g. int64 token, inputs)
                  [--resize HxW] [--grey-to-rgb] [--scale S] [--mean a,b,c] [--std a,b,c]
   idunno job result J LOCAL     fetch the result CSV (query,top1,score) of a finished job
@@ -260,14 +251,14 @@ func runJob(args []string) error {
   idunno job list [--json]
   idunno job stats J [--json]   queries done, rate over 10 s, weight and achieved rate ratio, latency percentiles, workers and shares
 `)
-	if sub == "help" {
-		return nil
+	if out == os.Stdout {
+		return flag.ErrHelp
 	}
-	return fmt.Errorf("unknown job command %q", sub)
+	return usageErrorf("unknown job command %q", sub)
 }
 
 func runJobAdd(args []string) error {
-	fs := flag.NewFlagSet("job add", flag.ContinueOnError)
+	fs := newFlags("job add")
 	t := addTargetFlags(fs)
 	var spec sched.JobSpec
 	fs.StringVar(&spec.Name, "name", "", "job name")
@@ -293,16 +284,19 @@ func runJobAdd(args []string) error {
 	fs.IntVar(&spec.Batch, "batch", 0, "batch size (fixed for the job's life)")
 	fs.IntVar(&spec.TaskSize, "task-size", 0, "queries per task, a multiple of the batch (default: chosen)")
 	fs.Float64Var(&spec.Weight, "weight", 1, "fair-time weight: the job's query rate is W times that of a job of weight 1")
+	fs.StringVar(&spec.Precision, "precision", "fp32", "compute precision: fp32, bf16 (workers need AVX512_BF16) or int8 (quantized QDQ models)")
 	spec.Pre.Flags(fs)
+	wait := fs.Bool("wait", false, "wait until the job is complete (as idunno job wait)")
+	timeout := fs.Duration("timeout", 0, "with --wait: give up after this long (0: never; exit status 3)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) > 0 {
-		return fmt.Errorf("unexpected arguments %v", pos)
+		return usageErrorf("unexpected arguments %v", pos)
 	}
 	if err := spec.ValidateRequest(); err != nil {
-		return err
+		return usageError(err.Error()) // refused before asking the cluster
 	}
 	// The key makes schedCall's retries of this add idempotent (see JobSpec.Request).
 	key := make([]byte, 12)
@@ -314,11 +308,14 @@ func runJobAdd(args []string) error {
 	}
 	fmt.Printf("job %s added: %d queries in %d tasks of %d; shares %s\n", spec.Name, r.Queries, r.Tasks, r.TaskSize, r.Split)
 	warnNoStandby(r.NoStandby)
+	if *wait {
+		return waitJob(t, spec.Name, *timeout)
+	}
 	return nil
 }
 
 func runJobNamed(sub string, args []string) error {
-	fs := flag.NewFlagSet("job "+sub, flag.ContinueOnError)
+	fs := newFlags("job " + sub)
 	t := addTargetFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	timeout := fs.Duration("timeout", 0, "job wait: give up after this long (0: never)")
@@ -331,7 +328,7 @@ func runJobNamed(sub string, args []string) error {
 		want = 2
 	}
 	if len(pos) != want {
-		return fmt.Errorf("usage: idunno job %s J%s", sub, map[bool]string{true: " LOCAL"}[want == 2])
+		return usageErrorf("usage: idunno job %s J%s", sub, map[bool]string{true: " LOCAL"}[want == 2])
 	}
 	name := pos[0]
 	switch sub {
@@ -358,25 +355,7 @@ func runJobNamed(sub string, args []string) error {
 		}
 		return json.NewEncoder(os.Stdout).Encode(js)
 	case "wait":
-		var stop time.Time
-		if *timeout > 0 {
-			stop = time.Now().Add(*timeout)
-		}
-		for {
-			var js sched.JobSummary
-			err := schedCall(t, "sched.job.get", sched.NameArgs{Name: name}, &js)
-			if err != nil && rpc.IsRemote(err) && strings.Contains(err.Error(), "no job") {
-				return err
-			}
-			if err == nil && js.Complete {
-				fmt.Printf("job %s complete: %d queries in %.2f s; result %s\n", name, js.Queries, js.Seconds, js.Result)
-				return nil
-			}
-			if !stop.IsZero() && time.Now().After(stop) {
-				return fmt.Errorf("job %s not complete after %v (%d/%d queries)", name, *timeout, js.Done, js.Queries)
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
+		return waitJob(t, name, *timeout)
 	}
 	// result
 	var js sched.JobSummary
@@ -412,6 +391,37 @@ func runJobNamed(sub string, args []string) error {
 	return nil
 }
 
+// waitJob polls a job until it is complete, showing its progress on stderr; timeout 0
+// waits for ever.
+func waitJob(t *target, name string, timeout time.Duration) error {
+	var stop time.Time
+	if timeout > 0 {
+		stop = time.Now().Add(timeout)
+	}
+	p := startProgress("job "+name, "queries", 0)
+	defer p.finish()
+	for {
+		var js sched.JobSummary
+		err := schedCall(t, "sched.job.get", sched.NameArgs{Name: name}, &js)
+		if err != nil && rpc.IsRemote(err) && strings.Contains(err.Error(), "no job") {
+			return err
+		}
+		if err == nil {
+			p.setTotal(int64(js.Queries))
+			p.set(int64(js.Done))
+		}
+		if err == nil && js.Complete {
+			p.finish()
+			fmt.Printf("job %s complete: %d queries in %.2f s; result %s\n", name, js.Queries, js.Seconds, js.Result)
+			return nil
+		}
+		if !stop.IsZero() && time.Now().After(stop) {
+			return timeoutErrorf("job %s not complete after %v (%d/%d queries)", name, timeout, js.Done, js.Queries)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
 func printStats(w io.Writer, r sched.JobStatsReport) {
 	l := r.LatencyMS
 	fmt.Fprintf(w, "job %s: %d/%d queries, %.1f queries/s over the last 10 s\n", r.Job, r.Done, r.Total, r.Rate10s)
@@ -433,7 +443,7 @@ func printStats(w io.Writer, r sched.JobStatsReport) {
 }
 
 func runJobList(args []string) error {
-	fs := flag.NewFlagSet("job list", flag.ContinueOnError)
+	fs := newFlags("job list")
 	t := addTargetFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if _, err := parseInterleaved(fs, args); err != nil {
@@ -469,13 +479,15 @@ func printJobList(w io.Writer, list []sched.JobSummary) {
 }
 
 func runTop(args []string) error {
-	fs := flag.NewFlagSet("top", flag.ContinueOnError)
+	fs := newFlags("top")
 	t := addTargetFlags(fs)
 	once := fs.Bool("once", false, "print one screen and exit")
 	every := fs.Duration("interval", time.Second, "refresh interval")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
 	}
+	// Into a pipe or a file: one plain snapshot, no escape codes.
+	*once = *once || !isTerminal(os.Stdout)
 	for {
 		var buf bytes.Buffer
 		var info sched.ClusterInfo

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"text/tabwriter"
@@ -11,15 +10,6 @@ import (
 
 	"idunno/client/localcluster"
 )
-
-func init() {
-	register("members", "members [--json] [--cluster DIR | --at HOST:PORT]",
-		"print the membership as one node sees it", runMembers)
-	register("leave", "leave --node NAME [--cluster DIR] | --at HOST:PORT",
-		"make one node leave the cluster voluntarily (it keeps running, quiet)", func(a []string) error { return runLeaveJoin("leave", a) })
-	register("join", "join --node NAME [--cluster DIR] | --at HOST:PORT",
-		"make a node that left join the cluster again", func(a []string) error { return runLeaveJoin("join", a) })
-}
 
 // memberJSON is one line of `idunno members --json`.
 type memberJSON struct {
@@ -30,7 +20,7 @@ type memberJSON struct {
 }
 
 func runMembers(args []string) error {
-	fs := flag.NewFlagSet("members", flag.ContinueOnError)
+	fs := newFlags("members")
 	t := addTargetFlags(fs)
 	asJSON := fs.Bool("json", false, "print a JSON list of {name, addr, incarnation, state}")
 	if err := fs.Parse(args); err != nil {
@@ -59,7 +49,7 @@ func runMembers(args []string) error {
 }
 
 func runLeaveJoin(verb string, args []string) error {
-	fs := flag.NewFlagSet(verb, flag.ContinueOnError)
+	fs := newFlags(verb)
 	t := addTargetFlags(fs)
 	node := fs.String("node", "", "node to act on (with --cluster)")
 	if err := fs.Parse(args); err != nil {
@@ -68,7 +58,7 @@ func runLeaveJoin(verb string, args []string) error {
 	addr := t.at
 	if *node != "" {
 		if t.cluster == "" {
-			return fmt.Errorf("--node needs --cluster DIR (or IDUNNO_CLUSTER)")
+			return usageErrorf("--node needs --cluster DIR (or IDUNNO_CLUSTER)")
 		}
 		c, err := localcluster.Open(t.cluster)
 		if err != nil {

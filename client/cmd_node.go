@@ -11,20 +11,13 @@ import (
 	"strings"
 	"syscall"
 
+	"idunno/logs"
+	"idunno/node"
 	"idunno/sched"
 )
 
-func init() {
-	register("node", "node --config FILE | --name N --host H --base-port P --data-dir D [--introducers A,B] [--secret S] [--threads T] [--fd-nice N] [--compute-nice N]",
-		"run one node until SIGTERM or SIGINT (then leave the cluster)", runNode)
-}
-
-// nodeSetup lists what each subsystem adds to a node before it runs (file store,
-// coordinator, worker, HTTP server); their cmd_*.go files append to it in init.
-var nodeSetup []func(n *sched.Node) error
-
 func runNode(args []string) error {
-	fs := flag.NewFlagSet("node", flag.ContinueOnError)
+	fs := newFlags("node")
 	cfgPath := fs.String("config", "", "node config JSON file (see sched.NodeConfig)")
 	var c sched.NodeConfig
 	var intro string
@@ -37,11 +30,17 @@ func runNode(args []string) error {
 	fs.IntVar(&c.Threads, "threads", 1, "kernel threads per model instance")
 	fdNice := fs.Int("fd-nice", sched.DefaultFDNice, "nice of the failure detector's threads (below 0 needs CAP_SYS_NICE; 0: as the process)")
 	computeNice := fs.Int("compute-nice", sched.DefaultComputeNice, "nice of the worker's task and kernel threads (0: as the process)")
+	var opt node.Options
+	fs.StringVar(&opt.LogFormat, "log-format", envOr("IDUNNO_LOG_FORMAT", logs.Text), "DATA_DIR/node.log format: text (one line a record, fields as key=value) or json (default $IDUNNO_LOG_FORMAT)")
+	level := fs.String("log-level", envOr("IDUNNO_LOG_LEVEL", "info"), "lowest level logged: debug, info, warn or error (default $IDUNNO_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	var err error
+	if opt.LogLevel, err = logs.ParseLevel(*level); err != nil {
+		return usageError(err.Error())
+	}
 	if *cfgPath != "" {
-		var err error
 		if c, err = sched.LoadConfig(*cfgPath); err != nil {
 			return err
 		}
@@ -57,7 +56,7 @@ func runNode(args []string) error {
 			c.ComputeNice = computeNice
 		}
 	})
-	n, err := sched.NewNode(c)
+	n, err := node.New(c, opt)
 	if err != nil {
 		return err
 	}
@@ -66,12 +65,7 @@ func runNode(args []string) error {
 	// not stop them.
 	signal.Ignore(syscall.SIGHUP)
 	if os.Getenv("IDUNNO_FD_STARVE") == c.Name {
-		starve(n.Logger("node"))
-	}
-	for _, setup := range nodeSetup {
-		if err := setup(n); err != nil {
-			return err
-		}
+		starve(n.Logf("node"))
 	}
 	// IDUNNO_CPUPROFILE=FILE profiles the node's CPU until it stops (SIGTERM or SIGINT).
 	if path := os.Getenv("IDUNNO_CPUPROFILE"); path != "" {
@@ -89,6 +83,13 @@ func runNode(args []string) error {
 	defer stop()
 	fmt.Printf("node %s: fd %s rpc %s http %s\n", c.Name, c.FDAddr(), c.RPCAddr(), c.HTTPAddr())
 	return n.Run(ctx)
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }
 
 // starve is fault injection for the failure detector's benchmark (IDUNNO_FD_STARVE=NAME):

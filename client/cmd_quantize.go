@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 
 	"idunno/kernel/onnx"
@@ -10,13 +9,10 @@ import (
 	"idunno/sched/dataset"
 )
 
-func init() {
-	register("quantize", "quantize --model M.onnx --calibration DATA [--samples N] --out M.int8.onnx [preprocessing flags]",
-		"calibrate activation ranges on a dataset and write a standard QDQ int8 model", runQuantize)
-}
+const quantizeUsage = "quantize --model M.onnx --calibration DATA [--samples N] [--batch B] --out M.int8.onnx [preprocessing flags] [--eval-data IMAGES --eval-labels LABELS] [--threads T]"
 
 func runQuantize(args []string) error {
-	fs := flag.NewFlagSet("quantize", flag.ContinueOnError)
+	fs := newFlags("quantize")
 	model := fs.String("model", "", "float ONNX model file")
 	calib := fs.String("calibration", "", "calibration data: IDX or .npy file (gzip or plain), or a folder of PNG/JPEG images")
 	samples := fs.Int("samples", 512, "calibration samples (the first N of the data)")
@@ -31,7 +27,7 @@ func runQuantize(args []string) error {
 		return err
 	}
 	if *model == "" || *calib == "" || *out == "" || fs.NArg() > 0 || *samples < 1 || *batch < 1 {
-		return errors.New("usage: idunno " + commands["quantize"].usage)
+		return usageError("usage: idunno " + quantizeUsage)
 	}
 	m, err := onnx.ReadFile(*model)
 	if err != nil {

@@ -6,30 +6,18 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
-	"idunno/sched"
 	"idunno/sdfs"
 )
-
-func init() {
-	register("put", "put LOCAL NAME [--cluster DIR | --at HOST:PORT]",
-		"store a local file (- for stdin) in SDFS as a new version of NAME", runPut)
-	register("get", "get NAME LOCAL", "fetch the newest version of NAME into a local file (- for stdout)", runGet)
-	register("delete", "delete NAME", "delete NAME (every version) from SDFS", runDelete)
-	register("ls", "ls NAME | ls --prefix P [--json]",
-		"which nodes hold NAME and its versions; or list names starting with P", runLs)
-	register("store", "store [--node NODE] [--json]", "list what one node stores (default: the node answering)", runStoreCmd)
-	register("get-versions", "get-versions NAME N LOCAL",
-		"fetch the newest N versions of NAME, newest first, into one file with delimiters", runGetVersions)
-	register("putdir", "putdir LOCALDIR PREFIX", "store every file under LOCALDIR as PREFIX/<relative path>", runPutDir)
-	register("getdir", "getdir PREFIX LOCALDIR", "fetch every file under PREFIX/ into LOCALDIR", runGetDir)
-}
 
 // sdfsFlags parses a command's flags wherever they sit among its positional arguments and
 // checks their number.
@@ -39,7 +27,7 @@ func sdfsFlags(fs *flag.FlagSet, args []string, want int, usage string) ([]strin
 		return nil, err
 	}
 	if want >= 0 && len(pos) != want {
-		return nil, fmt.Errorf("usage: idunno %s", usage)
+		return nil, usageErrorf("usage: idunno %s", usage)
 	}
 	return pos, nil
 }
@@ -67,7 +55,7 @@ func rate(n int64, d time.Duration) string {
 }
 
 func runPut(args []string) error {
-	fs := flag.NewFlagSet("put", flag.ContinueOnError)
+	fs := newFlags("put")
 	t := addTargetFlags(fs)
 	pos, err := sdfsFlags(fs, args, 2, "put LOCAL NAME")
 	if err != nil {
@@ -83,11 +71,19 @@ func runPut(args []string) error {
 	var v sdfs.Version
 	var n int64
 	if pos[0] == "-" {
-		cr := &countingReader{r: os.Stdin}
+		p := startProgress("put stdin as "+pos[1], "B", 0)
+		cr := &countingReader{r: progressReader{os.Stdin, p}}
 		v, err = c.Put(ctx, pos[1], cr)
+		p.finish()
 		n = cr.n
 	} else {
-		v, n, err = c.PutFile(ctx, pos[0], pos[1])
+		var size int64
+		if st, err := os.Stat(pos[0]); err == nil {
+			size = st.Size()
+		}
+		p := startProgress("put "+pos[0], "B", size)
+		v, n, err = c.WithProgress(p.add).PutFile(ctx, pos[0], pos[1])
+		p.finish()
 	}
 	if err != nil {
 		return err
@@ -98,7 +94,7 @@ func runPut(args []string) error {
 }
 
 func runGet(args []string) error {
-	fs := flag.NewFlagSet("get", flag.ContinueOnError)
+	fs := newFlags("get")
 	t := addTargetFlags(fs)
 	pos, err := sdfsFlags(fs, args, 2, "get NAME LOCAL")
 	if err != nil {
@@ -112,11 +108,14 @@ func runGet(args []string) error {
 	defer cancel()
 	start := time.Now()
 	var info sdfs.VersionInfo
+	p := startProgress("get "+pos[0], "B", sizeOnTerminal(ctx, c, pos[0]))
+	pc := c.WithProgress(p.add)
 	if pos[1] == "-" {
-		info, err = c.Get(ctx, pos[0], os.Stdout)
+		info, err = pc.Get(ctx, pos[0], os.Stdout)
 	} else {
-		info, err = c.GetFile(ctx, pos[0], pos[1])
+		info, err = pc.GetFile(ctx, pos[0], pos[1])
 	}
+	p.finish()
 	if err != nil {
 		return err
 	}
@@ -126,7 +125,7 @@ func runGet(args []string) error {
 }
 
 func runDelete(args []string) error {
-	fs := flag.NewFlagSet("delete", flag.ContinueOnError)
+	fs := newFlags("delete")
 	t := addTargetFlags(fs)
 	pos, err := sdfsFlags(fs, args, 1, "delete NAME")
 	if err != nil {
@@ -154,7 +153,7 @@ func printJSON(v any) error {
 func fmtTime(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC3339) }
 
 func runLs(args []string) error {
-	fs := flag.NewFlagSet("ls", flag.ContinueOnError)
+	fs := newFlags("ls")
 	t := addTargetFlags(fs)
 	prefix := fs.String("prefix", "", "list the names starting with this prefix")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -165,7 +164,7 @@ func runLs(args []string) error {
 	prefixSet := false
 	fs.Visit(func(f *flag.Flag) { prefixSet = prefixSet || f.Name == "prefix" })
 	if len(pos) > 1 || (len(pos) == 1) == prefixSet {
-		return fmt.Errorf("usage: idunno ls NAME | ls --prefix P")
+		return usageErrorf("usage: idunno ls NAME | ls --prefix P")
 	}
 	c, err := sdfsClient(t)
 	if err != nil {
@@ -210,7 +209,7 @@ func runLs(args []string) error {
 }
 
 func runStoreCmd(args []string) error {
-	fs := flag.NewFlagSet("store", flag.ContinueOnError)
+	fs := newFlags("store")
 	t := addTargetFlags(fs)
 	node := fs.String("node", "", "node whose store to list (default: the node answering)")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -222,8 +221,8 @@ func runStoreCmd(args []string) error {
 		return err
 	}
 	if *node == "" {
-		var r sched.MembersReply
-		if r, err = t.members(); err != nil {
+		r, err := t.members()
+		if err != nil {
 			return err
 		}
 		*node = r.Self.Name
@@ -257,7 +256,7 @@ func runStoreCmd(args []string) error {
 }
 
 func runGetVersions(args []string) error {
-	fs := flag.NewFlagSet("get-versions", flag.ContinueOnError)
+	fs := newFlags("get-versions")
 	t := addTargetFlags(fs)
 	pos, err := sdfsFlags(fs, args, 3, "get-versions NAME N LOCAL")
 	if err != nil {
@@ -290,7 +289,7 @@ func runGetVersions(args []string) error {
 }
 
 func runPutDir(args []string) error {
-	fs := flag.NewFlagSet("putdir", flag.ContinueOnError)
+	fs := newFlags("putdir")
 	t := addTargetFlags(fs)
 	pos, err := sdfsFlags(fs, args, 2, "putdir LOCALDIR PREFIX")
 	if err != nil {
@@ -303,7 +302,9 @@ func runPutDir(args []string) error {
 	ctx, cancel := sdfsContext()
 	defer cancel()
 	start := time.Now()
-	r, err := c.PutDir(ctx, pos[0], pos[1])
+	p := startProgress("putdir "+pos[0], "B", localDirSize(pos[0]))
+	r, err := c.WithProgress(p.add).PutDir(ctx, pos[0], pos[1])
+	p.finish()
 	if err != nil {
 		return err
 	}
@@ -312,7 +313,7 @@ func runPutDir(args []string) error {
 }
 
 func runGetDir(args []string) error {
-	fs := flag.NewFlagSet("getdir", flag.ContinueOnError)
+	fs := newFlags("getdir")
 	t := addTargetFlags(fs)
 	pos, err := sdfsFlags(fs, args, 2, "getdir PREFIX LOCALDIR")
 	if err != nil {
@@ -325,12 +326,47 @@ func runGetDir(args []string) error {
 	ctx, cancel := sdfsContext()
 	defer cancel()
 	start := time.Now()
-	r, err := c.GetDir(ctx, pos[0], pos[1])
+	p := startProgress("getdir "+pos[0], "B", sizeOnTerminal(ctx, c, strings.TrimSuffix(pos[0], "/")+"/"))
+	r, err := c.WithProgress(p.add).GetDir(ctx, pos[0], pos[1])
+	p.finish()
 	if err != nil {
 		return err
 	}
 	fmt.Printf("got %d files (%d bytes) from %s/ into %s in %.2fs\n", r.Files, r.Bytes, pos[0], pos[1], time.Since(start).Seconds())
 	return nil
+}
+
+// sizeOnTerminal returns the size of name, or the total size under name when it ends in
+// "/", for a progress bar; 0 (unknown) when stderr is not a terminal, to save the call.
+func sizeOnTerminal(ctx context.Context, c *sdfs.Client, name string) int64 {
+	if !isTerminal(os.Stderr) {
+		return 0
+	}
+	files, err := c.List(ctx, name)
+	if err != nil {
+		return 0
+	}
+	var total int64
+	for _, f := range files {
+		if f.Name == name || strings.HasSuffix(name, "/") {
+			total += f.Size
+		}
+	}
+	return total
+}
+
+// localDirSize is the total size of the regular files under dir (0 if it cannot be read).
+func localDirSize(dir string) int64 {
+	var total int64
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil {
+				total += info.Size()
+			}
+		}
+		return nil
+	})
+	return total
 }
 
 type countingReader struct {

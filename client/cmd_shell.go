@@ -9,33 +9,25 @@ import (
 	"strings"
 )
 
-func init() {
-	register("shell", "shell [--cluster DIR | --at HOST:PORT]",
-		"interactive shell: type any idunno command without the leading idunno (help, exit)", runShell)
-}
-
 // runShell reads command lines and runs each as `idunno LINE`. Flags given to the shell
 // itself (--cluster DIR, --at HOST:PORT) become the target of every command through the
 // environment, the same defaults the one-shot commands read.
 func runShell(args []string) error {
-	for i := 0; i < len(args); i++ {
-		switch a := args[i]; {
-		case (a == "--cluster" || a == "-cluster") && i+1 < len(args):
-			os.Setenv("IDUNNO_CLUSTER", args[i+1])
-			i++
-		case strings.HasPrefix(a, "--cluster="):
-			os.Setenv("IDUNNO_CLUSTER", strings.TrimPrefix(a, "--cluster="))
-		case (a == "--at" || a == "-at") && i+1 < len(args):
-			os.Setenv("IDUNNO_AT", args[i+1])
-			i++
-		default:
-			return fmt.Errorf("usage: idunno shell [--cluster DIR | --at HOST:PORT]")
-		}
+	fs := newFlags("shell")
+	t := addTargetFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
 	}
-	return shellLoop(os.Stdin, os.Stdout)
+	if fs.NArg() > 0 {
+		return usageErrorf("usage: idunno shell [--cluster DIR | --at HOST:PORT]")
+	}
+	os.Setenv("IDUNNO_CLUSTER", t.cluster)
+	os.Setenv("IDUNNO_AT", t.at)
+	return shellLoop(os.Stdin, os.Stdout, dispatch)
 }
 
-func shellLoop(in io.Reader, out io.Writer) error {
+// shellLoop runs each line read from in with run (dispatch, in the real shell).
+func shellLoop(in io.Reader, out io.Writer, run func(args []string) int) error {
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for {
@@ -62,7 +54,7 @@ func shellLoop(in io.Reader, out io.Writer) error {
 			fmt.Fprintln(out, "idunno: run nodes with `idunno node` outside the shell")
 			continue
 		}
-		dispatch(words) // errors are printed by dispatch; the shell goes on
+		run(words) // errors are printed by run; the shell goes on
 	}
 }
 

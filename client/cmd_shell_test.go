@@ -30,17 +30,19 @@ func TestSplitWords(t *testing.T) {
 
 func TestShellRunsCommandsAndSurvivesErrors(t *testing.T) {
 	var got [][]string
-	register("shelltest", "shelltest ARGS", "test command", func(args []string) error {
-		got = append(got, args)
-		if len(args) > 0 && args[0] == "fail" {
-			return errTest
+	run := func(args []string) int {
+		if args[0] != "shelltest" {
+			return exitUsage
 		}
-		return nil
-	})
-	defer delete(commands, "shelltest")
+		got = append(got, args[1:])
+		if len(args) > 1 && args[1] == "fail" {
+			return exitFailure
+		}
+		return exitOK
+	}
 	in := strings.NewReader("shelltest a 'b c'\n\nshelltest fail\nbogus-command\nshelltest after\nexit\nshelltest never\n")
 	var out strings.Builder
-	if err := shellLoop(in, &out); err != nil {
+	if err := shellLoop(in, &out, run); err != nil {
 		t.Fatal(err)
 	}
 	want := [][]string{{"a", "b c"}, {"fail"}, {"after"}}
@@ -51,9 +53,3 @@ func TestShellRunsCommandsAndSurvivesErrors(t *testing.T) {
 		t.Fatalf("no prompt in %q", out.String())
 	}
 }
-
-type testErr struct{}
-
-func (testErr) Error() string { return "test failure" }
-
-var errTest = testErr{}

@@ -23,11 +23,6 @@ import (
 	"idunno/sched/train"
 )
 
-func init() {
-	register("eval", "eval --model M.onnx --data IMAGES --labels LABELS [preprocessing flags] [--batch B] [--threads T] [--json]",
-		"top-1 accuracy of a model on a labelled dataset", runEval)
-}
-
 // localImageNames lists a folder's files (relative, slash-separated, sorted).
 func localImageNames(dir string) ([]string, error) {
 	var names []string
@@ -143,11 +138,6 @@ func loadTrainModel(spec, shape string, classes int64, seed uint64, init string)
 	return zoo.Build(arch, opt)
 }
 
-func isTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
 // trainFlags are the flags `train local` and `train add` share: the initial model, the
 // data's labels and evaluation set, the plan, the optimizer and its schedule, preprocessing.
 type trainFlags struct {
@@ -205,7 +195,7 @@ func (f *trainFlags) loadModel() (*onnx.Model, error) {
 
 // runTrainLocal is `idunno train local`: training on this machine.
 func runTrainLocal(args []string) error {
-	fs := flag.NewFlagSet("train local", flag.ContinueOnError)
+	fs := newFlags("train local")
 	tf := addTrainFlags(fs, "")
 	threads := fs.Int("threads", 0, "kernel threads (0: one per CPU)")
 	out := fs.String("out", "", "trained model file (ONNX, BatchNorm folded)")
@@ -213,12 +203,17 @@ func runTrainLocal(args []string) error {
 	ckEvery := fs.Int("checkpoint-every", 0, "also checkpoint every N steps")
 	resume := fs.Bool("resume", false, "continue from the checkpoint if it exists")
 	asJSON := fs.Bool("json", false, "print one JSON line per epoch")
+	evalPrec := fs.String("precision", "fp32", "kernel precision of the per-epoch evaluation: fp32, bf16 or int8")
 	if pos, err := parseInterleaved(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 || *tf.model == "" || *tf.data == "" || *out == "" {
-		return errors.New("usage: idunno train local --model INIT.onnx|zoo:NAME --data IMAGES --labels LABELS --epochs E --batch B --out TRAINED.onnx [--lr --momentum --weight-decay --optimizer sgd|adam|adamw --schedule ... --seed S --threads T] [--eval-data IMAGES --eval-labels LABELS] [preprocessing flags]")
+		return usageError("usage: idunno train local --model INIT.onnx|zoo:NAME --data IMAGES --labels LABELS --epochs E --batch B --out TRAINED.onnx [--lr --momentum --weight-decay --optimizer sgd|adam|adamw --schedule ... --seed S --threads T] [--eval-data IMAGES --eval-labels LABELS [--precision fp32|bf16|int8]] [preprocessing flags]")
 	}
 	opt, schedule, err := tf.optimizer()
+	if err != nil {
+		return err
+	}
+	ep, err := kernel.ParsePrecision(*evalPrec)
 	if err != nil {
 		return err
 	}
@@ -249,6 +244,7 @@ func runTrainLocal(args []string) error {
 		LR:        *tf.lr,
 		Optimizer: opt,
 		Schedule:  schedule, Threads: *threads, Checkpoint: *ckpt, CheckpointEvery: *ckEvery, Resume: *resume,
+		EvalPrecision: ep,
 	}
 	if err := cfg.Check(); err != nil {
 		return err
@@ -306,19 +302,25 @@ func runTrainLocal(args []string) error {
 }
 
 func runEval(args []string) error {
-	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
+	fs := newFlags("eval")
 	model := fs.String("model", "", "ONNX model")
 	data := fs.String("data", "", "images (IDX, .npy, or a folder of images)")
 	labels := fs.String("labels", "", "labels (IDX labels or .npy integers; omit for a folder of class folders)")
 	batch := fs.Int("batch", 256, "batch size")
 	threads := fs.Int("threads", 0, "kernel threads (0: one per CPU)")
 	asJSON := fs.Bool("json", false, "print JSON")
+	precision := precisionFlag(fs)
+	agree := fs.Bool("agreement", false, "also run at fp32 and report how often the top-1 answers agree")
 	var prep dataset.Preprocess
 	prep.Flags(fs)
 	if pos, err := parseInterleaved(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 || *model == "" || *data == "" || *batch < 1 {
-		return errors.New("usage: idunno eval --model M.onnx --data IMAGES --labels LABELS [preprocessing flags] [--batch B] [--threads T] [--json]")
+		return usageError("usage: idunno eval --model M.onnx --data IMAGES --labels LABELS [preprocessing flags] [--batch B] [--threads T] [--precision fp32|bf16|int8] [--agreement] [--json]")
+	}
+	prec, err := kernel.ParsePrecision(*precision)
+	if err != nil {
+		return err
 	}
 	m, err := onnx.ReadFile(*model)
 	if err != nil {
@@ -331,16 +333,43 @@ func runEval(args []string) error {
 	if *threads <= 0 {
 		*threads = runtime.NumCPU()
 	}
-	c, n, err := train.Evaluate(m, d, *batch, *threads)
+	pred, err := train.Predict(m, d, *batch, *threads, prec)
 	if err != nil {
 		return err
 	}
+	if len(pred) != len(d.Labels) {
+		return fmt.Errorf("%d labels for %d images", len(d.Labels), len(pred))
+	}
+	c, n := 0, len(pred)
+	for i, p := range pred {
+		if p == d.Labels[i] {
+			c++
+		}
+	}
+	res := map[string]any{"correct": c, "samples": n, "accuracy": float64(c) / float64(n), "precision": prec.String()}
+	same := -1
+	if *agree {
+		ref, err := train.Predict(m, d, *batch, *threads, kernel.FP32)
+		if err != nil {
+			return err
+		}
+		same = 0
+		for i := range pred {
+			if pred[i] == ref[i] {
+				same++
+			}
+		}
+		res["agreement_with_fp32"] = float64(same) / float64(n)
+	}
 	if *asJSON {
-		b, _ := json.Marshal(map[string]any{"correct": c, "samples": n, "accuracy": float64(c) / float64(n)})
+		b, _ := json.Marshal(res)
 		fmt.Println(string(b))
 		return nil
 	}
-	fmt.Printf("top-1 accuracy %.2f%% (%d of %d)\n", 100*float64(c)/float64(n), c, n)
+	fmt.Printf("top-1 accuracy %.2f%% (%d of %d) at %s\n", 100*float64(c)/float64(n), c, n, prec)
+	if same >= 0 {
+		fmt.Printf("top-1 agreement with fp32 %.2f%% (%d of %d)\n", 100*float64(same)/float64(n), same, n)
+	}
 	return nil
 }
 
@@ -364,7 +393,7 @@ type trainBenchResult struct {
 // runBenchTrain times training steps (forward, loss, backward, optimizer) on seeded random
 // data and labels.
 func runBenchTrain(args []string) error {
-	fs := flag.NewFlagSet("bench train", flag.ContinueOnError)
+	fs := newFlags("bench train")
 	model := fs.String("model", "", "ONNX model file, or zoo:NAME")
 	shape := fs.String("input-shape", "", "zoo models: input C,H,W")
 	classes := fs.Int64("classes", 10, "zoo models: classes")
@@ -377,7 +406,7 @@ func runBenchTrain(args []string) error {
 		return err
 	}
 	if *model == "" || *batch < 1 || *threads < 1 || *seconds <= 0 || fs.NArg() > 0 {
-		return errors.New("usage: idunno bench train --model M.onnx|zoo:NAME --batch B --threads T --seconds S [--optimizer sgd|adam|adamw] [--json]")
+		return usageError("usage: idunno bench train --model M.onnx|zoo:NAME --batch B --threads T --seconds S [--optimizer sgd|adam|adamw] [--json]")
 	}
 	m, err := loadTrainModel(*model, *shape, *classes, 1, "torch")
 	if err != nil {

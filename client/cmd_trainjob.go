@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,7 +16,7 @@ import (
 
 // runTrainJobAdd is `idunno train add ... --data`: a training job on the cluster.
 func runTrainJobAdd(args []string) error {
-	fs := flag.NewFlagSet("train add", flag.ContinueOnError)
+	fs := newFlags("train add")
 	t := addTargetFlags(fs)
 	name := fs.String("name", "", "training job name (also the trained model's name)")
 	tf := addTrainFlags(fs, "SDFS name of the ")
@@ -27,7 +25,7 @@ func runTrainJobAdd(args []string) error {
 	if pos, err := parseInterleaved(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 || *name == "" || *tf.model == "" || *tf.data == "" || *tf.labels == "" {
-		return errors.New("usage: idunno train add --name NAME --model INIT.onnx|SDFSNAME|zoo:NAME --data SDFS_IMAGES --labels SDFS_LABELS --epochs E --batch B [--shards S] [--lr --momentum --weight-decay --optimizer --schedule --seed --threads] [preprocessing flags] [--eval-data SDFS_IMAGES --eval-labels SDFS_LABELS]")
+		return usageError("usage: idunno train add --name NAME --model INIT.onnx|SDFSNAME|zoo:NAME --data SDFS_IMAGES --labels SDFS_LABELS --epochs E --batch B [--shards S] [--lr --momentum --weight-decay --optimizer --schedule --seed --threads] [preprocessing flags] [--eval-data SDFS_IMAGES --eval-labels SDFS_LABELS]")
 	}
 	opt, sc, err := tf.optimizer()
 	if err != nil {
@@ -77,7 +75,7 @@ func runTrainJobAdd(args []string) error {
 // runTrainJobCmd handles train list|stats|wait|remove for training jobs; handled reports
 // whether args named a training job command.
 func runTrainJobCmd(sub string, args []string) (handled bool, err error) {
-	fs := flag.NewFlagSet("train "+sub, flag.ContinueOnError)
+	fs := newFlags("train " + sub)
 	t := addTargetFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	timeout := fs.Duration("timeout", 0, "train wait: give up after this long (0: never)")
@@ -111,13 +109,14 @@ func runTrainJobCmd(sub string, args []string) (handled bool, err error) {
 		return true, nil
 	case "stats", "wait":
 		if *name == "" {
-			return true, fmt.Errorf("usage: idunno train %s NAME", sub)
+			return true, usageErrorf("usage: idunno train %s NAME", sub)
 		}
 		var deadline time.Time
 		if *timeout > 0 {
 			deadline = time.Now().Add(*timeout)
 		}
 		tty := isTerminal(os.Stdout) && sub == "wait" && !*asJSON
+		var lastPlain time.Time
 		for {
 			var s sched.TrainSummary
 			err := schedCall(t, "sched.train.get", sched.NameArgs{Name: *name}, &s)
@@ -138,15 +137,21 @@ func runTrainJobCmd(sub string, args []string) (handled bool, err error) {
 				}
 				return true, nil
 			}
-			if err == nil && tty {
+			if err == nil && (tty || sub == "wait" && !*asJSON && time.Since(lastPlain) >= plainEvery) {
 				l := 0.0
 				if s.Loss != nil {
 					l = *s.Loss
 				}
-				fmt.Printf("\rstep %d/%d  epoch %d/%d  loss %.4f  %.0f samples/s ", s.Step, s.StepsTotal, s.Epoch+1, s.Epochs, l, s.SamplesPerSec)
+				line := fmt.Sprintf("step %d/%d  epoch %d/%d  loss %.4f  %.0f samples/s", s.Step, s.StepsTotal, s.Epoch+1, s.Epochs, l, s.SamplesPerSec)
+				if tty {
+					fmt.Printf("\r%s ", line)
+				} else { // a pipe or a log: a plain line every few seconds
+					fmt.Fprintln(os.Stderr, line)
+					lastPlain = time.Now()
+				}
 			}
 			if !deadline.IsZero() && time.Now().After(deadline) {
-				return true, fmt.Errorf("training job %s not complete after %v", *name, *timeout)
+				return true, timeoutErrorf("training job %s not complete after %v", *name, *timeout)
 			}
 			time.Sleep(500 * time.Millisecond)
 		}

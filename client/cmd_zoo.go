@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,13 +9,14 @@ import (
 	"idunno/kernel/zoo"
 )
 
-func init() {
-	register("zoo", "zoo NAME --out FILE.onnx [--input-shape C,H,W] [--classes K] [--seed S] [--init torch] | zoo transformer_encoder --out FILE.onnx [--vocab V] [--length L] [--layers N] [--heads H] [--width D] [--classes K] [--seed S]",
-		"write a standard network ("+strings.Join(zoo.Names(), ", ")+", "+zoo.TransformerEncoder+") as ONNX with seeded weights", runZoo)
+const zooUsage = "zoo NAME --out FILE.onnx [--input-shape C,H,W] [--classes K] [--seed S] [--init torch] | zoo transformer_encoder --out FILE.onnx [--vocab V] [--length L] [--layers N] [--heads H] [--width D] [--classes K] [--seed S]"
+
+func zooSummary() string {
+	return "write a standard network (" + strings.Join(zoo.Names(), ", ") + ", " + zoo.TransformerEncoder + ") as ONNX with seeded weights"
 }
 
 func runZoo(args []string) error {
-	fs := flag.NewFlagSet("zoo", flag.ContinueOnError)
+	fs := newFlags("zoo")
 	out := fs.String("out", "", "ONNX file to write")
 	shape := fs.String("input-shape", "", "input C,H,W (default: the architecture's)")
 	classes := fs.Int64("classes", 0, "number of output classes (default: the architecture's)")
@@ -40,10 +40,10 @@ func runZoo(args []string) error {
 	if name == "" && fs.NArg() > 0 {
 		name = fs.Arg(0)
 	} else if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %v", fs.Args())
+		return usageErrorf("unexpected arguments %v", fs.Args())
 	}
 	if name == "" || *out == "" {
-		return fmt.Errorf("usage: idunno zoo NAME --out FILE.onnx (models: %s)", strings.Join(zoo.Names(), ", "))
+		return usageErrorf("usage: idunno zoo NAME --out FILE.onnx (models: %s)", strings.Join(zoo.Names(), ", "))
 	}
 	if name == zoo.TransformerEncoder {
 		if *shape != "" || *initName != "" {

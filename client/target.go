@@ -10,8 +10,8 @@ import (
 
 	"idunno/client/localcluster"
 	"idunno/fd"
+	"idunno/node"
 	"idunno/rpc"
-	"idunno/sched"
 )
 
 // target is how a client command finds the cluster. Every client command calls
@@ -39,7 +39,7 @@ func (t *target) candidates() ([]string, []byte, error) {
 	if t.at != "" {
 		s := os.Getenv("IDUNNO_SECRET")
 		if s == "" {
-			return nil, nil, errors.New("--at needs the cluster secret in IDUNNO_SECRET")
+			return nil, nil, usageError("--at needs the cluster secret in IDUNNO_SECRET")
 		}
 		return []string{t.at}, []byte(s), nil
 	}
@@ -106,8 +106,8 @@ func (t *target) addr() (string, error) {
 }
 
 // members returns one live node's view of the membership (self is the answering node).
-func (t *target) members() (sched.MembersReply, error) {
-	var r sched.MembersReply
+func (t *target) members() (node.MembersReply, error) {
+	var r node.MembersReply
 	a, err := t.addr()
 	if err != nil {
 		return r, err

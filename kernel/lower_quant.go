@@ -1,8 +1,6 @@
 package kernel
 
 import (
-	"errors"
-	"fmt"
 	"runtime"
 	"time"
 	"unsafe"
@@ -184,8 +182,8 @@ func (b *builder) lowerQConv(n *onnx.Node) error {
 
 // IsQuantized reports whether m is a quantized model: it has QuantizeLinear/DequantizeLinear
 // (QDQ) or QLinearConv/QLinearMatMul/ConvInteger/MatMulInteger nodes. Such a model runs its
-// quantized convolutions in int8 whatever precision is asked for: the int8 values are part of
-// the model.
+// quantized convolutions in int8 whatever precision is asked for (the int8 values are part of
+// the model); --precision int8 refuses any other model (checkPrecision, ErrNotQuantized).
 func IsQuantized(m *onnx.Model) bool {
 	if m == nil || m.Graph == nil {
 		return false
@@ -197,18 +195,6 @@ func IsQuantized(m *onnx.Model) bool {
 		}
 	}
 	return false
-}
-
-// ErrNotQuantized is the error of CheckInt8 for a float model.
-var ErrNotQuantized = errors.New("kernel: --precision int8 needs a quantized (QDQ) model; this one is float: run `idunno quantize --model M.onnx --calibration DATA --out M.int8.onnx` first and use its output")
-
-// CheckInt8 is the check behind --precision int8: nil for a quantized model, else
-// ErrNotQuantized (wrapped with the model's name).
-func CheckInt8(name string, m *onnx.Model) error {
-	if IsQuantized(m) {
-		return nil
-	}
-	return fmt.Errorf("%s: %w", name, ErrNotQuantized)
 }
 
 // PeakInt8GOPS measures this machine's AVX-512 VNNI int8 multiply-accumulate peak with the

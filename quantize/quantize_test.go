@@ -3,6 +3,7 @@ package quantize
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -155,8 +156,8 @@ func TestRewriteErrors(t *testing.T) {
 	if _, err := Rewrite(empty, Ranges{}); err != ErrNothingToQuantize {
 		t.Fatalf("no Conv: %v", err)
 	}
-	if err := kernel.CheckInt8("m.onnx", m); err == nil {
-		t.Fatal("CheckInt8 accepted a float model")
+	if _, err := kernel.LoadModel(m, kernel.Options{Precision: kernel.INT8}); !errors.Is(err, kernel.ErrNotQuantized) {
+		t.Fatalf("--precision int8 on a float model: %v, want ErrNotQuantized", err)
 	}
 }
 

@@ -1,5 +1,5 @@
-// Package sched is the node runtime: it starts a node's subsystems (failure detector, file
-// store, coordinator or standby, worker executor, HTTP endpoint) and holds the scheduling logic.
+// Package sched is the scheduling logic (coordinator or standby, worker executor) and the
+// node's config; package node wires a node's subsystems together.
 package sched
 
 import (

@@ -46,6 +46,18 @@ type Client struct {
 	cfg     Config
 	rc      *rpc.Client
 	members MemberSource
+	// progress, when set, is told the bytes of each block a get writes out and of each
+	// read a PutFile makes of its file (see WithProgress).
+	progress func(n int64)
+}
+
+// WithProgress returns a copy of the client that calls f with the size of each piece of
+// file data it moves (Get, GetFile, PutFile, PutDir, GetDir), for progress reports. f is
+// called from several goroutines at once.
+func (c *Client) WithProgress(f func(n int64)) *Client {
+	cc := *c
+	cc.progress = f
+	return &cc
 }
 
 // NewClient returns a client; cfg supplies the replication factor, quorum, block size,
@@ -586,6 +598,9 @@ func (c *Client) read(ctx context.Context, name string, v Version, holders []Pee
 		}
 		if _, err := w.Write(r.b); err != nil {
 			return fmt.Errorf("sdfs: get %s: write: %w", name, err)
+		}
+		if c.progress != nil {
+			c.progress(int64(len(r.b)))
 		}
 	}
 	return ctx.Err()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -23,8 +24,23 @@ func (c *Client) PutFile(ctx context.Context, local, name string) (Version, int6
 	if err != nil || !st.Mode().IsRegular() {
 		return Version{}, 0, fmt.Errorf("sdfs: put: %s is not a regular file", local)
 	}
-	v, err := c.Put(ctx, name, f)
+	var r io.Reader = f
+	if c.progress != nil {
+		r = progressReader{f, c.progress}
+	}
+	v, err := c.Put(ctx, name, r)
 	return v, st.Size(), err
+}
+
+type progressReader struct {
+	r io.Reader
+	f func(int64)
+}
+
+func (p progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	p.f(int64(n))
+	return n, err
 }
 
 // GetFile writes the newest version of name to local, atomically: a failed get leaves

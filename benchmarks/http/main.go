@@ -28,7 +28,7 @@ import (
 	"idunno/kernel"
 	"idunno/kernel/onnx"
 	"idunno/kernel/zoo"
-	"idunno/sched/httpapi"
+	"idunno/serving"
 )
 
 func main() {
@@ -65,17 +65,17 @@ func main() {
 
 // runServer serves two instances of the model: "plain" (no batching) and "batched".
 func runServer(path string, maxBatch int, maxDelay time.Duration) error {
-	b := httpapi.NewKernelBackend(1)
+	b := serving.NewKernelBackend(1)
 	for _, name := range []string{"plain", "batched"} {
 		if err := b.LoadFile(name, path); err != nil {
 			return err
 		}
 	}
-	local := httpapi.NewLocalModels(b, 0)
-	if err := local.Serve(httpapi.ServedModel{Name: "plain", Batch: httpapi.BatchConfig{MaxBatch: 1, MaxQueue: 1024}}); err != nil {
+	local := serving.NewLocalModels(b, 0)
+	if err := local.Serve(serving.ServedModel{Name: "plain", Batch: serving.BatchConfig{MaxBatch: 1, MaxQueue: 1024}}); err != nil {
 		return err
 	}
-	if err := local.Serve(httpapi.ServedModel{Name: "batched", Batch: httpapi.BatchConfig{MaxBatch: maxBatch, MaxDelay: maxDelay, MaxQueue: 1024}}); err != nil {
+	if err := local.Serve(serving.ServedModel{Name: "batched", Batch: serving.BatchConfig{MaxBatch: maxBatch, MaxDelay: maxDelay, MaxQueue: 1024}}); err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -87,7 +87,7 @@ func runServer(path string, maxBatch int, maxDelay time.Duration) error {
 		bufio.NewReader(os.Stdin).ReadString('\n')
 		os.Exit(0)
 	}()
-	return httpapi.NewServer(httpapi.Config{Token: os.Getenv("IDUNNO_HTTP_TOKEN")}, local).Serve(ln)
+	return serving.NewServer(serving.Config{Token: os.Getenv("IDUNNO_HTTP_TOKEN")}, local).Serve(ln)
 }
 
 type result struct {

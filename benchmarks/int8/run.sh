@@ -2,7 +2,7 @@
 # benchmarks/int8/run.sh: int8 (QDQ) against fp32 on torchvision's ResNet-50 exported by
 # PyTorch, in the same run: alternating rounds of `idunno bench kernel` on the float model and
 # on the model `idunno quantize` writes from it, plus the VNNI int8 and FP32 FMA peaks.
-# Writes benchmarks/out/int8.csv. Needs `make` first.
+# Writes benchmarks/out/int8_qdq.csv. Needs `make` first.
 #   ROUNDS (default 3)  SECONDS_EACH (default 10)  THREADS (default 2)  BATCH (default 8)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -29,7 +29,7 @@ np.save(sys.argv[2], np.random.default_rng(0).random((16, 3, 224, 224), dtype=np
 PY
 fi
 [ -f "$i8" ] || "$BIN" quantize --model "$f32" --calibration "$calib" --samples 16 --batch 8 --out "$i8" --threads "$THREADS"
-csv="$OUT/int8.csv"
+csv="$OUT/int8_qdq.csv"
 echo "round,precision,batch,threads,images_per_sec,p50_ms,gflops_per_cpu_second,load_avg" > "$csv"
 for r in $(seq 1 "$ROUNDS"); do
   for p in fp32 int8; do
@@ -40,7 +40,7 @@ for r in $(seq 1 "$ROUNDS"); do
   done
 done
 # peaks: VNNI int8 and FP32 FMA, per CPU second (meaningful under load) and wall (2 threads)
-go test ./kernel -run 'TestPeakInt8' -v -count=1 | grep 'int8 peak' | tee "$OUT/int8_peak.txt"
+go test ./kernel -run 'TestPeakInt8' -v -count=1 | grep 'int8 peak' | tee "$OUT/int8_qdq_peak.txt"
 /usr/bin/python3 - "$csv" <<'PY'
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1])))

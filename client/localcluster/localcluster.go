@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"idunno/fd"
+	"idunno/node"
 	"idunno/rpc"
 	"idunno/sched"
 )
@@ -487,7 +488,7 @@ func dedup(s []string) []string {
 func (c *Cluster) Members(ctx context.Context, name string) ([]fd.Member, error) {
 	cl := rpc.NewClient([]byte(c.f.Secret))
 	defer cl.Close()
-	var r sched.MembersReply
+	var r node.MembersReply
 	if err := cl.CallJSON(ctx, c.RPCAddr(name), "fd.members", struct{}{}, &r); err != nil {
 		return nil, err
 	}
@@ -545,7 +546,7 @@ func (c *Cluster) converged(cl *rpc.Client) (bool, string) {
 	}
 	for _, n := range run {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		var r sched.MembersReply
+		var r node.MembersReply
 		err := cl.CallJSON(ctx, n.RPCAddr, "fd.members", struct{}{}, &r)
 		cancel()
 		if err != nil {
