@@ -51,6 +51,7 @@ typedef struct {
     float *fa;
     int npost;
     idk_post_t post[IDK_MAX_POST];
+    int fused; /* done by the op before it (a ReLU after BatchNormalization: fuse_norm_relu) */
 } idk_op_t;
 
 /* One argument of a oneDNN primitive: its kind, layout and buffer (-1: the scratchpad). */
@@ -107,6 +108,7 @@ struct idk_plan {
     int64_t last_ns;
     int cur_op;
     int has_concat; /* layout heuristic for small batches (ops.c, lower_conv) */
+    int prec;       /* compute type of Conv and MatMul: IDK_F32 or IDK_BF16 (idk_plan_set_precision) */
 };
 
 idk_status_t idk_fail(idk_plan_t *p, idk_status_t st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -125,6 +127,18 @@ int idk_primary(idk_plan_t *p, int tid, idk_view_t **v);
 int idk_set_output(idk_plan_t *p, int tid, const dnnl_memory_desc_t *md, int plain, int buf);
 
 void idk_train_free(idk_train_t *t);
+
+/* helpers of ops.c shared with quant.c */
+dnnl_primitive_attr_t idk_new_attr(void);
+idk_status_t idk_finish_prim(idk_plan_t *p, dnnl_primitive_desc_t pd, idk_step_t **out);
+int idk_new_out(idk_plan_t *p, int tid, const dnnl_memory_desc_t *md);
+idk_status_t idk_with_post_ops(idk_plan_t *p, const idk_op_t *op, dnnl_primitive_attr_t attr, int *sum_tid);
+int idk_dst_for_sum(idk_plan_t *p, const idk_op_t *op, int sum_tid, const dnnl_memory_desc_t *dmd);
+
+/* the int8 ops (quant.c) */
+#define IDK_IS_QUANT_OP(k) ((k) >= IDK_OP_QUANTIZE && (k) <= IDK_OP_QCONV)
+idk_status_t idk_check_quant(idk_plan_t *p, const idk_op_t *op);
+idk_status_t idk_lower_quant(idk_plan_t *p, const idk_op_t *op);
 
 /* lowering of one op into steps (ops.c) */
 idk_status_t idk_lower_op(idk_plan_t *p, int opi);

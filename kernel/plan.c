@@ -47,6 +47,7 @@ IDK_API idk_status_t idk_plan_create(idk_plan_t **out, int32_t threads) {
     idk_plan_t *p = calloc(1, sizeof *p);
     if (!p) return IDK_ERR_NOMEM;
     p->threads = threads;
+    p->prec = IDK_F32;
     if (dnnl_engine_create(&p->eng, dnnl_cpu, 0) != dnnl_success) {
         free(p);
         return IDK_ERR_DNNL;
@@ -92,6 +93,27 @@ IDK_API void idk_plan_destroy(idk_plan_t *p) {
     dnnl_stream_destroy(p->stream);
     dnnl_engine_destroy(p->eng);
     free(p);
+}
+
+IDK_API int32_t idk_bf16_supported(void) {
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    if ((isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx) return 2;
+    return (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+}
+
+IDK_API idk_status_t idk_plan_set_precision(idk_plan_t *p, int32_t dtype) {
+    if (!p) return IDK_ERR_INVALID;
+    if (p->compiled || p->nops || p->tr) return idk_fail(p, IDK_ERR_STATE, "set_precision after ops were added");
+    if (dtype == IDK_F32) {
+        p->prec = IDK_F32;
+        return IDK_OK;
+    }
+    if (dtype != IDK_BF16) return idk_fail(p, IDK_ERR_UNSUPPORTED, "precision dtype %d not supported (f32, bf16)", dtype);
+    if (!idk_bf16_supported())
+        return idk_fail(p, IDK_ERR_UNSUPPORTED, "bf16 needs a CPU with AVX512_BF16 or AMX; oneDNN reports %s",
+                        dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa()));
+    p->prec = IDK_BF16;
+    return IDK_OK;
 }
 
 IDK_API const char *idk_plan_error(const idk_plan_t *p) { return p ? p->err : "nil plan"; }
@@ -149,8 +171,8 @@ IDK_API idk_status_t idk_plan_add_tensor(idk_plan_t *p, int32_t dtype, int32_t n
     if (p->compiled) return idk_fail(p, IDK_ERR_STATE, "add_tensor after compile");
     if (ndims < 0 || ndims > IDK_MAX_DIMS || (ndims > 0 && !dims))
         return idk_fail(p, IDK_ERR_INVALID, "tensor rank %d out of range", ndims);
-    if (dtype != IDK_F32 && dtype != IDK_I64)
-        return idk_fail(p, IDK_ERR_UNSUPPORTED, "tensor dtype %d not supported (f32 and int64 only)", dtype);
+    if (dtype != IDK_F32 && dtype != IDK_I64 && !(dtype == IDK_I8 && data))
+        return idk_fail(p, IDK_ERR_UNSUPPORTED, "tensor dtype %d not supported (f32, int64 and constant int8 only)", dtype);
     size_t vol = 1;
     for (int i = 0; i < ndims; i++) {
         if (dims[i] < 0 || dims[i] > ((int64_t)1 << 40))
@@ -225,8 +247,8 @@ IDK_API idk_status_t idk_plan_add_post_op(idk_plan_t *p, int32_t kind, int32_t a
     if (p->compiled) return idk_fail(p, IDK_ERR_STATE, "add_post_op after compile");
     if (p->nops == 0) return idk_fail(p, IDK_ERR_STATE, "post-op before any op");
     idk_op_t *op = &p->ops[p->nops - 1];
-    if (op->kind != IDK_OP_CONV && op->kind != IDK_OP_MATMUL)
-        return idk_fail(p, IDK_ERR_INVALID, "post-ops only follow CONV or MATMUL");
+    if (op->kind != IDK_OP_CONV && op->kind != IDK_OP_MATMUL && op->kind != IDK_OP_QCONV)
+        return idk_fail(p, IDK_ERR_INVALID, "post-ops only follow CONV, QCONV or MATMUL");
     if (op->npost >= IDK_MAX_POST) return idk_fail(p, IDK_ERR_UNSUPPORTED, "too many post-ops");
     if (kind == IDK_POST_SUM) {
         if (tensor < 0 || tensor >= p->nt) return idk_fail(p, IDK_ERR_INVALID, "sum post-op tensor %d unknown", tensor);
