@@ -625,6 +625,9 @@ func parsePostOps(n *onnx.Node) ([]postOp, error) {
 			p.beta, e2 = f(2)
 		case "hard_swish":
 			p = postOp{alg: eltHardSwish}
+		case "swish":
+			p = postOp{alg: eltSwish}
+			p.alpha, e1 = f(1)
 		default:
 			return nil, fmt.Errorf("post-op %q not supported", s)
 		}
