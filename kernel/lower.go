@@ -1047,6 +1047,14 @@ func (b *builder) lowerMatMul(n *onnx.Node) error {
 		return append(out, d...)
 	}
 	a2, b2 = pad(a2), pad(b2)
+	if len(ad) > 2 && len(bd) == 2 {
+		// (..., M, K) x (K, N): one (prod(...)*M, K) x (K, N) product instead of a batch of
+		// small ones each re-reading B (ConvNeXt's and transformers' Linear layers), and B,
+		// a constant in practice, gets a packed layout
+		a2 = []int64{volume(ad[:len(ad)-1]), ad[len(ad)-1]}
+		b2 = bd
+		r = 2
+	}
 	o2 := make([]int64, r)
 	for i := 0; i < r-2; i++ {
 		o2[i] = max(a2[i], b2[i])
