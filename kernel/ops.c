@@ -721,7 +721,7 @@ static int try_dnnl_binary(idk_plan_t *p, const idk_op_t *op, int ai, int bi) {
     dnnl_memory_desc_t amd = v->md, bmd;
     int ab = v->buf, bb;
     /* bview: b is read in the layout bmd describes (else plain f32). A per-channel operand
-     * (1, C, 1, 1) of a blocked nChw16c a (squeeze-excitation's scale, EfficientNet) is given
+     * (1 or N, C, 1, 1) of a blocked nChw16c a (squeeze-excitation's scale, EfficientNet) is given
      * in the same blocked layout: with a plain one oneDNN 2.6 falls back to its reference
      * kernel, ~100x slower (280 ms for a 32x112x112 multiply). */
     int bview = 1, tries = 1;
@@ -735,7 +735,7 @@ static int try_dnnl_binary(idk_plan_t *p, const idk_op_t *op, int ai, int bi) {
         }
         dims_md(&bmd, o->ndims, bd);
         bview = 0;
-        if (o->ndims == 4 && bd[0] == 1 && bd[1] == o->dims[1] && bd[2] == 1 && bd[3] == 1) {
+        if (o->ndims == 4 && (bd[0] == 1 || bd[0] == o->dims[0]) && bd[1] == o->dims[1] && bd[2] == 1 && bd[3] == 1) {
             dnnl_dims_t ad, d1;
             for (int i = 0; i < 4; i++) {
                 ad[i] = o->dims[i];
