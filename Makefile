@@ -34,9 +34,12 @@ install-pkgs:
 	if [ -n "$$missing" ]; then echo "installing$$missing"; \
 	  $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y $$missing; fi
 
+# VERSION is what `idunno --version` prints: the commit, from git when there is one.
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
+
 bin/idunno: $(GO_SRC)
 	@mkdir -p bin
-	$(GO) build -o $@ ./client
+	$(GO) build $(if $(VERSION),-ldflags "-X main.version=$(VERSION)") -o $@ ./client
 
 bin/libidunno_kernel.so: $(KERNEL_SRC) | deps
 	@mkdir -p bin

@@ -176,7 +176,7 @@ func runTrainAdd(args []string) error {
 			for _, f := range strings.Split(*shape, ",") {
 				var d int64
 				if _, err := fmt.Sscan(strings.TrimSpace(f), &d); err != nil {
-					return fmt.Errorf("--input-shape %q: want C,H,W", *shape)
+					return usageErrorf("--input-shape %q: want C,H,W", *shape)
 				}
 				opt.InputShape = append(opt.InputShape, d)
 			}
@@ -293,10 +293,10 @@ func runJobAdd(args []string) error {
 		return err
 	}
 	if len(pos) > 0 {
-		return fmt.Errorf("unexpected arguments %v", pos)
+		return usageErrorf("unexpected arguments %v", pos)
 	}
 	if err := spec.ValidateRequest(); err != nil {
-		return err
+		return usageError(err.Error()) // refused before asking the cluster
 	}
 	// The key makes schedCall's retries of this add idempotent (see JobSpec.Request).
 	key := make([]byte, 12)

@@ -40,7 +40,7 @@ func runServe(args []string) error {
 		return usageError("usage: serve MODEL --sdfs NAME [flags]")
 	}
 	if *maxBatch < 1 || *maxDelay < 0 || *maxQueue < 1 || *instances < 1 || *replicas < 1 {
-		return errors.New("--max-batch, --max-queue, --instances and --replicas must be at least 1, --max-delay not negative")
+		return usageError("--max-batch, --max-queue, --instances and --replicas must be at least 1, --max-delay not negative")
 	}
 	all, err := t.nodes()
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"idunno/kernel"
 	"idunno/kernel/onnx"
+	"idunno/modelcache"
 	"idunno/sched/dataset"
 )
 
@@ -23,6 +24,9 @@ type KernelExecutor struct {
 	Keep    int // models and datasets kept in memory (each); default 4
 	Nice    int
 	Logf    func(string, ...any) // nil: no log
+	// Models is the node's model cache, shared with HTTP serving; nil: models are loaded
+	// for the executor alone.
+	Models *modelcache.Cache
 
 	lowOnce sync.Once
 	low     *lowThreads
@@ -36,6 +40,7 @@ type KernelExecutor struct {
 type cachedModel struct {
 	once sync.Once
 	m    *kernel.Model
+	h    *modelcache.Handle // Models' hold on m (nil: m is the executor's own)
 	dims []int64
 	err  error
 	used time.Time
@@ -95,14 +100,27 @@ func (x *KernelExecutor) model(ctx context.Context, name, prec string) (*cachedM
 			return
 		}
 		var m *kernel.Model
-		x.lowered(func() { m, err = kernel.LoadModel(om, kernel.Options{Threads: max(x.Threads, 1), Precision: pr}) })
+		load := func() (*kernel.Model, error) {
+			x.lowered(func() { m, err = kernel.LoadModel(om, kernel.Options{Threads: max(x.Threads, 1), Precision: pr}) })
+			return m, err
+		}
+		if x.Models != nil {
+			c.h, err = x.Models.Acquire(modelcache.Key(b, max(x.Threads, 1), pr), load)
+			if err == nil {
+				m = c.h.Model()
+			}
+		} else {
+			m, err = load()
+		}
 		if err != nil {
 			c.err = fmt.Errorf("sched: model %q: %w", name, err)
 			return
 		}
 		if in := m.Inputs(); len(in) < 1 || len(m.Outputs()) < 1 {
 			c.err = fmt.Errorf("sched: model %q has %d inputs and %d outputs: jobs need at least one of each", name, len(in), len(m.Outputs()))
-			m.Close()
+			c.m = m
+			c.release()
+			c.m, c.h = nil, nil
 			return
 		}
 		c.m, c.dims = m, m.Inputs()[0].Dims
@@ -137,10 +155,19 @@ func (x *KernelExecutor) evictModel(keep string) {
 		c.once.Do(func() {})
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if c.m != nil {
-			c.m.Close()
-		}
+		c.release()
 	}()
+}
+
+// release lets go of the model: back to the node's cache, or closed if it is the
+// executor's own.
+func (c *cachedModel) release() {
+	switch {
+	case c.h != nil:
+		c.h.Release()
+	case c.m != nil:
+		c.m.Close()
+	}
 }
 
 // Lister is a Blobs that can list names by prefix (for datasets that are folders of images).

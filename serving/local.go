@@ -25,6 +25,8 @@ type LocalModels struct {
 	backend Backend
 	timeout time.Duration
 	onBatch atomic.Pointer[func(batchRecord)] // metrics hook
+	// onChange, if set before use, is called after a model starts or stops being served.
+	onChange func()
 
 	mu      sync.RWMutex
 	runners map[string]*modelRunner
@@ -62,6 +64,9 @@ func (l *LocalModels) Serve(m ServedModel) error {
 	if old != nil {
 		old.Close()
 	}
+	if l.onChange != nil {
+		l.onChange()
+	}
 	return nil
 }
 
@@ -74,6 +79,9 @@ func (l *LocalModels) Unserve(name string) {
 	l.mu.Unlock()
 	if r != nil {
 		r.Close()
+		if l.onChange != nil {
+			l.onChange()
+		}
 	}
 }
 

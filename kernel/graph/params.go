@@ -18,6 +18,8 @@ var paramSlots = map[string][]int{
 	"ReduceSum": {1}, "ReduceMean": {1}, "ReduceMax": {1}, "ReduceMin": {1},
 	"ConstantOfShape": {0},
 	"Range":           {0, 1, 2},
+	"QLinearConv":     {1, 4, 6}, // scales (quant.go folds them into the requantization)
+	"QLinearMatMul":   {1, 4, 6},
 }
 
 // ConstantInputs returns the graph inputs (not initializers) that the compiler needs as
