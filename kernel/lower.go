@@ -628,6 +628,9 @@ func parsePostOps(n *onnx.Node) ([]postOp, error) {
 			p.beta, e2 = f(2)
 		case "hard_swish":
 			p = postOp{alg: eltHardSwish}
+		case "swish":
+			p = postOp{alg: eltSwish}
+			p.alpha, e1 = f(1)
 		default:
 			return nil, fmt.Errorf("post-op %q not supported", s)
 		}
@@ -1047,6 +1050,14 @@ func (b *builder) lowerMatMul(n *onnx.Node) error {
 		return append(out, d...)
 	}
 	a2, b2 = pad(a2), pad(b2)
+	if len(ad) > 2 && len(bd) == 2 {
+		// (..., M, K) x (K, N): one (prod(...)*M, K) x (K, N) product instead of a batch of
+		// small ones each re-reading B (ConvNeXt's and transformers' Linear layers), and B,
+		// a constant in practice, gets a packed layout
+		a2 = []int64{volume(ad[:len(ad)-1]), ad[len(ad)-1]}
+		b2 = bd
+		r = 2
+	}
 	o2 := make([]int64, r)
 	for i := 0; i < r-2; i++ {
 		o2[i] = max(a2[i], b2[i])

@@ -166,7 +166,7 @@ func run(bin, out, cache string, models, batches, precs []string, threads int, s
 		return err
 	}
 	c := plot.Chart{Title: "IDunno / ONNX Runtime 1.20.1 (CPU EP), same run; x = model/batch in order of ort.csv",
-		XLabel: "configuration", YLabel: "speed ratio (>1: IDunno faster)"}
+		XLabel: "configuration", YLabel: "speed ratio (>1: IDunno faster, log)", LogY: true}
 	for _, pr := range precs {
 		if s := series[pr]; s != nil {
 			c.Series = append(c.Series, *s)

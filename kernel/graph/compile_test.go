@@ -674,3 +674,42 @@ func TestFLOPs(t *testing.T) {
 		t.Fatalf("FLOPs = %g; want %g", got, want)
 	}
 }
+
+// TestFuseSwish: Conv then x*Sigmoid(x) (PyTorch's SiLU export) becomes the post-op
+// "swish:1", in either Mul operand order, followed by further activations; it does not fuse
+// when the Sigmoid's output has another reader or the product is not x*Sigmoid(x).
+func TestFuseSwish(t *testing.T) {
+	r := rand.New(rand.NewSource(11))
+	conv := func() *builder {
+		return newBuilder(13).input("x", 1, 2, 4, 4).init("w", randTensor(r, 3, 2, 1, 1)).node("Conv", ss("x", "w"), ss("c"))
+	}
+	for _, order := range [][]string{{"c", "s"}, {"s", "c"}} {
+		g, err := conv().node("Sigmoid", ss("c"), ss("s")).node("Mul", ss(order...), ss("m")).
+			node("Relu", ss("m"), ss("y")).output("y").compile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if opTypes(g) != "Conv" || postOps(g.Nodes[0]) != "swish:1 relu" || g.Nodes[0].Outputs[0] != "y" {
+			t.Fatalf("Mul%v: nodes %s post-ops %q", order, opTypes(g), postOps(g.Nodes[0]))
+		}
+		checkComplete(t, g)
+	}
+	notFused := map[string]*builder{
+		"sigmoid read twice": conv().node("Sigmoid", ss("c"), ss("s")).node("Mul", ss("c", "s"), ss("y")).
+			node("Relu", ss("s"), ss("z")).output("y", "z"),
+		"mul of another value": conv().node("Sigmoid", ss("c"), ss("s")).node("Mul", ss("s", "s"), ss("y")).
+			node("Relu", ss("c"), ss("z")).output("y", "z"),
+	}
+	for name, b := range notFused {
+		g, err := b.compile()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for _, n := range g.Nodes {
+			if p := postOps(n); strings.Contains(p, "swish") {
+				t.Fatalf("%s: %s fused %q", name, n.OpType, p)
+			}
+		}
+		checkComplete(t, g)
+	}
+}

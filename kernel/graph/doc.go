@@ -19,7 +19,9 @@
 //   - Conv nodes may carry the attribute "idunno.post_ops" (AttrStrings), applied in order
 //     to the convolution's result: "sum:<value>" (add that same-shaped tensor, always
 //     first), "relu", "leaky_relu:<alpha>", "clip:<min>:<max>", "sigmoid", "tanh",
-//     "elu:<alpha>", "hard_sigmoid:<alpha>:<beta>", "hard_swish". Gemm and MatMul may carry
+//     "elu:<alpha>", "hard_sigmoid:<alpha>:<beta>", "hard_swish", "swish:<alpha>" (x *
+//     sigmoid(alpha*x): a Conv output read only by a Sigmoid and by a Mul with that
+//     Sigmoid's output, PyTorch's SiLU; Conv only). Gemm and MatMul may carry
 //     activations only. Numbers are printed with strconv 'g' -1 (exact float32 round trip).
 //     A "sum:" operand is computed before the Conv (or is a graph input) and has exactly the
 //     Conv output's dims; it may have other readers (it may even be the Conv's own input),

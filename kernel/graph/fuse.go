@@ -141,6 +141,18 @@ func (c *compiler) fusePostOps() {
 		var post []string
 		for {
 			out := n.Outputs[0]
+			if sig, mul := c.swishPair(ix, out); sig != nil && n.OpType == "Conv" {
+				// x * Sigmoid(x) (SiLU, as PyTorch exports it): oneDNN's swish post-op
+				post = append(post, "swish:1")
+				s := sig.Outputs[0]
+				ix.kill(sig)
+				ix.kill(mul)
+				delete(c.vals, out)
+				delete(c.vals, s)
+				n.Outputs[0] = mul.Outputs[0]
+				ix.producer[n.Outputs[0]] = n
+				continue
+			}
 			if c.outputs[out] || ix.uses(out) != 1 {
 				break
 			}
@@ -191,4 +203,30 @@ func (c *compiler) postOpFor(ix *graphIndex, i int, n, next *onnx.Node, have int
 		return "", ""
 	}
 	return a, ""
+}
+
+// swishPair finds x * Sigmoid(x) on value x: a Sigmoid reading x whose output only a Mul
+// reads, that Mul reading x and the Sigmoid's output once each, and nothing else reading x.
+func (c *compiler) swishPair(ix *graphIndex, x string) (sig, mul *onnx.Node) {
+	if c.outputs[x] || ix.uses(x) != 2 || len(ix.readers[x]) != 2 {
+		return nil, nil
+	}
+	for r := range ix.readers[x] {
+		if r.OpType == "Sigmoid" && len(r.Inputs) == 1 && len(r.Outputs) == 1 {
+			sig = r
+		}
+	}
+	if sig == nil {
+		return nil, nil
+	}
+	s := sig.Outputs[0]
+	mul = ix.onlyReader(s)
+	if mul == nil || c.outputs[s] || mul.OpType != "Mul" || len(mul.Inputs) != 2 || len(mul.Outputs) != 1 ||
+		ix.readers[x][mul] != 1 || !((mul.Inputs[0] == x && mul.Inputs[1] == s) || (mul.Inputs[0] == s && mul.Inputs[1] == x)) {
+		return nil, nil
+	}
+	if xv, mv := c.vals[x], c.vals[mul.Outputs[0]]; xv == nil || mv == nil || !dimsEqual(xv.Dims, mv.Dims) {
+		return nil, nil
+	}
+	return sig, mul
 }
