@@ -116,6 +116,12 @@ func (b *builder) lowerModern(n *onnx.Node) (handled bool, err error) {
 		return true, b.lowerArgMax(n)
 	case "Split":
 		return true, b.lowerSplit(n)
+	case "TopK":
+		return true, b.lowerTopK(n)
+	case "Resize":
+		return true, b.lowerResize(n)
+	case "Einsum":
+		return true, b.lowerEinsum(n)
 	}
 	return false, nil
 }
