@@ -3,6 +3,7 @@ package kernel
 import (
 	"fmt"
 
+	"idunno/kernel/graph"
 	"idunno/kernel/onnx"
 )
 
@@ -122,6 +123,8 @@ func (b *builder) lowerModern(n *onnx.Node) (handled bool, err error) {
 		return true, b.lowerResize(n)
 	case "Einsum":
 		return true, b.lowerEinsum(n)
+	case graph.AttentionOp:
+		return true, b.lowerAttention(n)
 	}
 	return false, nil
 }

@@ -11,9 +11,70 @@ import (
 
 // idk_op_kind_t: ops_modern.c
 const (
-	opTopK   = 40
-	opResize = 41
+	opTopK          = 40
+	opResize        = 41
+	opMaskedSoftmax = 42
 )
+
+// lowerAttention lowers a fused attention node (graph.AttentionOp) in three steps: the
+// scores Q Kt with the scale as the oneDNN matmul's alpha, the mask add and softmax in
+// one C pass (oneDNN's softmax when there is no mask), and the product with V. A mask of
+// lower rank is viewed with leading 1s.
+func (b *builder) lowerAttention(n *onnx.Node) error {
+	qd, err := b.dims(n.Inputs[0])
+	if err != nil {
+		return err
+	}
+	kd, err := b.dims(n.Inputs[1])
+	if err != nil {
+		return err
+	}
+	r := len(qd)
+	ids := make([]int32, len(n.Inputs))
+	for i, name := range n.Inputs {
+		if ids[i], err = b.in(name); err != nil {
+			return err
+		}
+	}
+	sd := append(append([]int64(nil), qd[:r-1]...), kd[r-1])
+	scores, err := b.temp(sd)
+	if err != nil {
+		return err
+	}
+	if err := b.op(opMatMul, []int32{ids[0], ids[1]}, []int32{scores}, []int64{0, 0}, []float32{attrFloat(n, "scale", 1)}); err != nil {
+		return err
+	}
+	probs, err := b.temp(sd)
+	if err != nil {
+		return err
+	}
+	if len(ids) == 4 {
+		md, err := b.dims(n.Inputs[3])
+		if err != nil {
+			return err
+		}
+		mask := ids[3]
+		if len(md) < r {
+			full := make([]int64, r-len(md), r)
+			for k := range full {
+				full[k] = 1
+			}
+			if mask, err = b.reshaped(mask, append(full, md...)); err != nil {
+				return err
+			}
+		}
+		if err := b.op(opMaskedSoftmax, []int32{scores, mask}, []int32{probs}, nil, nil); err != nil {
+			return err
+		}
+	} else if err := b.op(opSoftmax, []int32{scores}, []int32{probs}, []int64{int64(r - 1), 0}, nil); err != nil {
+		return err
+	}
+	y, err := b.out(n.Outputs[0])
+	if err != nil {
+		return err
+	}
+	return b.op(opMatMul, []int32{probs, ids[2]}, []int32{y}, []int64{0, 0}, []float32{1})
+}
 
 func (b *builder) lowerTopK(n *onnx.Node) error {
 	xd, err := b.dims(n.Inputs[0])

@@ -284,7 +284,8 @@ idk_status_t idk_check_op(idk_plan_t *p, const idk_op_t *op) {
         return IDK_OK;
     }
     case IDK_OP_TOPK:
-    case IDK_OP_RESIZE: return idk_check_modern(p, op);
+    case IDK_OP_RESIZE:
+    case IDK_OP_MASKED_SOFTMAX: return idk_check_modern(p, op);
     }
     return bad(p, "unknown op kind");
 }
@@ -1702,7 +1703,8 @@ idk_status_t idk_lower_op(idk_plan_t *p, int opi) {
     case IDK_OP_REDUCE: return lower_reduce(p, op);
     case IDK_OP_ARGMAX: return lower_argmax(p, op);
     case IDK_OP_TOPK:
-    case IDK_OP_RESIZE: return idk_lower_modern(p, op);
+    case IDK_OP_RESIZE:
+    case IDK_OP_MASKED_SOFTMAX: return idk_lower_modern(p, op);
     }
     return idk_fail(p, IDK_ERR_INVALID, "op %d: unknown kind %d", opi, op->kind);
 }

@@ -3,8 +3,9 @@
 // (The constraint above keeps the go tool, which builds with CGO_ENABLED=0, away from
 // this C file; make compiles it into bin/libidunno_kernel.so.)
 
-/* ops_modern.c: TopK, Resize and fused attention (C loops). ops.c dispatches these kinds here. */
+/* ops_modern.c: TopK, Resize and the masked softmax of fused attention (C loops). ops.c dispatches these kinds here. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -217,10 +218,119 @@ static idk_status_t lower_resize(idk_plan_t *p, const idk_op_t *op) {
     return IDK_OK;
 }
 
+/* ---- masked softmax (the middle of fused attention) ----
+ * y = softmax over the last axis of (x + mask), one pass per row. x and y (nb, L, S) as
+ * rows of S; the mask broadcasts to x through strides: extra holds each batch's mask
+ * offset (nb values), then the mask's row and column strides. n1 = nb, n2 = L, n3 = S. */
+
+/* soft_exp is exp(x) for x <= 0 (x - max), branch-free so the loops vectorise; relative
+ * error about 2e-7 (degree-6 Taylor on |r| <= ln2/2 after the 2^n split). Below -80 it
+ * is exactly 0 (masked positions): never a denormal, which would slow later products. */
+static inline float soft_exp(float x) {
+    float z = x < -80.0f ? 0.0f : 1.0f;
+    x = x < -80.0f ? -80.0f : x;
+    float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+    int32_t e = ((int32_t)n + 127) << 23;
+    float sc;
+    memcpy(&sc, &e, sizeof sc);
+    return p * sc * z;
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) static void
+softmax_row(const float *restrict x, const float *restrict mr, int64_t mstep, float *restrict y, int64_t S) {
+    if (mr && mstep == 1) {
+#pragma omp simd
+        for (int64_t j = 0; j < S; j++) y[j] = x[j] + mr[j];
+    } else {
+        float c = mr ? mr[0] : 0.0f;
+#pragma omp simd
+        for (int64_t j = 0; j < S; j++) y[j] = x[j] + c;
+    }
+    float m = y[0];
+#pragma omp simd reduction(max : m)
+    for (int64_t j = 0; j < S; j++) m = y[j] > m ? y[j] : m;
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < S; j++) {
+        y[j] = soft_exp(y[j] - m);
+        sum += y[j];
+    }
+    float inv = 1.0f / sum;
+#pragma omp simd
+    for (int64_t j = 0; j < S; j++) y[j] *= inv;
+}
+
+static idk_status_t fn_masked_softmax(idk_plan_t *p, idk_step_t *s) {
+    const float *x = idk_buf_ptr(p, s->bufs[0]), *mask = idk_buf_ptr(p, s->bufs[1]);
+    float *y = idk_buf_ptr(p, s->bufs[2]);
+    int64_t nb = s->n1, L = s->n2, S = s->n3;
+    const int64_t *mbase = s->extra;
+    int64_t mrow = s->extra[nb], mcol = s->extra[nb + 1];
+    int64_t rows = nb * L;
+#pragma omp parallel for num_threads(p->threads) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t b = r / L, i = r % L;
+        softmax_row(x + r * S, mask + mbase[b] + i * mrow, mcol, y + r * S, S);
+    }
+    return IDK_OK;
+}
+
+static idk_status_t check_masked_softmax(idk_plan_t *p, const idk_op_t *op) {
+    if (op->nin != 2 || op->nout != 1 || op->ni != 0 || op->nf != 0) return mbad(p, "masked softmax takes x, mask");
+    const idk_tensor_t *x = T(0), *m = T(1), *o = OUT;
+    int r = x->ndims;
+    if (r < 2 || m->ndims != r || o->ndims != r || x->dtype != IDK_F32 || m->dtype != IDK_F32 || o->dtype != IDK_F32)
+        return mbad(p, "masked softmax ranks/types");
+    for (int i = 0; i < r; i++)
+        if (o->dims[i] != x->dims[i] || (m->dims[i] != 1 && m->dims[i] != x->dims[i]))
+            return mbad(p, "masked softmax dims");
+    if (x->dims[r - 1] < 1) return mbad(p, "masked softmax of an empty axis");
+    return IDK_OK;
+}
+
+static idk_status_t lower_masked_softmax(idk_plan_t *p, const idk_op_t *op) {
+    const idk_tensor_t *x = T(0), *m = T(1);
+    int r = x->ndims;
+    int b[3];
+    if (idk_get_plain(p, op->in[0], &b[0]) != 0 || idk_get_plain(p, op->in[1], &b[1]) != 0) return IDK_ERR_DNNL;
+    if ((b[2] = plain_out(p, op->out[0])) < 0) return IDK_ERR_NOMEM;
+    idk_step_t *s = idk_new_step(p);
+    if (!s) return IDK_ERR_NOMEM;
+    int64_t nb = 1;
+    for (int i = 0; i < r - 2; i++) nb *= x->dims[i];
+    s->extra = calloc((size_t)(nb + 2), sizeof(int64_t));
+    if (!s->extra) return IDK_ERR_NOMEM;
+    int64_t st[IDK_MAX_DIMS], acc = 1;
+    for (int i = r - 1; i >= 0; i--) {
+        st[i] = m->dims[i] == 1 ? 0 : acc;
+        acc *= m->dims[i];
+    }
+    for (int64_t bi = 0; bi < nb; bi++) {
+        int64_t rem = bi, off = 0;
+        for (int i = r - 3; i >= 0; i--) {
+            off += (rem % x->dims[i]) * st[i];
+            rem /= x->dims[i];
+        }
+        s->extra[bi] = off;
+    }
+    s->extra[nb] = st[r - 2];
+    s->extra[nb + 1] = st[r - 1];
+    s->fn = fn_masked_softmax;
+    s->nb = 3;
+    memcpy(s->bufs, b, sizeof b);
+    s->n1 = nb;
+    s->n2 = x->dims[r - 2];
+    s->n3 = x->dims[r - 1];
+    return IDK_OK;
+}
+
 idk_status_t idk_check_modern(idk_plan_t *p, const idk_op_t *op) {
     switch (op->kind) {
     case IDK_OP_TOPK: return check_topk(p, op);
     case IDK_OP_RESIZE: return check_resize(p, op);
+    case IDK_OP_MASKED_SOFTMAX: return check_masked_softmax(p, op);
     }
     return mbad(p, "unknown op kind");
 }
@@ -229,6 +339,7 @@ idk_status_t idk_lower_modern(idk_plan_t *p, const idk_op_t *op) {
     switch (op->kind) {
     case IDK_OP_TOPK: return lower_topk(p, op);
     case IDK_OP_RESIZE: return lower_resize(p, op);
+    case IDK_OP_MASKED_SOFTMAX: return lower_masked_softmax(p, op);
     }
     return idk_fail(p, IDK_ERR_INVALID, "unknown kind %d", op->kind);
 }

@@ -94,6 +94,7 @@ func compile(m *onnx.Model, shapes map[string][]int64, consts map[string]*onnx.T
 	c.foldPads()
 	if !c.training {
 		c.fuseLayerNorm()
+		c.fuseTransformer()
 		c.fusePostOps()
 	}
 	c.pruneDead()

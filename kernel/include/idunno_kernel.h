@@ -143,7 +143,10 @@ typedef enum {
      * the element takes the extrapolation value); weights the matching weights.
      * y = sum over every combination of taps of the product of the dims' weights times x
      * at the combination's indices (nearest: 1 tap, linear: 2, cubic: 4). */
-    IDK_OP_RESIZE = 41
+    IDK_OP_RESIZE = 41,
+    /* in: x (f32, rank >= 2), mask (f32, that rank, each dim 1 or x's). Output: softmax over
+     * the last axis of x + mask (below -80 after the row maximum: exactly 0). */
+    IDK_OP_MASKED_SOFTMAX = 42
 } idk_op_kind_t;
 
 typedef enum {
