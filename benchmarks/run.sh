@@ -4,6 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p benchmarks/out
 ./benchmarks/kernel.sh
+# kernel against ONNX Runtime 1.20.1 (CPU EP, 2 threads), alternating, fp32 and bf16: ort.csv, ort_ratio.png
+IDUNNO_KERNEL_LIB=${IDUNNO_KERNEL_LIB:-$PWD/bin/libidunno_kernel.so} go run ./benchmarks/ort --bin bin/idunno --out benchmarks/out --precisions fp32,bf16 | tee benchmarks/out/ort.txt
 # fd: detection latency (1 and 3 crashes), lossy long run, simulated scaling to 1,000 nodes
 ./benchmarks/fd/run.sh
 # sdfs: put/get throughput (1 MB, 1 GB) vs cp, node peak RSS, restore time after 3 kills
@@ -14,7 +16,8 @@ go run ./benchmarks/sdfs --bin bin/idunno --out benchmarks/out/sdfs.csv | tee be
 go run ./benchmarks/cluster --bin bin/idunno --out benchmarks/out | tee benchmarks/out/cluster.txt
 # sched: fair-time decision (1,000 workers x 100 jobs) and coordinator cost per task (Go
 # benchmarks), then one worker's whole path (SDFS, preprocessing, kernel, SDFS) vs bench kernel
-go test ./sched -run '^$' -bench 'FairDecision|CoordinatorPerTask' -benchtime 20000x | tee benchmarks/out/sched-go.txt
+go test ./sched -run '^$' -bench 'CoordinatorPerTask' -benchtime 20000x | tee benchmarks/out/sched-go.txt
+go test ./sched/dispatch -run '^$' -bench Decision -benchtime 200x | tee benchmarks/out/dispatch-go.txt
 IDUNNO_KERNEL_LIB=${IDUNNO_KERNEL_LIB:-$PWD/bin/libidunno_kernel.so} go run ./benchmarks/sched --bin bin/idunno --out benchmarks/out/sched.csv | tee benchmarks/out/sched.txt
 # responsive: a 10-node cluster running two jobs at full speed; python3 and job stats
 # timed against the idle machine, detection of a killed worker, throughput with and without

@@ -264,7 +264,7 @@ func (s *Scheduler) apiJobAdd(ctx context.Context, spec JobSpec) (JobAddReply, e
 	}
 	if j, dup := s.st.Jobs[spec.Name]; dup {
 		if s.isRetryOf(j, spec) {
-			r := JobAddReply{Queries: j.Spec.Queries, Tasks: j.Spec.NumTasks(), TaskSize: j.Spec.TaskSize, Split: j.Split}
+			r := retryReply(j)
 			s.mu.Unlock()
 			return r, nil // confirmed (again) by the caller, see confirmed
 		}
@@ -297,31 +297,19 @@ func (s *Scheduler) apiJobAdd(ctx context.Context, spec JobSpec) (JobAddReply, e
 	}
 	spec.Queries = n
 	spec.ID = s.now().UnixNano()
-	spec.ResizeFrom, spec.ResizeSize, spec.ResizeID, spec.SizeChosen = 0, 0, 0, false // the coordinator's
+	spec.ResizeFrom, spec.ResizeSize, spec.ResizeID, spec.Splits, spec.SizeChosen = 0, 0, 0, nil, false // the coordinator's
 	// The model's compute per query is the controller's cost prior until the job's own
 	// cost is measured, so the split chosen now is already close to fair. Never the client's.
 	spec.FLOPsPerQuery = s.exec.FLOPsPerQuery(ctx, spec)
 	if spec.TaskSize <= 0 {
-		target := min(s.cfg.TaskQueries, max(spec.Batch*s.cfg.MaxTaskBatches, s.cfg.MinTaskQueries))
-		// An expensive job (by its model's FLOPs) gets tasks of about TaskSeconds by its
-		// cost prior, however big MinTaskQueries (which amortises per-task overhead on cheap
-		// jobs; an expensive task's overhead is negligible): its cost is
-		// measured when the first one completes, and the tasks of the jobs sharing a worker
-		// interleave finely enough for their rates to match over a rate window.
-		// A job that will run at the pace of expensive ones (fair time gives every job the
-		// same rate) gets tasks of about FairTaskSeconds at that rate: LeNet-5 beside
-		// ResNet-50 runs at ResNet's few hundred queries per second, and with 1,024-query
-		// tasks its rate over a 10 s window would move in steps of a third. At that pace a
-		// task's fixed costs are negligible, so MinTaskQueries does not apply.
+		// The dispatch core's choice (see dispatch.Core.TaskTarget); a coordinator that
+		// stepped down meanwhile is caught below.
 		s.mu.Lock()
-		c, rate := s.costPrior(spec)
+		target := s.cfg.TaskQueries
+		if s.co != nil {
+			target = s.co.core.TaskTarget(spec.FLOPsPerQuery, spec.RateWeight(), spec.Batch)
+		}
 		s.mu.Unlock()
-		if q := s.cfg.TaskSeconds.Seconds() / c; spec.FLOPsPerQuery > 0 && c > 0 && q < float64(target) {
-			target = max(spec.Batch, int(q))
-		}
-		if q := s.cfg.FairTaskSeconds.Seconds() * rate; spec.FLOPsPerQuery > 0 && rate > 0 && q < float64(target) {
-			target = max(int(q), spec.Batch)
-		}
 		spec.TaskSize = ChooseTaskSize(n, spec.Batch, target)
 		spec.SizeChosen = true
 	} else if spec.TaskSize%spec.Batch != 0 {
@@ -332,11 +320,18 @@ func (s *Scheduler) apiJobAdd(ctx context.Context, spec JobSpec) (JobAddReply, e
 	if s.role != roleCoordinator {
 		return fail(fmt.Errorf("sched: %s stopped coordinating; retry", s.name))
 	}
+	if j, dup := s.st.Jobs[spec.Name]; dup && s.isRetryOf(j, spec) {
+		// The same add arrived twice and the other copy committed while this one probed
+		// (a client that gave up on a node cut off from the coordinator and asked another,
+		// both requests reaching the coordinator once the partition healed): one job, and
+		// both callers get it.
+		return retryReply(j), nil
+	}
 	if err := s.commit(&Entry{Kind: EntryJobAdd, Job: &spec}); err != nil {
 		return fail(err)
 	}
 	js := s.st.Jobs[spec.Name]
-	s.co.tasks.AddJob(js)
+	s.coreAdd(js)
 	s.control(s.now())
 	split := s.splitString()
 	if err := s.commit(&Entry{Kind: EntryJobSplit, Name: spec.Name, Text: split}); err != nil {
@@ -345,6 +340,11 @@ func (s *Scheduler) apiJobAdd(ctx context.Context, spec JobSpec) (JobAddReply, e
 	s.logf("sched: job %s accepted: %d queries in %d tasks of %d, %.3g FLOPs per query; split %s",
 		spec.Name, n, spec.NumTasks(), spec.TaskSize, spec.FLOPsPerQuery, split)
 	return JobAddReply{Queries: n, Tasks: spec.NumTasks(), TaskSize: spec.TaskSize, Split: split}, nil
+}
+
+// retryReply answers a retried add of job j (see isRetryOf).
+func retryReply(j *JobState) JobAddReply {
+	return JobAddReply{Queries: j.Spec.Queries, Tasks: j.Spec.NumTasks(), TaskSize: j.Spec.TaskSize, Split: j.Split}
 }
 
 func (s *Scheduler) apiJobRemove(_ context.Context, a NameArgs) (struct{}, error) {
@@ -356,7 +356,7 @@ func (s *Scheduler) apiJobRemove(_ context.Context, a NameArgs) (struct{}, error
 	if err := s.commit(&Entry{Kind: EntryJobRemove, Name: a.Name}); err != nil {
 		return struct{}{}, err
 	}
-	s.co.tasks.RemoveJob(a.Name)
+	s.co.core.RemoveJob(a.Name)
 	s.control(s.now())
 	s.logf("sched: job %s removed", a.Name)
 	return struct{}{}, nil
@@ -374,7 +374,7 @@ func (s *Scheduler) summary(n string, now time.Time) JobSummary {
 	}
 	sum.Seconds = float64(end-j.Added) / 1e9
 	if s.co != nil {
-		sum.Share = s.co.shares[n]
+		sum.Share = s.co.core.Share(n)
 	}
 	if st := s.stats[n]; st != nil {
 		sum.Rate10s = st.Rate(now, rateWindow)
@@ -419,10 +419,14 @@ func (s *Scheduler) apiJobHistogram(_ context.Context, a NameArgs) (LatencyHisto
 		return LatencyHistogram{}, fmt.Errorf("sched: no job %q", a.Name)
 	}
 	h := LatencyHistogram{BoundsMS: LatencyBucketsMS, Counts: make([]int64, len(LatencyBucketsMS))}
-	if st := s.stats[a.Name]; st != nil {
+	st := s.stats[a.Name]
+	if st != nil {
 		h = st.Histogram(LatencyBucketsMS)
+	} else {
+		st = NewJobStats()
 	}
-	h.Job = a.Name
+	q, c := st.Times()
+	h.Job, h.Queue, h.Compute = a.Name, &q, &c
 	return h, nil
 }
 
@@ -466,8 +470,9 @@ func (s *Scheduler) apiJobStats(_ context.Context, a NameArgs) (JobStatsReport, 
 		r.Accuracy = &acc
 	}
 	if !j.Complete {
-		for _, w := range sortedKeys(s.co.assign) {
-			for _, sh := range s.co.assign[w] {
+		assign := s.co.core.Assignment()
+		for _, w := range sortedKeys(assign) {
+			for _, sh := range assign[w] {
 				if sh.Job == a.Name {
 					r.Workers = append(r.Workers, WorkerShare{Name: w, Share: sh.Weight})
 				}

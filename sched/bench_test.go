@@ -10,39 +10,6 @@ import (
 	"idunno/rpc"
 )
 
-// BenchmarkFairDecision is one fair-time decision for 1,000 workers and 100 jobs: shares
-// from measured costs, the fair rate and the per-worker split, then a round of picks, one
-// for each of the 1,000 workers (each leasing a task of the job it picked).
-func BenchmarkFairDecision(b *testing.B) {
-	workers := make([]string, 1000)
-	for i := range workers {
-		workers[i] = fmt.Sprintf("node%d", i)
-	}
-	loads := make([]JobLoad, 100)
-	names := make([]string, 100)
-	q := NewFairQueue()
-	for i := range loads {
-		names[i] = fmt.Sprintf("job%d", i)
-		loads[i] = JobLoad{Name: names[i], Cost: 0.001 * float64(1+i%17), Weight: float64(1 + i%3)}
-		q.Add(names[i], loads[i].Weight)
-	}
-	pending := func(string) bool { return true }
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		shares, _ := FairShares(loads)
-		slack := 0.25 * FairRate(len(workers), loads)
-		assign := AssignWorkers(workers, names, shares)
-		for _, w := range workers {
-			mine := map[string]bool{}
-			for _, sh := range assign[w] {
-				mine[sh.Job] = true
-			}
-			job := q.Pick(pending, func(j string) bool { return mine[j] }, slack)
-			q.Leased(job, 32)
-		}
-	}
-}
-
 // benchCoordinator makes a coordinator with (or without) a standby on loopback RPC.
 func benchCoordinator(b *testing.B, standby bool) *Scheduler {
 	mem := NewStaticMembership()
@@ -94,7 +61,7 @@ func benchPerTask(b *testing.B, standby bool) {
 		if err := s.commit(&Entry{Kind: EntryJobAdd, Job: &spec}); err != nil {
 			b.Fatal(err)
 		}
-		s.co.tasks.AddJob(s.st.Jobs[spec.Name])
+		s.coreAdd(s.st.Jobs[spec.Name])
 		s.control(s.now())
 	}
 	addJob()

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math"
 	"net"
 	"strings"
 	"sync"
@@ -43,7 +42,6 @@ func newMemCluster(t *testing.T, n int) *memCluster {
 	cfg.TakeoverGrace = 500 * time.Millisecond
 	cfg.PullEvery = 50 * time.Millisecond
 	cfg.ControlEvery = 200 * time.Millisecond
-	cfg.RateWindow = 2 * time.Second
 	c := &memCluster{t: t, mem: NewStaticMembership(), blobs: NewMemBlobs(), cfg: cfg, nodes: map[string]*memNode{},
 		exec: &FakeExecutor{
 			Datasets: map[string]int{"small.idx": 2000, "big.npy": 3001},
@@ -392,9 +390,12 @@ func TestClusterRestartAll(t *testing.T) {
 	}
 }
 
-// TestClusterFairTime runs two jobs whose queries cost 10x apart on 5 workers and checks
-// that the controller brings their query rates within 10% of each other, that the split
-// chosen at the second job's add is recorded, and that its first query starts in < 0.5 s.
+// TestClusterFairTime is the fair-time plumbing end to end (real RPC, real time): two jobs
+// whose queries cost 10x apart run together on 5 workers, both make progress, each gets a
+// share, and the split chosen at the second job's add is recorded. The decisions (rates
+// level, the new job's first query within 0.5 s) are tested on a fake clock, where the
+// machine's load cannot move them: TestFairTimeCheapJobJoins, TestFairTimeFromTheStart and
+// the scenario tests of package dispatch.
 func TestClusterFairTime(t *testing.T) {
 	c := newMemCluster(t, 6)
 	c.exec.Datasets["long"] = 200000
@@ -403,33 +404,22 @@ func TestClusterFairTime(t *testing.T) {
 	if err := c.callRetry("sched.job.add", JobSpec{Name: "cheap", Model: "fast.onnx", Data: "long", Batch: 10, TaskSize: 100}, nil); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second)
 	var r JobAddReply
 	if err := c.callRetry("sched.job.add", JobSpec{Name: "costly", Model: "slow.onnx", Data: "long", Batch: 5, TaskSize: 20}, &r); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("split at add: %s", r.Split)
-	// Steady state: rates measured over 8 s, starting 8 s after the add.
 	var a, b JobSummary
-	get := func() time.Time {
+	for deadline := time.Now().Add(time.Minute); a.Done == 0 || b.Done == 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress in a minute: cheap %d, costly %d queries done", a.Done, b.Done)
+		}
 		c.callRetry("sched.job.get", NameArgs{"cheap"}, &a)
 		c.callRetry("sched.job.get", NameArgs{"costly"}, &b)
-		return time.Now()
 	}
-	for get(); b.Seconds < 8; get() {
-		time.Sleep(100 * time.Millisecond)
-	}
-	t0, a0, b0 := time.Now(), a.Done, b.Done
-	time.Sleep(8 * time.Second)
-	t1 := get()
-	ra, rb := float64(a.Done-a0)/t1.Sub(t0).Seconds(), float64(b.Done-b0)/t1.Sub(t0).Seconds()
-	spread := math.Abs(ra-rb) / math.Min(ra, rb)
-	t.Logf("rates %.0f and %.0f queries/s (%.1f%% apart), shares %.3f/%.3f", ra, rb, spread*100, a.Share, b.Share)
-	if spread > 0.10 {
-		t.Fatalf("rates %.1f%% apart", spread*100)
-	}
-	if b.FirstQueryMS < 0 || b.FirstQueryMS > 500 {
-		t.Fatalf("first query of the second job after %.0f ms", b.FirstQueryMS)
+	t.Logf("done %d and %d queries, shares %.3f/%.3f", a.Done, b.Done, a.Share, b.Share)
+	if !(a.Share > 0 && b.Share > a.Share) {
+		t.Fatalf("shares %.3f (cheap) and %.3f (costly)", a.Share, b.Share)
 	}
 	if b.SplitAtAdd == "" || !strings.Contains(b.SplitAtAdd, "costly=") {
 		t.Fatalf("split at add not recorded: %q", b.SplitAtAdd)

@@ -6,49 +6,62 @@ import (
 	"encoding/json"
 	"fmt"
 	"idunno/sched/dataset"
+	"idunno/sched/dispatch"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 )
 
-// coordTables is the coordinator's soft state, rebuilt on takeover: leases, measurements,
-// the current split of workers, and each job's progress (the FairQueue that picks which
-// job a worker runs next).
+// coordTables is the coordinator's soft state, rebuilt on takeover: the dispatch core
+// (leases, the split of workers, each job's progress; pure, see package dispatch), the
+// replicator, and the results being assembled.
 type coordTables struct {
-	tasks       *TaskTable
-	stats       map[string]*JobStats
-	assign      map[string][]Share
-	shares      map[string]float64
-	fair        *FairQueue
-	fairRate    float64            // queries per second per unit of weight every running job would get
-	estCost     map[string]float64 // job -> cost per query the controller assumed
-	workers     []string
-	repl        *replicator // sends the journal to the standby (see replicate.go)
-	lastControl time.Time
-	assembling  map[string]bool
-	since       time.Time
-	lastGain    time.Time
-	started     map[string]bool      // jobs whose first task has been leased
-	heard       map[string]time.Time // worker -> its last pull
+	core       *dispatch.Core
+	repl       *replicator // sends the journal to the standby (see replicate.go)
+	assembling map[string]bool
 }
 
-func newCoordTables(now time.Time) *coordTables {
-	return &coordTables{tasks: NewTaskTable(), stats: map[string]*JobStats{}, assign: map[string][]Share{},
-		shares: map[string]float64{}, fair: NewFairQueue(), estCost: map[string]float64{},
-		assembling: map[string]bool{}, started: map[string]bool{}, heard: map[string]time.Time{}, since: now}
+func newCoordTables(cfg SchedConfig) *coordTables {
+	return &coordTables{core: dispatch.New(cfg.Dispatch()), assembling: map[string]bool{}}
 }
 
-// takeOver makes this node the coordinator with a new epoch. Called with s.mu held.
+// jobTasks shows a journaled job's tasks to the dispatch core, which reads them live: a
+// task-done or job-resize entry applied to the JobState is what the core sees next.
+type jobTasks struct {
+	js      *JobState
+	maxSize int // the largest task size a resize may choose (SchedConfig.TaskQueries)
+}
+
+func (t jobTasks) NumTasks() int                  { return t.js.Spec.NumTasks() }
+func (t jobTasks) TaskRange(i int) (from, to int) { return t.js.Spec.TaskRange(i) }
+func (t jobTasks) IsDone(i int) bool              { return t.js.IsDone(i) }
+func (t jobTasks) NumDone() int {
+	if t.js.Complete {
+		return t.js.Spec.NumTasks()
+	}
+	return t.js.NDone
+}
+func (t jobTasks) Sizing() dispatch.Sizing {
+	sp := t.js.Spec
+	return dispatch.Sizing{Batch: sp.Batch, Queries: sp.Queries, TaskSize: sp.CurrentTaskSize(), MaxSize: t.maxSize,
+		Resizable: sp.SizeChosen && len(sp.splits()) < MaxSplits}
+}
+
+// coreAdd hands a journaled job to the dispatch core, with its measured cost if any.
+// Called with s.mu held.
+func (s *Scheduler) coreAdd(js *JobState) {
+	n := js.Spec.Name
+	s.co.core.AddJob(dispatch.Job{Name: n, Weight: js.Spec.RateWeight(), FLOPs: js.Spec.FLOPsPerQuery, Tasks: jobTasks{js, s.cfg.TaskQueries}})
+	s.co.core.SetCost(n, s.jobStats(n).cost)
+}
+
 func (s *Scheduler) takeOver(why string) {
 	epoch := max(s.st.Epoch, s.maxEpoch) + 1
 	s.role = roleCoordinator
-	s.co = newCoordTables(s.now())
+	s.co = newCoordTables(s.cfg)
 	for _, n := range s.st.Order {
-		js := s.st.Jobs[n]
-		s.co.tasks.AddJob(js)
-		s.jobStats(n) // kept from the standby's journal, or started afresh
+		s.coreAdd(s.st.Jobs[n]) // its stats kept from the standby's journal, or started afresh
 	}
 	if err := s.commit(&Entry{Kind: EntryEpoch, Epoch: epoch, Node: s.name}); err != nil {
 		s.logf("sched: take over failed: %v", err)
@@ -56,7 +69,7 @@ func (s *Scheduler) takeOver(why string) {
 		return
 	}
 	s.maxEpoch = epoch
-	s.coordName, s.coordAddr, s.standbyOf = s.name, s.addr, ""
+	s.coordName, s.coordAddr, s.standbyOf, s.released = s.name, s.addr, "", false
 	s.co.repl = newReplicator(s, epoch, s.st.Seq)
 	s.pickStandby(s.mem.Alive())
 	s.wg.Add(1)
@@ -66,6 +79,7 @@ func (s *Scheduler) takeOver(why string) {
 }
 
 // stepDown leaves the coordinator role. Called with s.mu held.
+
 func (s *Scheduler) stepDown(why string) {
 	s.logf("sched: stepping down as coordinator of epoch %d: %s", s.st.Epoch, why)
 	if s.co != nil && s.co.repl != nil {
@@ -133,7 +147,10 @@ func (s *Scheduler) observe(e *Entry) {
 		delete(s.stats, e.Name)
 	case EntryTaskDone:
 		if j := s.st.Jobs[e.Name]; j != nil && e.Report != nil {
-			s.jobStats(e.Name).Record(*e.Report, j.Spec.Batch, time.Unix(0, e.Time))
+			st := s.jobStats(e.Name)
+			st.costTau = s.cfg.CostTau
+			st.Record(*e.Report, j.Spec.Batch, time.Unix(0, e.Time))
+			st.RecordTimes(*e.Report, j.Added)
 		}
 	}
 }
@@ -176,70 +193,32 @@ func (s *Scheduler) jobStats(job string) *JobStats {
 
 // coordTick: expire leases of dead workers, keep a synced standby, run the controller and
 // finish complete jobs. Called with s.mu held.
+// coordTick: expire leases of dead workers, keep a synced standby, run the controller and
+// finish complete jobs. Called with s.mu held.
 func (s *Scheduler) coordTick(alive []Peer, live map[string]string) {
-	now := s.now()
-	co := s.co
-	s.expireLeases(live, now)
+	names := make([]string, len(alive))
+	for i, p := range alive {
+		names[i] = p.Name
+	}
+	exp, rs := s.co.core.Tick(s.now(), names, s.name)
+	// A task taken back while its worker still runs it is harmless: results are written
+	// under the task's name with the same bytes, and the journal commits a task once.
+	for _, e := range exp {
+		s.logf("sched: worker %s %s: task %s/%d goes back to the queue", e.Worker, e.Why, e.Job, e.Task)
+	}
+	s.applyResizes(rs)
+	if s.co == nil {
+		return // a failed commit made us step down
+	}
 	// The replicator syncs a new standby, sends entries and heartbeats outside the lock.
 	s.pickStandby(alive)
-	workers := make([]string, 0, len(alive))
-	for _, p := range alive {
-		if p.Name != s.name {
-			workers = append(workers, p.Name)
-		}
-	}
-	if len(alive) == 1 {
-		workers = []string{s.name} // a one-node cluster works on its own
-	}
-	if now.Sub(co.lastControl) >= s.cfg.ControlEvery || !equalStrings(workers, co.workers) {
-		co.workers = workers
-		s.control(now)
-	}
 	for _, n := range s.st.Order {
 		j := s.st.Jobs[n]
-		if !j.Complete && j.NDone == j.Spec.NumTasks() && !co.assembling[n] {
-			co.assembling[n] = true
+		if !j.Complete && j.NDone == j.Spec.NumTasks() && !s.co.assembling[n] {
+			s.co.assembling[n] = true
 			go s.assemble(s.st.Epoch, j.Spec)
 		}
 	}
-}
-
-// expireLeases takes back the tasks of workers that failed (by the failure detector) or
-// have not pulled for LeaseSilence although the detector still lists them: a frozen
-// process, or a detector whose view lags. A task taken back while its worker still runs
-// it is harmless: results are written under the task's name with the same bytes, and the
-// journal commits a task once. Called with s.mu held.
-func (s *Scheduler) expireLeases(live map[string]string, now time.Time) {
-	co := s.co
-	for _, w := range co.tasks.Workers() {
-		why := ""
-		if _, ok := live[w]; !ok {
-			why = "failed"
-		} else if h, ok := co.heard[w]; !ok {
-			co.heard[w] = now // adopted at a takeover: the silence counts from here
-		} else if d := now.Sub(h); d >= s.cfg.LeaseSilence {
-			why = fmt.Sprintf("silent for %v", d.Round(time.Millisecond))
-		}
-		if why == "" {
-			continue
-		}
-		for _, l := range co.tasks.ExpireWorker(w) {
-			s.gaveBack(l)
-			s.logf("sched: worker %s %s: task %s/%d goes back to the queue", w, why, l.Job, l.Task)
-		}
-	}
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // running lists the jobs that still have work, in the order they were added.
@@ -254,128 +233,28 @@ func (s *Scheduler) running() []string {
 	return out
 }
 
-// control runs the fair-time controller: it re-splits the workers by the jobs' costs
-// (which workers each job's model lives on) and sets the fair rate the dispatch's slack is
-// measured in. Which job a worker runs next is the FairQueue's (pickJob). Called with
-// s.mu held.
-func (s *Scheduler) control(now time.Time) {
-	co := s.co
-	co.lastControl = now
-	jobs := s.running()
-	loads := make([]JobLoad, len(jobs))
-	for i, n := range jobs {
-		st := s.jobStats(n)
-		spec := s.st.Jobs[n].Spec
-		// No rates: the dispatch levels the rates itself, so a gain would only chase noise.
-		loads[i] = JobLoad{Name: n, Cost: st.cost, FLOPs: spec.FLOPsPerQuery, Weight: spec.RateWeight()}
-	}
-	shares, _ := FairShares(loads)
-	costs := CostEstimates(loads)
-	co.shares = map[string]float64{}
-	co.estCost = map[string]float64{}
-	running := map[string]bool{}
-	for i, n := range jobs {
-		co.shares[n] = shares[i]
-		co.estCost[n] = costs[i]
-		running[n] = true
-		co.fair.Add(n, loads[i].Weight)
-	}
-	for _, n := range co.fair.Jobs() {
-		if !running[n] {
-			co.fair.Remove(n)
-		}
-	}
-	co.fairRate = FairRate(len(co.workers), loads)
-	co.assign = AssignWorkers(co.workers, jobs, shares)
-	for _, l := range loads {
-		if usable(l.Cost) && s.co == co { // a failed commit may have made us step down
-			s.resizeTasks(l.Name, l.Weight)
-		}
-	}
-}
+// control runs the fair-time controller now (see dispatch.Core.Control) and journals the
+// task resizes it decides. Called with s.mu held.
+func (s *Scheduler) control(now time.Time) { s.applyResizes(s.co.core.Control(now)) }
 
-// resizeTasks makes the rest of a job's tasks smaller once, when they are more than twice
-// FairTaskSeconds at the rate fair time now gives the job: a cheap job added alone gets
-// large tasks (their fixed costs amortise), and when expensive jobs join, its rate falls
-// to theirs and each completion would step its rate over a 10 s window by a third.
-// Tasks from the frontier on (none leased or done) are split into whole batches; it is
-// worth it only for a job with many queries left. Called with s.mu held, by control.
-func (s *Scheduler) resizeTasks(job string, weight float64) {
-	js := s.st.Jobs[job]
-	sp := js.Spec
-	rate := s.co.fairRate * weight
-	if sp.resized() || !sp.SizeChosen || rate <= 0 {
-		return // a task size the client chose is kept
-	}
-	want := max(sp.Batch, int(s.cfg.FairTaskSeconds.Seconds()*rate)/sp.Batch*sp.Batch)
-	from := s.co.tasks.Frontier(job)
-	if from < 0 || sp.TaskSize < 2*want || sp.Queries-from*sp.TaskSize < 8*want {
-		return
-	}
-	if err := s.commit(&Entry{Kind: EntryJobResize, Name: job, Task: from, Size: want}); err != nil {
-		s.logf("sched: job %s: resizing its tasks: %v", job, err)
-		return
-	}
-	s.logf("sched: job %s: tasks from %d on are %d queries (were %d): its fair rate is now %.0f queries/s",
-		job, from, want, sp.TaskSize, rate)
-}
-
-// costPrior is the cost per query the controller would assume for a job about to be added
-// (0 when this node does not coordinate), and the query rate it would get under fair
-// time beside the running jobs (FairRate times its weight). Called with s.mu held.
-func (s *Scheduler) costPrior(spec JobSpec) (cost, fairRate float64) {
-	if s.co == nil {
-		return 0, 0
-	}
-	var loads []JobLoad
-	for _, n := range s.running() {
-		if st := s.stats[n]; st != nil {
-			js := s.st.Jobs[n].Spec
-			loads = append(loads, JobLoad{Name: n, Cost: st.cost, FLOPs: js.FLOPsPerQuery, Weight: js.RateWeight()})
+// applyResizes journals the dispatch core's decisions to split jobs' remaining tasks
+// smaller. Called with s.mu held.
+func (s *Scheduler) applyResizes(rs []dispatch.Resize) {
+	for _, r := range rs {
+		if s.co == nil {
+			return // a failed commit made us step down
 		}
+		if err := s.commit(&Entry{Kind: EntryJobResize, Name: r.Job, Task: r.From, Size: r.Size}); err != nil {
+			s.logf("sched: job %s: resizing its tasks: %v", r.Job, err)
+			continue
+		}
+		s.logf("sched: job %s: tasks from %d on are %d queries (were %d): its fair rate is now %.0f queries/s",
+			r.Job, r.From, r.Size, r.Was, r.Rate)
 	}
-	loads = append(loads, JobLoad{Name: spec.Name, FLOPs: spec.FLOPsPerQuery, Weight: spec.RateWeight()})
-	costs := CostEstimates(loads)
-	return costs[len(costs)-1], FairRate(max(len(s.co.workers), 1), loads) * spec.RateWeight()
 }
 
 // splitString renders the current shares, e.g. "a=0.25 b=0.75".
-func (s *Scheduler) splitString() string {
-	var parts []string
-	for _, n := range s.running() {
-		parts = append(parts, fmt.Sprintf("%s=%.4g", n, s.co.shares[n]))
-	}
-	return strings.Join(parts, " ")
-}
-
-// pickJob chooses which job worker runs next: the job furthest behind in queries leased
-// over weight, preferring the worker's assigned jobs by FairSlack (see FairQueue).
-// Called with s.mu held.
-func (s *Scheduler) pickJob(worker string) string {
-	co := s.co
-	mine := map[string]bool{}
-	for _, sh := range co.assign[worker] {
-		if sh.Weight > 0 {
-			mine[sh.Job] = true
-		}
-	}
-	return co.fair.Pick(co.tasks.HasPending, func(job string) bool { return mine[job] }, s.fairSlack())
-}
-
-// fairSlack is FairSlack in the FairQueue's unit: queries over weight at the fair rate.
-// Called with s.mu held.
-func (s *Scheduler) fairSlack() float64 {
-	return s.cfg.FairSlack.Seconds() * s.co.fairRate
-}
-
-// gaveBack accounts for a lease taken back: its queries will be leased again.
-// Called with s.mu held.
-func (s *Scheduler) gaveBack(l Lease) {
-	if js := s.st.Jobs[l.Job]; js != nil {
-		f, t := js.Spec.TaskRange(l.Task)
-		s.co.fair.Returned(l.Job, t-f)
-	}
-}
+func (s *Scheduler) splitString() string { return s.co.core.SplitString() }
 
 // isRunning reports whether a job still has tasks that are not committed.
 func (s *Scheduler) isRunning(job string) bool {
@@ -394,9 +273,11 @@ type TaskOrder struct {
 	Spec  JobSpec `json:"spec"`
 	Task  int     `json:"task"`
 	Epoch uint64  `json:"epoch"`
-	// Express: the first task of a newly added job, leased even to a worker whose queue is
-	// full; the worker starts it at once beside the task it is running, so a new job's first
-	// query does not wait behind a busy worker's queue of another job's long tasks.
+	// Express: the worker starts it at once beside the task it is running, instead of
+	// queueing it. The first task of a newly added job (leased even to a worker whose queue
+	// is full, so a new job's first query does not wait behind a busy worker's queue of
+	// another job's long tasks), and a cheap job's task that its batch keeps longer than
+	// FairTaskSeconds at its fair rate (dispatch.Config.ExpressSeconds).
 	Express bool `json:"express,omitempty"`
 }
 
@@ -432,19 +313,15 @@ func (s *Scheduler) handlePull(epoch uint64, a PullArgs) (PullReply, uint64, err
 		return r, s.maxEpoch, fmt.Errorf("sched: pull from %s over the size limits", a.Worker)
 	}
 	now := s.now()
-	co := s.co
-	co.heard[a.Worker] = now
-	keep := make(map[TaskRef]bool, len(a.Held)+len(a.Done))
-	for _, h := range a.Held {
-		co.tasks.Adopt(h.Job, h.Task, a.Worker, now)
-		co.started[h.Job] = true
-		keep[h] = true
+	held := make([]dispatch.TaskRef, len(a.Held))
+	for i, h := range a.Held {
+		held[i] = dispatch.TaskRef(h)
 	}
-	for _, d := range a.Done {
-		keep[TaskRef{d.Job, d.Task}] = true
+	done := make([]dispatch.TaskRef, len(a.Done))
+	for i, d := range a.Done {
+		done[i] = dispatch.TaskRef{Job: d.Job, Task: d.Task}
 	}
-	for _, l := range co.tasks.Reconcile(a.Worker, keep) {
-		s.gaveBack(l)
+	for _, l := range s.co.core.Heard(now, a.Worker, held, done) {
 		s.logf("sched: worker %s gave up task %s/%d: back to the queue", a.Worker, l.Job, l.Task)
 	}
 	for _, d := range a.Done {
@@ -455,88 +332,51 @@ func (s *Scheduler) handlePull(epoch uint64, a PullArgs) (PullReply, uint64, err
 			}
 			continue // not acknowledged: the worker reports it again
 		}
-		r.Acked = append(r.Acked, TaskRef{d.Job, d.Task})
+		r.Acked = append(r.Acked, TaskRef{Job: d.Job, Task: d.Task})
 	}
-	if s.st.Phase == PhaseInference {
-		if a.Want > 0 && !contains(co.workers, a.Worker) {
-			co.workers = append(co.workers, a.Worker) // a worker that joined since the last split
-			s.control(now)
+	if s.st.Phase == PhaseInference && s.co != nil {
+		if a.Want > 0 {
+			s.applyResizes(s.co.core.Join(now, a.Worker)) // a worker that joined since the last split
 		}
-		// A job assigned here that has never had a task leased gets its first one now,
-		// whatever the worker's queue holds (see TaskOrder.Express).
-		for _, sh := range co.assign[a.Worker] {
-			if sh.Weight > 0 && !co.started[sh.Job] && s.isRunning(sh.Job) && s.st.Jobs[sh.Job].NDone == 0 &&
-				co.tasks.HasPending(sh.Job) {
-				r.Orders = append(r.Orders, s.lease(a.Worker, sh.Job, now, true))
-			}
+		if s.co == nil {
+			return PullReply{}, s.maxEpoch, fmt.Errorf("sched: %s stopped coordinating", s.name)
 		}
-		for i := 0; i < a.Want; i++ {
-			job := s.pickJob(a.Worker)
-			if job == "" {
-				break
-			}
-			r.Orders = append(r.Orders, s.lease(a.Worker, job, now, false))
+		for _, o := range s.co.core.Lease(now, a.Worker, a.Want) {
+			js := s.st.Jobs[o.Job]
+			f, t := js.Spec.TaskRange(o.Task)
+			s.logf("sched: scheduled task %s/%d (queries %d-%d) on %s", o.Job, o.Task, f, t-1, a.Worker)
+			r.Orders = append(r.Orders, TaskOrder{Spec: js.Spec, Task: o.Task, Epoch: s.st.Epoch, Express: o.Express})
 		}
 	}
 	r.Jobs = s.running()
 	return r, s.st.Epoch, nil
 }
 
-// lease hands the job's next pending task to worker. Called with s.mu held.
-func (s *Scheduler) lease(worker, job string, now time.Time, express bool) TaskOrder {
-	co := s.co
-	co.started[job] = true
-	task, _ := co.tasks.Lease(job, worker, now)
-	js := s.st.Jobs[job]
-	f, t := js.Spec.TaskRange(task)
-	co.fair.Leased(job, t-f)
-	s.logf("sched: scheduled task %s/%d (queries %d-%d) on %s", job, task, f, t-1, worker)
-	return TaskOrder{Spec: js.Spec, Task: task, Epoch: s.st.Epoch, Express: express}
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
-}
-
 // recordDone commits a finished task once; a repeat is acknowledged without effect.
 // Called with s.mu held.
 func (s *Scheduler) recordDone(d TaskReport, now time.Time) error {
-	co := s.co
 	js, ok := s.st.Jobs[d.Job]
 	if !ok || d.Task < 0 || d.Task >= js.Spec.NumTasks() || d.JobID != js.Spec.ResultID(d.Task) {
 		return nil // a removed job (or an older one of the same name): nothing to do
 	}
 	if js.IsDone(d.Task) {
-		co.tasks.Complete(d.Job, d.Task)
+		s.co.core.Release(d.Job, d.Task)
 		return nil // already committed: nothing to do
 	}
-	st := s.jobStats(d.Job)
-	measured := st.cost > 0
 	if err := s.commit(&Entry{Kind: EntryTaskDone, Name: d.Job, Task: d.Task, Node: d.Worker, Report: &d}); err != nil {
 		return err
 	}
-	co.tasks.Complete(d.Job, d.Task)
-	// The job's progress was counted when the task was leased (FairQueue); the busy time
-	// measured goes into the job's cost (JobStats.Record), which only splits the workers
-	// and sizes tasks. On a loaded machine one cheap task's busy time is noise (0.4 to 55
-	// ms for the same 32 LeNet-5 queries); counting queries instead keeps the rates level.
-	// commit recorded d's measurements in the job's stats (observe).
-	if (!measured && st.cost > 0) || js.NDone == js.Spec.NumTasks() {
-		// A first measured cost replaces a prior, and a job out of tasks frees its share:
-		// re-split now rather than at the next control period.
-		s.control(now)
-	}
+	// The job's progress was counted when the task was leased (dispatch.FairQueue); the
+	// busy time measured (commit recorded it in the job's stats, see observe) goes into the
+	// job's cost, which only splits the workers and sizes tasks. On a loaded machine one
+	// cheap task's busy time is noise (0.4 to 55 ms for the same 32 LeNet-5 queries);
+	// counting queries instead keeps the rates level.
+	s.applyResizes(s.co.core.Completed(now, d.Job, d.Task, s.jobStats(d.Job).cost))
 	s.logf("sched: completed task %s/%d on %s (%d queries, %.1f ms); job %d/%d tasks",
 		d.Job, d.Task, d.Worker, d.Queries, float64(d.BusyNanos)/1e6, js.NDone, js.Spec.NumTasks())
 	return nil
 }
 
-// assemble concatenates a finished job's task results into its result CSV and commits
 // the job as complete. Re-running it writes the same bytes.
 func (s *Scheduler) assemble(epoch uint64, spec JobSpec) {
 	correct, err := s.writeResult(spec)
@@ -577,7 +417,7 @@ func (s *Scheduler) writeResult(spec JobSpec) (int, error) {
 		sem <- struct{}{}
 		go func(i int) {
 			defer func() { <-sem; wg.Done() }()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ReadTimeout)
 			defer cancel()
 			b, err := s.blobs.Get(ctx, TaskResultName(spec.Name, spec.ResultID(i), i))
 			if err != nil {
@@ -600,7 +440,7 @@ func (s *Scheduler) writeResult(spec JobSpec) (int, error) {
 		}
 		buf.Write(parts[i])
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.WriteTimeout)
 	defer cancel()
 	correct := 0
 	if spec.Labels != "" {

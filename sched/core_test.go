@@ -2,7 +2,6 @@ package sched
 
 import (
 	"encoding/json"
-	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -120,112 +119,6 @@ func TestJournalRoundTripTornTailAndSnapshot(t *testing.T) {
 	}
 }
 
-func TestTaskTableLeaseExpireAdopt(t *testing.T) {
-	s := NewState()
-	for _, e := range sampleEntries() {
-		s.Apply(e)
-	}
-	tt := NewTaskTable()
-	tt.AddJob(s.Jobs["a"])
-	now := time.Unix(0, 0)
-	var got []int
-	for _, w := range []string{"w1", "w2", "w1", "w2"} {
-		task, ok := tt.Lease("a", w, now)
-		if !ok {
-			t.Fatal("no task")
-		}
-		got = append(got, task)
-	}
-	if fmt.Sprint(got) != "[1 2 4 5]" { // 0 and 3 are done
-		t.Fatalf("leased %v", got)
-	}
-	if !tt.Adopt("a", 7, "w3", now) || tt.Adopt("a", 7, "w1", now) || tt.Adopt("a", 0, "w1", now) {
-		t.Fatal("adopt rules")
-	}
-	if w := tt.Complete("a", 2); w != "w2" {
-		t.Fatalf("complete returned %q", w)
-	}
-	lost := tt.ExpireWorker("w1")
-	if len(lost) != 2 || lost[0].Task != 1 || lost[1].Task != 4 {
-		t.Fatalf("expired %+v", lost)
-	}
-	var rest []int
-	for {
-		task, ok := tt.Lease("a", "w9", now)
-		if !ok {
-			break
-		}
-		rest = append(rest, task)
-	}
-	// Given-back tasks first, then the rest; 7 is held by w3, 9 done, 2 finished by w2
-	// (not yet journaled here, so the table would hand it again only if it were expired).
-	if fmt.Sprint(rest) != "[1 4 6 8]" {
-		t.Fatalf("remaining leases %v", rest)
-	}
-	if tt.HasPending("a") || tt.Held("w9") != 4 {
-		t.Fatal("pending after draining")
-	}
-}
-
-func TestFairSharesProportionalToCost(t *testing.T) {
-	shares, _ := FairShares([]JobLoad{{Name: "lenet", Cost: 0.001}, {Name: "resnet", Cost: 0.019}})
-	if math.Abs(shares[0]-0.05) > 1e-9 || math.Abs(shares[1]-0.95) > 1e-9 {
-		t.Fatalf("shares %v", shares)
-	}
-	// A new job without a measured cost is assumed to cost the mean of the others.
-	shares, _ = FairShares([]JobLoad{{Name: "a", Cost: 0.002}, {Name: "new"}})
-	if math.Abs(shares[0]-0.5) > 1e-9 {
-		t.Fatalf("shares with unknown cost %v", shares)
-	}
-	if s, _ := FairShares(nil); len(s) != 0 {
-		t.Fatal("no jobs")
-	}
-}
-
-// TestFairSharesConvergeOnUnequalWorkers simulates a cluster whose workers differ in speed
-// and whose measured costs are biased, and checks the controller brings the query rates of
-// three jobs within 3% of each other.
-func TestFairSharesConvergeOnUnequalWorkers(t *testing.T) {
-	workers := []string{"w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9"}
-	speed := map[string]float64{"w0": 1.6, "w1": 1.5, "w2": 1.4, "w3": 1, "w4": 1, "w5": 1, "w6": 0.7, "w7": 0.6, "w8": 0.6, "w9": 0.5}
-	trueCost := []float64{0.001, 0.02, 0.005}
-	jobs := []JobLoad{{Name: "a"}, {Name: "b"}, {Name: "c"}}
-	names := []string{"a", "b", "c"}
-	var spread float64
-	for round := 0; round < 30; round++ {
-		shares, gains := FairShares(jobs)
-		assign := AssignWorkers(workers, names, shares)
-		rates := make([]float64, 3)
-		busy := make([]float64, 3)
-		for w, ss := range assign {
-			for _, s := range ss {
-				i := map[string]int{"a": 0, "b": 1, "c": 2}[s.Job]
-				rates[i] += s.Weight * speed[w] / trueCost[i]
-				busy[i] += s.Weight
-			}
-		}
-		lo, hi := math.Inf(1), 0.0
-		for i := range jobs {
-			jobs[i].Gain = gains[i]
-			jobs[i].Rate = rates[i]
-			jobs[i].Cost = busy[i] / rates[i] * 1.1 // measured cost: worker-seconds per query, biased
-			lo, hi = math.Min(lo, rates[i]), math.Max(hi, rates[i])
-		}
-		spread = hi/lo - 1
-	}
-	if spread > 0.03 {
-		t.Fatalf("rates still %.1f%% apart after 30 decisions", spread*100)
-	}
-}
-
-func TestAssignWorkersPacksInOrder(t *testing.T) {
-	a := AssignWorkers([]string{"n10", "n2", "n3", "n4"}, []string{"x", "y"}, []float64{0.375, 0.625})
-	if fmt.Sprint(a["n2"]) != "[{x 1}]" || fmt.Sprint(a["n3"]) != "[{x 0.5} {y 0.5}]" ||
-		fmt.Sprint(a["n4"]) != "[{y 1}]" || fmt.Sprint(a["n10"]) != "[{y 1}]" {
-		t.Fatalf("assignment %v", a)
-	}
-}
-
 func TestFormatResultLinesDeterministic(t *testing.T) {
 	preds := Argmax([]float32{0.1, 0.7, 0.2, 1e-8, -3, 2.5}, 2, 3)
 	got := string(FormatResultLines(40, preds))
@@ -288,6 +181,20 @@ func FuzzDecodeJournal(f *testing.F) {
 	st.Apply(rs)
 	snap, _ = appendLine(nil, 'S', st)
 	f.Add(snap)
+	// A second resize on top of the first.
+	rs2 := &Entry{Seq: st.Seq + 1, Epoch: 2, Kind: EntryJobResize, Name: "a", Task: 6, Size: 10, Time: 11}
+	line, _ = appendLine(nil, 'E', rs2)
+	f.Add(append(append([]byte{}, snap...), line...))
+	// A journal written before Splits: its one resize in ResizeFrom/ResizeSize/ResizeID.
+	old := NewState()
+	for _, e := range sampleEntries() {
+		old.Apply(e)
+	}
+	old.Jobs["a"].Spec.ResizeFrom, old.Jobs["a"].Spec.ResizeSize, old.Jobs["a"].Spec.ResizeID = 4, 5, 9
+	old.Jobs["a"].Done = make([]byte, (old.Jobs["a"].Spec.NumTasks()+7)/8)
+	old.Jobs["a"].NDone = 0
+	oldSnap, _ := appendLine(nil, 'S', old)
+	f.Add(append(oldSnap, line...))
 	f.Add([]byte("S 00000000 {}\n"))
 	// A snapshot with the job statistics line after it, then entries.
 	js := NewJobStats()

@@ -96,16 +96,14 @@ func (m *manySim) removeJob(name string) {
 // the failure detector reports them.
 func (m *manySim) failWorkers(n int) {
 	m.workers = m.workers[:len(m.workers)-n]
-	live := map[string]string{}
-	var names []string
+	s := m.s
+	names := []string{s.name}
 	for _, w := range m.workers {
-		live[w.name] = w.name
 		names = append(names, w.name)
 	}
-	s := m.s
 	s.mu.Lock()
-	s.expireLeases(live, m.now)
-	s.co.workers = names
+	_, rs := s.co.core.Tick(m.now, names, s.name)
+	s.applyResizes(rs)
 	s.control(m.now)
 	s.mu.Unlock()
 	m.events = append(m.events, m.now.Sub(m.t0))
@@ -367,7 +365,7 @@ func TestJobResize(t *testing.T) {
 		{Entry{Kind: EntryJobResize, Name: "a", Task: 1, Size: 5, Time: 9}, "task 1 is done"},
 		{Entry{Kind: EntryJobResize, Name: "a", Task: 2, Size: 6, Time: 9}, "bad resize"},
 		{Entry{Kind: EntryJobResize, Name: "a", Task: 5, Size: 5, Time: 9}, "bad resize"},
-		{Entry{Kind: EntryJobResize, Name: "a", Task: 2, Size: 5, Time: 7}, "bad resize"}, // same ID
+		{Entry{Kind: EntryJobResize, Name: "a", Task: 2, Size: 5, Time: 7}, "result ID"}, // same ID
 		{Entry{Kind: EntryJobResize, Name: "b", Task: 2, Size: 5, Time: 9}, "no job"},
 	} {
 		if err := s.Apply(next(b.e)); err == nil || !strings.Contains(err.Error(), b.want) {
@@ -396,19 +394,50 @@ func TestJobResize(t *testing.T) {
 	if end != 100 {
 		t.Fatalf("tasks end at %d", end)
 	}
-	if err := s.Apply(next(Entry{Kind: EntryJobResize, Name: "a", Task: 4, Size: 5, Time: 10})); err == nil {
-		t.Fatal("a second resize was accepted")
+	// A second resize from a later task: tasks 2-3 stay 5 queries (40-49), then 10s.
+	for _, b := range []struct {
+		e    Entry
+		want string
+	}{
+		{Entry{Kind: EntryJobResize, Name: "a", Task: 1, Size: 10, Time: 10}, "before the last"},
+		{Entry{Kind: EntryJobResize, Name: "a", Task: 4, Size: 10, Time: 9}, "result ID"},
+	} {
+		if err := s.Apply(next(b.e)); err == nil || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("%+v: error %v, want %q", b.e, err, b.want)
+		}
 	}
-	if err := s.Apply(next(Entry{Kind: EntryTaskDone, Name: "a", Task: 13})); err != nil {
+	if err := s.Apply(next(Entry{Kind: EntryJobResize, Name: "a", Task: 4, Size: 10, Time: 10})); err != nil {
+		t.Fatal(err)
+	}
+	if f, to := sp.TaskRange(3); f != 45 || to != 50 {
+		t.Fatalf("stale spec changed: task 3 %d-%d", f, to)
+	}
+	sp = s.Jobs["a"].Spec
+	if f, to := sp.TaskRange(4); sp.NumTasks() != 9 || f != 50 || to != 60 || sp.ResultID(4) != 10 || sp.ResultID(3) != 9 {
+		t.Fatalf("second resize: %d tasks, task 4 %d-%d", sp.NumTasks(), f, to)
+	}
+	if err := s.Apply(next(Entry{Kind: EntryJobResize, Name: "a", Task: 3, Size: 5, Time: 11})); err == nil {
+		t.Fatal("a resize before the last one was accepted")
+	}
+	for k := 2; k < MaxSplits; k++ {
+		if err := s.Apply(next(Entry{Kind: EntryJobResize, Name: "a", Task: 4, Size: 5 * (k%2 + 1), Time: int64(20 + k)})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Apply(next(Entry{Kind: EntryJobResize, Name: "a", Task: 4, Size: 5, Time: 40})); err == nil {
+		t.Fatalf("resize %d accepted", MaxSplits+1)
+	}
+	last := s.Jobs["a"].Spec.NumTasks() - 1
+	if err := s.Apply(next(Entry{Kind: EntryTaskDone, Name: "a", Task: last})); err != nil {
 		t.Fatal(err)
 	}
 	// A snapshot of the resized job reads back; a corrupt resize is refused.
 	b, _ := appendLine(nil, 'S', s)
 	st, _, _, err := DecodeJournal(b)
-	if err != nil || st.Jobs["a"].Spec.NumTasks() != 14 || doneQueries(st.Jobs["a"]) != 45 {
+	if err != nil || st.Jobs["a"].Spec.NumTasks() != last+1 || doneQueries(st.Jobs["a"]) != 40+10 {
 		t.Fatalf("snapshot: %v", err)
 	}
-	s.Jobs["a"].Spec.ResizeFrom = 9
+	s.Jobs["a"].Spec.Splits[0].From = 99
 	if err := s.validate(); err == nil {
 		t.Fatal("a resize beyond the queries validated")
 	}
@@ -455,52 +484,49 @@ func TestCheapJobResizedWhenExpensiveJoins(t *testing.T) {
 	checkSpread(t, m.spreads(13*time.Second, 40*time.Second, 11*time.Second), 0.05, 0.15)
 }
 
-// TestFairQueuePick: the rules of the dispatch, one at a time.
-func TestFairQueuePick(t *testing.T) {
-	all := func(string) bool { return true }
-	none := func(string) bool { return false }
-	only := func(names ...string) func(string) bool {
-		return func(j string) bool { return slices.Contains(names, j) }
+// TestJobResizeAfterOldJournal: a job resized once by a journal written before Splits
+// (ResizeFrom, ResizeSize, ResizeID) reads the same, and can be resized again on top.
+func TestJobResizeAfterOldJournal(t *testing.T) {
+	s := NewState()
+	spec := testSpec("a", 100, 5, 20) // 5 tasks of 20
+	spec.ID = 7
+	for i, e := range []*Entry{
+		{Kind: EntryEpoch, Epoch: 1, Node: "n0"},
+		{Kind: EntryJobAdd, Epoch: 1, Job: spec},
+		{Kind: EntryTaskDone, Epoch: 1, Name: "a", Task: 0},
+	} {
+		e.Seq = uint64(i + 1)
+		if err := s.Apply(e); err != nil {
+			t.Fatal(err)
+		}
 	}
-	q := NewFairQueue()
-	if q.Pick(all, all, 10) != "" {
-		t.Fatal("picked from an empty queue")
+	// As an old journal held it: from task 1 on, tasks of 10 (8 more tasks), ID 8.
+	j := s.Jobs["a"]
+	j.Spec.ResizeFrom, j.Spec.ResizeSize, j.Spec.ResizeID = 1, 10, 8
+	j.Done = make([]byte, (j.Spec.NumTasks()+7)/8)
+	j.Done[0] = 1
+	b, _ := appendLine(nil, 'S', s)
+	st, _, _, err := DecodeJournal(b)
+	if err != nil {
+		t.Fatal(err)
 	}
-	q.Add("a", 1)
-	q.Add("b", 2)
-	q.Leased("a", 100) // a: 100
-	q.Leased("b", 100) // b: 50 (weight 2)
-	if got := q.Pick(all, none, 0); got != "b" {
-		t.Fatalf("furthest behind: got %q, want b", got)
+	sp := st.Jobs["a"].Spec
+	if f, to := sp.TaskRange(3); sp.NumTasks() != 9 || f != 40 || to != 50 || sp.ResultID(3) != 8 || sp.ResultID(0) != 7 {
+		t.Fatalf("old resize reads %d tasks, task 3 %d-%d", sp.NumTasks(), f, to)
 	}
-	// A worker assigned a prefers it while it is at most slack ahead.
-	if got := q.Pick(all, only("a"), 60); got != "a" {
-		t.Fatalf("affinity within slack: got %q, want a", got)
+	if err := st.Apply(&Entry{Seq: st.Seq + 1, Epoch: 1, Kind: EntryJobResize, Name: "a", Task: 5, Size: 20, Time: 9}); err != nil {
+		t.Fatal(err)
 	}
-	if got := q.Pick(all, only("a"), 40); got != "b" {
-		t.Fatalf("affinity beyond slack: got %q, want b", got)
+	sp = st.Jobs["a"].Spec
+	end := 0
+	for i := range sp.NumTasks() {
+		f, to := sp.TaskRange(i)
+		if f != end || to <= f {
+			t.Fatalf("task %d covers %d-%d after %d", i, f, to, end)
+		}
+		end = to
 	}
-	// A job added starts level with the furthest behind, not at zero.
-	q.Add("c", 1)
-	if q.Progress("c") != 50 {
-		t.Fatalf("new job starts at %v, want 50", q.Progress("c"))
-	}
-	// A job whose tasks are all leased (b, in its tail) holds the others back to its level.
-	q.Leased("c", 10) // c: 60
-	if got := q.Pick(only("a", "c"), all, 1000); got != "" {
-		t.Fatalf("ahead of a job in its tail: got %q, want none", got)
-	}
-	q.Returned("c", 20) // c: 40, a worker failed with its task
-	if got := q.Pick(only("a", "c"), all, 1000); got != "c" {
-		t.Fatalf("after a give-back: got %q, want c", got)
-	}
-	q.Remove("b")
-	if got := q.Jobs(); !slices.Equal(got, []string{"a", "c"}) {
-		t.Fatalf("jobs %v", got)
-	}
-	// Changing a weight keeps the queries leased: a's 100 queries over weight 4.
-	q.Add("a", 4)
-	if q.Progress("a") != 25 {
-		t.Fatalf("progress after a weight change %v, want 25", q.Progress("a"))
+	if f, _ := sp.TaskRange(5); end != 100 || f != 60 || sp.NumTasks() != 7 || sp.ResultID(4) != 8 || sp.ResultID(5) != 9 {
+		t.Fatalf("second resize: %d tasks ending at %d, task 5 from %d", sp.NumTasks(), end, f)
 	}
 }

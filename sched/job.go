@@ -2,6 +2,7 @@ package sched
 
 import (
 	"fmt"
+	"idunno/kernel"
 	"idunno/sched/dataset"
 	"math"
 	"regexp"
@@ -41,13 +42,16 @@ type JobSpec struct {
 	// Weight makes the job's query rate Weight times that of a job of weight 1 under fair
 	// time (0: 1, so journals written before weights read the same).
 	Weight float64 `json:"weight,omitempty"`
-	// A job's tasks can be made smaller once (a job-resize entry): from task ResizeFrom on
-	// (no task of which was ever committed), tasks are ResizeSize queries, and their
-	// results are named by ResizeID instead of ID, so a stale worker still running an old
-	// task of that index writes elsewhere and its report is ignored. Set by the coordinator.
-	ResizeFrom int   `json:"resize_from,omitempty"`
-	ResizeSize int   `json:"resize_size,omitempty"`
-	ResizeID   int64 `json:"resize_id,omitempty"`
+	// A job's tasks can be split differently (job-resize entries), up to MaxSplits times:
+	// from task Splits[k].From on (no task of which was ever committed), tasks are
+	// Splits[k].Size queries, and their results are named by Splits[k].ID instead of ID, so
+	// a stale worker still running an old task of that index writes elsewhere and its
+	// report is ignored. Set by the coordinator. ResizeFrom, ResizeSize and ResizeID are the
+	// one resize journals written before Splits hold: a split before every one of Splits.
+	ResizeFrom int         `json:"resize_from,omitempty"`
+	ResizeSize int         `json:"resize_size,omitempty"`
+	ResizeID   int64       `json:"resize_id,omitempty"`
+	Splits     []TaskSplit `json:"splits,omitempty"`
 	// SizeChosen: the coordinator chose TaskSize (the client gave none), so it may resize.
 	SizeChosen bool `json:"size_chosen,omitempty"`
 	// Labels is the SDFS name of the dataset's labels (IDX or .npy): the job then also
@@ -57,25 +61,58 @@ type JobSpec struct {
 	// repeated with the same name and key is a retry of one that was applied but not
 	// confirmed, and gets that job instead of "already in use".
 	Request string `json:"request,omitempty"`
+	// Precision is the kernel's compute precision for the job: "" or "fp32", "bf16", "int8"
+	// (kernel.ParsePrecision). Absent in journals written before precisions: fp32.
+	Precision string `json:"precision,omitempty"`
 }
 
-func (s JobSpec) resized() bool { return s.ResizeSize > 0 }
+// TaskSplit is one job-resize: from task From on, tasks of Size queries named by ID.
+type TaskSplit struct {
+	From int   `json:"from"`
+	Size int   `json:"size"`
+	ID   int64 `json:"id"`
+}
 
-// CurrentTaskSize is the size of the job's tasks not yet split off: ResizeSize once
-// resized, else TaskSize.
+// MaxSplits bounds the resizes of one job.
+const MaxSplits = 8
+
+// splits lists the job's resizes in order, the one of an older journal first.
+func (s JobSpec) splits() []TaskSplit {
+	if s.ResizeSize <= 0 {
+		return s.Splits
+	}
+	return append([]TaskSplit{{From: s.ResizeFrom, Size: s.ResizeSize, ID: s.ResizeID}}, s.Splits...)
+}
+
+func (s JobSpec) resized() bool { return s.ResizeSize > 0 || len(s.Splits) > 0 }
+
+// layout returns, for task i, the first query of its split's first task, that task's
+// index, its size and its result ID.
+func (s JobSpec) layout(i int) (start, from, size int, id int64) {
+	start, from, size, id = 0, 0, s.TaskSize, s.ID
+	for _, sp := range s.splits() {
+		if sp.From > i {
+			break
+		}
+		start += (sp.From - from) * size
+		from, size, id = sp.From, sp.Size, sp.ID
+	}
+	return start, from, size, id
+}
+
+// CurrentTaskSize is the size of the job's tasks not yet split off: the last resize's,
+// else TaskSize.
 func (s JobSpec) CurrentTaskSize() int {
-	if s.resized() {
-		return s.ResizeSize
+	if sp := s.splits(); len(sp) > 0 {
+		return sp[len(sp)-1].Size
 	}
 	return s.TaskSize
 }
 
 // ResultID is the ID that names task i's result (and that its report carries).
 func (s JobSpec) ResultID(i int) int64 {
-	if s.resized() && i >= s.ResizeFrom {
-		return s.ResizeID
-	}
-	return s.ID
+	_, _, _, id := s.layout(i)
+	return id
 }
 
 // MaxWeight bounds a job's weight: rates more than this far apart are not fair time.
@@ -119,6 +156,9 @@ func (s JobSpec) ValidateRequest() error {
 	if err := s.Pre.Validate(); err != nil {
 		return fmt.Errorf("sched: job %s: %w", s.Name, err)
 	}
+	if _, err := kernel.ParsePrecision(s.Precision); err != nil {
+		return fmt.Errorf("sched: job %s: %w", s.Name, err)
+	}
 	return nil
 }
 
@@ -127,22 +167,18 @@ func (s JobSpec) NumTasks() int {
 	if s.TaskSize <= 0 || s.Queries <= 0 {
 		return 0
 	}
-	if s.resized() {
-		rest := max(s.Queries-s.ResizeFrom*s.TaskSize, 0)
-		return s.ResizeFrom + (rest+s.ResizeSize-1)/s.ResizeSize
+	start, from, size, _ := s.layout(math.MaxInt)
+	if size <= 0 {
+		return 0
 	}
-	return (s.Queries + s.TaskSize - 1) / s.TaskSize
+	return from + (max(s.Queries-start, 0)+size-1)/size
 }
 
 // TaskRange is the half-open range of query ids task i covers.
 func (s JobSpec) TaskRange(i int) (from, to int) {
-	if s.resized() && i >= s.ResizeFrom {
-		from = s.ResizeFrom*s.TaskSize + (i-s.ResizeFrom)*s.ResizeSize
-		return from, min(from+s.ResizeSize, s.Queries)
-	}
-	from = i * s.TaskSize
-	to = min(from+s.TaskSize, s.Queries)
-	return from, to
+	start, first, size, _ := s.layout(i)
+	from = start + (i-first)*size
+	return from, min(from+size, s.Queries)
 }
 
 // ChooseTaskSize picks queries per task: whole batches, about target queries, and no more

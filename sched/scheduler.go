@@ -10,60 +10,67 @@ import (
 	"time"
 
 	"idunno/rpc"
+	"idunno/sched/dispatch"
 )
 
 // SchedConfig gathers the scheduler's timing knobs and bounds, with defaults from
-// DefaultSchedConfig.
+// DefaultSchedConfig. The dispatch core's (leases, fair time, task sizes) are the embedded
+// dispatch.Config, documented there.
 type SchedConfig struct {
-	Tick             time.Duration // how often roles, leases and standby are checked
-	TakeoverGrace    time.Duration // a node that is not the standby waits this long before electing itself
-	PullEvery        time.Duration // a worker asks for work (and reports) at least this often
-	Depth            int           // tasks a worker holds: one running, the rest prefetched
-	MaxBuffered      int           // completions a worker buffers while no coordinator answers
-	ControlEvery     time.Duration // fair-time controller period
-	RateWindow       time.Duration // window of the rates the controller compares
-	ReplicateTimeout time.Duration // deadline of one replication call to the standby
-	AckTimeout       time.Duration // how long a client's change waits for the standby (or the disk) to hold it
-	CallTimeout      time.Duration // deadline of other scheduler calls
-	TaskQueries      int           // about this many queries per task...
-	MaxTaskBatches   int           // ...but at most this many batches (and at least MinTaskQueries queries)
-	MinTaskQueries   int
-	TaskSeconds      time.Duration // ...and, by the cost prior, no longer than this (at least one batch)
-	Writers          int           // result writes a worker keeps in flight
-	PutTimeout       time.Duration // deadline of one result write (retried); above twice SDFS's StatTimeout
-	LeaseSilence     time.Duration // a worker that has not pulled for this long loses its tasks
-	// FairSlack is how far (in seconds at the fair rate) a job may run ahead of the job
-	// furthest behind: what a worker's preference for its own jobs may cost (see FairQueue).
-	FairSlack time.Duration
-	// FairTaskSeconds bounds a task of a job that runs at the pace of others: at most this
-	// long at the fair rate, so completions step its rate over a 10 s window by little.
-	FairTaskSeconds time.Duration
+	dispatch.Config
+	Tick             time.Duration // how often roles, leases and standby are checked (50 ms)
+	TakeoverGrace    time.Duration // a node that is not the standby waits this long before electing itself (2 s)
+	PollEvery        time.Duration // a node without a coordinator asks the others for theirs this often (200 ms)
+	StatusTimeout    time.Duration // deadline of one such status call (500 ms)
+	StandbyFresh     time.Duration // the standby takes over at once only if the coordinator replicated to it this recently (3 s)
+	PullEvery        time.Duration // a worker asks for work (and reports) at least this often (200 ms)
+	Depth            int           // tasks a worker holds: one running, the rest prefetched (2)
+	MaxBuffered      int           // completions a worker buffers while no coordinator answers (1,024)
+	ReplicateTimeout time.Duration // deadline of one replication call to the standby (300 ms)
+	AckTimeout       time.Duration // how long a client's change waits for the standby (or the disk) to hold it (5 s)
+	// StandbyQuiet: after replacing its standby, a coordinator confirms no change for this
+	// long (1 s), so that if the old standby fell silent in a partition, the detector has
+	// also failed the other members cut off with it, and the majority check sees it.
+	StandbyQuiet time.Duration
+	CallTimeout  time.Duration // deadline of other scheduler calls (2 s)
+	Writers      int           // result writes a worker keeps in flight (3)
+	PutTimeout   time.Duration // deadline of one result write (retried); above twice SDFS's StatTimeout (15 s)
+	RetryBackoff time.Duration // a failed task or result write is retried after this, times the attempt (200 ms)
+	ReadTimeout  time.Duration // deadline of reading one task's result while assembling a job's (30 s)
+	WriteTimeout time.Duration // deadline of writing a job's result, labels read included (1 min)
+	// CostTau is the time constant of a job's measured cost per query (see
+	// DefaultCostTau): long enough that a loaded machine's heavy-tailed task times average
+	// out, short enough that a real change is followed within a few of it. 10 s.
+	CostTau time.Duration
 }
 
 // DefaultSchedConfig returns the defaults.
 func DefaultSchedConfig() SchedConfig {
 	return SchedConfig{
+		Config:           dispatch.DefaultConfig(),
 		Tick:             50 * time.Millisecond,
 		TakeoverGrace:    2 * time.Second,
+		PollEvery:        200 * time.Millisecond,
+		StatusTimeout:    500 * time.Millisecond,
+		StandbyFresh:     3 * time.Second,
 		PullEvery:        200 * time.Millisecond,
 		Depth:            2,
 		MaxBuffered:      1024,
-		ControlEvery:     time.Second,
-		RateWindow:       5 * time.Second,
 		ReplicateTimeout: 300 * time.Millisecond,
 		AckTimeout:       5 * time.Second,
+		StandbyQuiet:     time.Second,
 		CallTimeout:      2 * time.Second,
-		TaskQueries:      1024,
-		MaxTaskBatches:   16,
-		MinTaskQueries:   64,
-		TaskSeconds:      250 * time.Millisecond,
 		Writers:          3,
 		PutTimeout:       15 * time.Second,
-		LeaseSilence:     10 * time.Second,
-		FairSlack:        250 * time.Millisecond,
-		FairTaskSeconds:  250 * time.Millisecond,
+		RetryBackoff:     200 * time.Millisecond,
+		ReadTimeout:      30 * time.Second,
+		WriteTimeout:     time.Minute,
+		CostTau:          DefaultCostTau,
 	}
 }
+
+// Dispatch is the part of the config the dispatch core reads.
+func (c SchedConfig) Dispatch() dispatch.Config { return c.Config }
 
 type role int
 
@@ -99,6 +106,10 @@ type Scheduler struct {
 	lostSince time.Time // since when no live coordinator is known
 	standbyOf string    // the coordinator whose journal this node receives
 	lastBeat  time.Time // when the coordinator last replicated to this node
+	// released: this node was a standby and its coordinator moved to another, so its
+	// journal may lack changes the new standby confirmed (cleared by a new snapshot).
+	released  bool
+	waitNoted bool // the wait for a node holding the newest journal was logged
 	lastPoll  time.Time
 	co        *coordTables // non-nil while coordinator
 	// stats holds each job's latencies, rates and costs, fed by every task-done entry this
@@ -219,14 +230,20 @@ func (s *Scheduler) tick() {
 	}
 	// The standby holds the newest journal: it takes over at once.
 	if s.role == roleStandby && s.standbyOf == s.st.Coordinator && s.standbyOf != "" &&
-		now.Sub(s.lastBeat) < 3*time.Second {
+		now.Sub(s.lastBeat) < s.cfg.StandbyFresh {
 		if _, ok := live[s.standbyOf]; !ok {
+			if !s.majority(alive) {
+				// Cut off in a minority (the coordinator may be alive on the majority's
+				// side): taking over would make a second coordinator.
+				s.mu.Unlock()
+				return
+			}
 			s.takeOver("standby of failed coordinator " + s.standbyOf)
 			s.mu.Unlock()
 			return
 		}
 	}
-	if now.Sub(s.lastPoll) < 4*s.cfg.Tick {
+	if now.Sub(s.lastPoll) < s.cfg.PollEvery {
 		s.mu.Unlock()
 		return
 	}
@@ -251,7 +268,7 @@ func (s *Scheduler) tick() {
 		s.follow(best.Name, live[best.Name], best.Epoch)
 		return
 	}
-	if lost < s.cfg.TakeoverGrace {
+	if lost < s.cfg.TakeoverGrace || !s.majority(alive) {
 		return
 	}
 	// No coordinator anywhere: the node with the newest journal takes over (ties: lowest
@@ -260,9 +277,27 @@ func (s *Scheduler) tick() {
 	if len(sts) < len(alive) {
 		return
 	}
+	// Only a journal of the newest epoch anyone has seen, kept by a node that was not
+	// released as standby, can hold every change acknowledged in that epoch: the
+	// coordinator's and its standby's. A node with an older one (a worker, or a node cut
+	// off from them) taking over would drop those changes when it won on its higher epoch,
+	// so without such a node nobody takes over: the coordinator or the standby must come
+	// back (a restart recovers its journal from disk).
+	newest := s.maxEpoch
+	for _, r := range sts {
+		newest = max(newest, r.Epoch, r.Seen)
+	}
+	if s.st.Epoch < newest || s.released {
+		if !s.waitNoted {
+			s.waitNoted = true
+			s.logf("sched: no coordinator, and this node's journal (epoch %d%s) may lack changes of epoch %d: waiting for a node that holds them",
+				s.st.Epoch, map[bool]string{true: ", released as standby"}[s.released], newest)
+		}
+		return
+	}
 	me := StatusReply{Name: s.name, Epoch: s.st.Epoch, Seq: s.st.Seq}
 	for _, r := range sts {
-		if r.Name == s.name {
+		if r.Name == s.name || r.Epoch < newest || r.Released {
 			continue
 		}
 		if r.Epoch > me.Epoch || (r.Epoch == me.Epoch && (r.Seq > me.Seq || (r.Seq == me.Seq && NameLess(r.Name, me.Name)))) {
@@ -276,10 +311,21 @@ func (s *Scheduler) follow(name, addr string, epoch uint64) {
 	if epoch > s.maxEpoch {
 		s.maxEpoch = epoch
 	}
+	s.waitNoted = false
 	if name != s.coordName {
 		s.logf("sched: following coordinator %s (epoch %d)", name, epoch)
 	}
 	s.coordName, s.coordAddr = name, addr
+}
+
+// majority reports whether alive (this node's live view, itself included) holds more than
+// half the members the view knows. A node cut off in a minority neither takes over nor
+// confirms a change: the majority's side may elect a coordinator whose journal lacks it.
+// (The detector forgets failed members after its RetainDead, so a minority cut off for
+// longer than that counts itself a majority again.)
+func (s *Scheduler) majority(alive []Peer) bool {
+	k := s.mem.Known()
+	return k == 0 || 2*len(alive) > k
 }
 
 // pollStatus asks every live node for its role and journal position, in parallel.
@@ -297,7 +343,7 @@ func (s *Scheduler) pollStatus(alive []Peer) []StatusReply {
 				mu.Unlock()
 				return
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*s.cfg.Tick)
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.StatusTimeout)
 			defer cancel()
 			var r StatusReply
 			if err := s.rpc.CallJSON(ctx, p.RPCAddr, "sched.status", struct{}{}, &r); err == nil {
@@ -321,6 +367,11 @@ type StatusReply struct {
 	Coordinator string `json:"coordinator"`
 	CoordAddr   string `json:"coord_addr"`
 	Phase       Phase  `json:"phase"`
+	// Seen is the highest coordinator epoch the node has seen (its journal may be older);
+	// Released says it was a standby its coordinator replaced. Either way a node whose
+	// journal is not of the newest epoch, or was released, cannot take over.
+	Seen     uint64 `json:"seen,omitempty"`
+	Released bool   `json:"released,omitempty"`
 }
 
 func (s *Scheduler) status() StatusReply {
@@ -329,7 +380,7 @@ func (s *Scheduler) status() StatusReply {
 			Coordinator: s.name, CoordAddr: s.addr, Phase: s.st.Phase}
 	}
 	return StatusReply{Name: s.name, Role: s.role.String(), Epoch: s.st.Epoch, Seq: s.st.Seq,
-		Coordinator: s.coordName, CoordAddr: s.coordAddr, Phase: s.st.Phase}
+		Coordinator: s.coordName, CoordAddr: s.coordAddr, Phase: s.st.Phase, Seen: s.maxEpoch, Released: s.released}
 }
 
 // Status returns this node's scheduling role and journal position.

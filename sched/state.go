@@ -151,7 +151,7 @@ func (s *State) Check(e *Entry) error {
 		if f := e.Job.FLOPsPerQuery; f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
 			return fmt.Errorf("sched: journal: job %s has a bad FLOPs per query %v", e.Job.Name, f)
 		}
-		if e.Job.resized() || e.Job.ResizeFrom != 0 || e.Job.ResizeID != 0 {
+		if e.Job.resized() || e.Job.ResizeFrom != 0 || e.Job.ResizeID != 0 || len(e.Job.Splits) > 0 {
 			return fmt.Errorf("sched: journal: job %s is added resized", e.Job.Name)
 		}
 		if n := e.Job.NumTasks(); n <= 0 || n > MaxTasks || e.Job.TaskSize%e.Job.Batch != 0 {
@@ -217,7 +217,7 @@ func (s *State) Apply(e *Entry) error {
 		s.Jobs[e.Name].Split = e.Text
 	case EntryJobResize:
 		j := s.Jobs[e.Name]
-		j.Spec.ResizeFrom, j.Spec.ResizeSize, j.Spec.ResizeID = e.Task, e.Size, e.Time
+		j.Spec.Splits = append(slices.Clip(j.Spec.Splits), TaskSplit{From: e.Task, Size: e.Size, ID: e.Time})
 		done := make([]byte, (j.Spec.NumTasks()+7)/8)
 		copy(done, j.Done) // every done task is below ResizeFrom (checkResize)
 		j.Done = done
@@ -233,28 +233,57 @@ func (s *State) Apply(e *Entry) error {
 	return nil
 }
 
-// checkResize checks a job-resize entry: a running job not resized before, whose tasks
-// from e.Task on are none of them done, split into whole batches, within MaxTasks.
+// checkResize checks a job-resize entry: a running job resized fewer than MaxSplits times,
+// whose tasks from e.Task on are none of them done, split into whole batches under a new
+// result ID, within MaxTasks.
 func (s *State) checkResize(e *Entry) error {
 	j, ok := s.Jobs[e.Name]
 	if !ok {
 		return fmt.Errorf("sched: no job %q", e.Name)
 	}
 	sp := j.Spec
-	if j.Complete || sp.resized() {
-		return fmt.Errorf("sched: journal: job %s cannot be resized (complete, or resized before)", e.Name)
+	if j.Complete || len(sp.splits()) >= MaxSplits {
+		return fmt.Errorf("sched: journal: job %s cannot be resized (complete, or resized %d times)", e.Name, MaxSplits)
 	}
-	if e.Size <= 0 || e.Size%sp.Batch != 0 || e.Task < 0 || e.Task*sp.TaskSize >= sp.Queries || e.Time == sp.ID {
+	if e.Size <= 0 || e.Size%sp.Batch != 0 || e.Task < 0 || e.Task > sp.NumTasks() {
 		return fmt.Errorf("sched: journal: job %s: bad resize (from task %d, size %d)", e.Name, e.Task, e.Size)
+	}
+	if f, _ := sp.TaskRange(e.Task); f >= sp.Queries {
+		return fmt.Errorf("sched: journal: job %s: bad resize (from task %d, past the end)", e.Name, e.Task)
+	}
+	if ls := sp.splits(); len(ls) > 0 && e.Task < ls[len(ls)-1].From {
+		return fmt.Errorf("sched: journal: job %s: resize from task %d before the last one's %d", e.Name, e.Task, ls[len(ls)-1].From)
+	}
+	if e.Time == sp.ID || slices.ContainsFunc(sp.splits(), func(x TaskSplit) bool { return x.ID == e.Time }) {
+		return fmt.Errorf("sched: journal: job %s: resize reuses a result ID", e.Name)
 	}
 	for i := e.Task; i < sp.NumTasks(); i++ {
 		if j.IsDone(i) {
 			return fmt.Errorf("sched: journal: job %s: resize from task %d but task %d is done", e.Name, e.Task, i)
 		}
 	}
-	sp.ResizeFrom, sp.ResizeSize, sp.ResizeID = e.Task, e.Size, e.Time
+	sp.Splits = append(slices.Clip(sp.Splits), TaskSplit{From: e.Task, Size: e.Size, ID: e.Time})
 	if n := sp.NumTasks(); n > MaxTasks {
 		return fmt.Errorf("sched: journal: job %s: resize to %d tasks is over %d", e.Name, n, MaxTasks)
+	}
+	return nil
+}
+
+// checkSplits checks a decoded job's resizes (from disk or the network).
+func (sp JobSpec) checkSplits() error {
+	ls := sp.splits()
+	if sp.ResizeFrom < 0 || sp.ResizeSize < 0 || len(ls) > MaxSplits || (len(ls) > 0 && (sp.TaskSize <= 0 || sp.Batch <= 0)) {
+		return fmt.Errorf("bad resize")
+	}
+	prev := 0
+	for _, x := range ls {
+		if x.From < prev || x.From > MaxTasks || x.Size <= 0 || x.Size%sp.Batch != 0 || x.Size > 1<<31 || sp.TaskSize > 1<<31 {
+			return fmt.Errorf("bad resize")
+		}
+		prev = x.From
+		if start, _, _, _ := sp.layout(x.From); start >= sp.Queries || start < 0 {
+			return fmt.Errorf("bad resize")
+		}
 	}
 	return nil
 }
@@ -283,9 +312,7 @@ func (s *State) validate() error {
 		if !ok || j == nil || j.Spec.Name != n {
 			return fmt.Errorf("sched: snapshot: job %q inconsistent", n)
 		}
-		if sp := j.Spec; sp.ResizeFrom < 0 || sp.ResizeSize < 0 || sp.ResizeFrom > MaxTasks ||
-			(sp.resized() && (sp.Batch <= 0 || sp.ResizeSize%sp.Batch != 0 || sp.TaskSize <= 0 || sp.TaskSize > 1<<31 ||
-				sp.ResizeSize > 1<<31 || sp.ResizeFrom*sp.TaskSize >= sp.Queries)) {
+		if j.Spec.checkSplits() != nil {
 			return fmt.Errorf("sched: snapshot: job %q has a bad resize", n)
 		}
 		nt := j.Spec.NumTasks()

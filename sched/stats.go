@@ -21,7 +21,8 @@ type TaskReport struct {
 	StartNanos int64   `json:"start_ns"` // when the worker started it, unix nanoseconds
 }
 
-// rateWindow is the window of stats' query rate.
+// rateWindow is the window of stats' query rate: not a knob, `job stats` reports the rate
+// over 10 s (rate_10s).
 const rateWindow = 10 * time.Second
 
 // JobStats measures one job for the stats command and the fair-time controller.
@@ -35,6 +36,8 @@ type JobStats struct {
 	lastCost  time.Time               // when busySum and querySum were last decayed
 	gain      float64                 // fair-time correction carried between decisions
 	firstDone time.Time
+	times     *taskTimes    // task queue and compute times (jobtimes.go); nil until a task is done
+	costTau   time.Duration // time constant of cost (0: DefaultCostTau); SchedConfig.CostTau
 }
 
 type rateEvent struct {
@@ -48,14 +51,14 @@ const maxRateEvents = 1 << 14
 // is charged against the worker's weights relative to the cost assumed when it was leased.
 const outlierFactor = 4
 
-// costTau is the time constant of a job's measured cost: the cost is the busy time over
+// DefaultCostTau is the default time constant of a job's measured cost (SchedConfig.CostTau): the cost is the busy time over
 // the queries of the tasks completed in about the last costTau, each older task weighing
 // exp(-age/costTau). An average over time, not over a count of tasks: a cheap job's 32-query
 // tasks finish several times a second and on a loaded machine their busy times range over
 // two orders of magnitude (a task descheduled for a few ms costs 50 times one that was not),
 // so an average over the last few tasks swings by several times from one second to the
 // next, and the job's share of worker time, proportional to it, would swing with it.
-const costTau = 10 * time.Second
+const DefaultCostTau = 10 * time.Second
 
 // costOutlierFactor bounds what one task adds to the cost sums, relative to the current
 // cost: a paused process's task is not the job's cost, but the heavy tail of a loaded
@@ -110,7 +113,11 @@ func (s *JobStats) Record(r TaskReport, batch int, now time.Time) {
 		}
 		d := 0.0
 		if !s.lastCost.IsZero() {
-			d = math.Exp(-max(now.Sub(s.lastCost).Seconds(), 0) / costTau.Seconds())
+			tau := s.costTau
+			if tau <= 0 {
+				tau = DefaultCostTau
+			}
+			d = math.Exp(-max(now.Sub(s.lastCost).Seconds(), 0) / tau.Seconds())
 		}
 		s.busySum, s.querySum, s.lastCost = d*s.busySum+busy, d*s.querySum+q, now
 		s.cost = s.busySum / s.querySum
@@ -164,6 +171,9 @@ type LatencyHistogram struct {
 	Counts   []int64   `json:"counts"` // Counts[i]: queries with latency <= BoundsMS[i]
 	Count    int64     `json:"count"`  // all queries (the +Inf bucket)
 	SumMS    float64   `json:"sum_ms"`
+	// Per-task queue and compute times (jobtimes.go).
+	Queue   *TimeHistogram `json:"queue,omitempty"`
+	Compute *TimeHistogram `json:"compute,omitempty"`
 }
 
 // Histogram returns the latency distribution as cumulative counts at bounds (ms), read from

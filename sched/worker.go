@@ -270,7 +270,7 @@ func (s *Scheduler) computeTask(ctx context.Context, o TaskOrder) (computed, err
 			select {
 			case <-ctx.Done():
 				return computed{}, ctx.Err()
-			case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+			case <-time.After(time.Duration(attempt) * s.cfg.RetryBackoff):
 			}
 		}
 		preds, lat, err := s.exec.Run(ctx, o.Spec, from, to)
@@ -311,7 +311,7 @@ func (s *Scheduler) writerLoop(ctx context.Context) {
 			if err == nil || ctx.Err() != nil {
 				break
 			}
-			time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond)
+			time.Sleep(time.Duration(attempt+1) * s.cfg.RetryBackoff)
 		}
 		w.mu.Lock()
 		delete(w.writing, ref)

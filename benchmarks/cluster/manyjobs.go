@@ -44,6 +44,7 @@ type listSampler struct {
 	start time.Time
 	t     []float64
 	done  [][]float64
+	tasks [][]float64 // committed tasks
 	share [][]float64
 	live  [][]bool // the job ran (added, not complete) at the sample
 }
@@ -56,13 +57,14 @@ func (s *listSampler) sample() {
 	s.t = append(s.t, time.Since(s.start).Seconds())
 	for i, j := range s.jobs {
 		k := slices.IndexFunc(list, func(x sched.JobSummary) bool { return x.Name == j })
-		d, sh, live := 0.0, 0.0, false
+		d, dt, sh, live := 0.0, 0.0, 0.0, false
 		if k >= 0 {
-			d, sh, live = float64(list[k].Done), list[k].Share, !list[k].Complete
+			d, dt, sh, live = float64(list[k].Done), float64(list[k].DoneTasks), list[k].Share, !list[k].Complete
 		} else if n := len(s.done[i]); n > 0 {
-			d = s.done[i][n-1] // removed: keep the last count
+			d, dt = s.done[i][n-1], s.tasks[i][n-1] // removed: keep the last count
 		}
 		s.done[i] = append(s.done[i], d)
+		s.tasks[i] = append(s.tasks[i], dt)
 		s.share[i] = append(s.share[i], sh)
 		s.live[i] = append(s.live[i], live)
 	}
@@ -80,6 +82,25 @@ func (s *listSampler) rate(i, k int, w float64) float64 {
 		return (s.done[i][k] - s.done[i][j]) / dt
 	}
 	return 0
+}
+
+// step is job i's one-task step at sample k: how far one completion moves its 10 s rate,
+// as a fraction, i.e. one over the tasks it committed in the last 10 s (0 if none).
+func (s *listSampler) step(i, k int) float64 {
+	j := k
+	for j > 0 && s.t[k]-s.t[j] < 10-1e-9 {
+		j--
+	}
+	if dt := s.tasks[i][k] - s.tasks[i][j]; dt > 0 {
+		return 1 / dt
+	}
+	return 0
+}
+
+func newSampler(d *scenario.Driver, jobs []string) *listSampler {
+	n := len(jobs)
+	return &listSampler{d: d, jobs: jobs, start: time.Now(), done: make([][]float64, n), tasks: make([][]float64, n),
+		share: make([][]float64, n), live: make([][]bool, n)}
 }
 
 func (s *listSampler) runFor(d time.Duration) {
@@ -130,7 +151,7 @@ func manyJobs(o options, counts []int) error {
 		if _, err := d.Run(manyJobArgs(name, c)...); err != nil {
 			return err
 		}
-		s := &listSampler{d: d, jobs: []string{name}, start: time.Now(), done: make([][]float64, 1), share: make([][]float64, 1), live: make([][]bool, 1)}
+		s := newSampler(d, []string{name})
 		// From the first completion (past plan builds and model loads) for 15 s, or until
 		// the job's last task is committed (the last sample whose count moved).
 		deadline := time.Now().Add(2 * time.Minute)
@@ -188,21 +209,44 @@ func manyRun(o options, d *scenario.Driver, n int) (manyResult, error) {
 			cfg = append(cfg, c)
 		}
 	}
-	s := &listSampler{d: d, jobs: jobs, start: time.Now(), done: make([][]float64, n), share: make([][]float64, n), live: make([][]bool, n)}
+	if n == 2 { // the most and the least expensive, added at the same moment
+		for _, c := range []manyConfig{manyConfigs[0], manyConfigs[3]} {
+			jobs = append(jobs, fmt.Sprintf("m2-%s", c.model))
+			cfg = append(cfg, c)
+		}
+	}
+	s := newSampler(d, jobs)
 	var marks []plot.Mark
+	load0 := loadavg()
 	for i, j := range jobs {
 		if _, err := d.Run(manyJobArgs(j, cfg[i])...); err != nil {
 			return manyResult{}, err
 		}
 		marks = append(marks, plot.Mark{X: time.Since(s.start).Seconds(), Label: "+" + j})
-		s.runFor(3 * time.Second)
+		if n > 2 { // two jobs are added at the same moment
+			s.runFor(3 * time.Second)
+		}
 	}
 	lastAdd := marks[len(marks)-1].X
-	s.runFor(70 * time.Second)
+	s.runFor(80 * time.Second)
 	for _, j := range jobs {
 		d.Run("job", "remove", j)
 	}
-	// Steady state: from 10 s after the last add while every job runs.
+	// Steady state: from 10 s after every job's first completion (and the last add) while
+	// every job runs. Before that a 10 s window holds a job's start: under load a worker
+	// new to a model fetches it from SDFS and builds its plan (ResNet-50 is 100 MB), which
+	// took up to 25 s, and fair time holds the other jobs to the pace of the slowest.
+	steadyFrom := lastAdd
+	var firsts []string
+	for i, j := range jobs {
+		k := slices.IndexFunc(s.done[i], func(d float64) bool { return d > 0 })
+		if k < 0 {
+			return manyResult{}, fmt.Errorf("%d jobs: %s never completed a task", n, j)
+		}
+		steadyFrom = math.Max(steadyFrom, s.t[k])
+		firsts = append(firsts, fmt.Sprintf("%s %.1f s", j, s.t[k]-marks[i].X))
+	}
+	steadyFrom += 10
 	var at, spreads []float64
 	first, last := -1, -1
 	for k := range s.t {
@@ -210,7 +254,7 @@ func manyRun(o options, d *scenario.Driver, n int) (manyResult, error) {
 		for i := range jobs {
 			all = all && s.live[i][k]
 		}
-		if s.t[k] < lastAdd+10 || !all {
+		if s.t[k] < steadyFrom || !all {
 			continue
 		}
 		if first < 0 {
@@ -236,20 +280,33 @@ func manyRun(o options, d *scenario.Driver, n int) (manyResult, error) {
 	// Files: rates and shares over time, the spread per sample.
 	header := []string{"seconds"}
 	rows := make([][]float64, len(s.t))
-	var rateSeries, shareSeries []plot.Series
+	var rateSeries, shareSeries, stepSeries []plot.Series
+	var stepLines []string
 	for i, j := range jobs {
-		header = append(header, j+"_qps_10s", j+"_share")
+		header = append(header, j+"_qps_10s", j+"_share", j+"_step")
 		rs := plot.Series{Name: j}
 		ss := plot.Series{Name: j}
+		ts := plot.Series{Name: j}
+		var steady []float64
 		for k := range s.t {
-			r := s.rate(i, k, 10)
-			rows[k] = append(rows[k], r, s.share[i][k])
+			r, st := s.rate(i, k, 10), s.step(i, k)
+			rows[k] = append(rows[k], r, s.share[i][k], st)
 			rs.X, rs.Y = append(rs.X, s.t[k]), append(rs.Y, r)
 			if s.share[i][k] > 0 { // a log scale: leave out the samples before the add and after the end
 				ss.X, ss.Y = append(ss.X, s.t[k]), append(ss.Y, s.share[i][k])
 			}
+			if st > 0 {
+				ts.X, ts.Y = append(ts.X, s.t[k]), append(ts.Y, 100*st)
+			}
+			if k >= first && k <= last && st > 0 {
+				steady = append(steady, st)
+			}
 		}
-		rateSeries, shareSeries = append(rateSeries, rs), append(shareSeries, ss)
+		rateSeries, shareSeries, stepSeries = append(rateSeries, rs), append(shareSeries, ss), append(stepSeries, ts)
+		if len(steady) > 0 {
+			slices.Sort(steady)
+			stepLines = append(stepLines, fmt.Sprintf("%s %.1f%%", j, 100*steady[len(steady)/2]))
+		}
 	}
 	for k := range s.t {
 		rows[k] = append([]float64{s.t[k]}, rows[k]...)
@@ -273,10 +330,17 @@ func manyRun(o options, d *scenario.Driver, n int) (manyResult, error) {
 		LogY: true, Series: shareSeries}).Save(base + "_share.png"); err != nil {
 		return res, err
 	}
+	if err := (plot.Chart{Title: fmt.Sprintf("%d jobs: one task's step in each job's 10 s rate", n), XLabel: "time (s)", YLabel: "% of the 10 s count",
+		LogY: true, Series: stepSeries}).Save(base + "_step.png"); err != nil {
+		return res, err
+	}
 	sorted := slices.Clone(spreads)
 	slices.Sort(sorted)
-	res.lines = append(res.lines, fmt.Sprintf("manyjobs: %d jobs: spread of the 10 s rates (fastest/slowest-1), one sample a second from 10 s after the last add, %d samples over %.0f s: median %.1f%%, worst %.1f%%",
-		n, len(spreads), res.secs, 100*sorted[len(sorted)/2], 100*sorted[len(sorted)-1]))
+	res.lines = append(res.lines, fmt.Sprintf("manyjobs: %d jobs: load average %s at the start, %s at the end", n, load0, loadavg()))
+	res.lines = append(res.lines, fmt.Sprintf("manyjobs: %d jobs: first completion after the add: %s", n, strings.Join(firsts, ", ")))
+	res.lines = append(res.lines, fmt.Sprintf("manyjobs: %d jobs: one task's step in the 10 s rate (median in the steady state): %s", n, strings.Join(stepLines, ", ")))
+	res.lines = append(res.lines, fmt.Sprintf("manyjobs: %d jobs: spread of the 10 s rates (fastest/slowest-1), one sample a second from 10 s after every job's first completion (%.0f s), %d samples over %.0f s: median %.1f%%, worst %.1f%%",
+		n, steadyFrom, len(spreads), res.secs, 100*sorted[len(sorted)/2], 100*sorted[len(sorted)-1]))
 	// The spread per non-overlapping 10 s window, and each job's rate in it.
 	for w0 := s.t[first]; w0+10 <= s.t[last]+1e-9; w0 += 10 {
 		k0 := slices.IndexFunc(s.t, func(x float64) bool { return x >= w0 })

@@ -1,0 +1,248 @@
+package dispatch
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestTaskTableLeaseExpireAdopt(t *testing.T) {
+	ts := NewMemTasks(95, 5, 10, false) // 10 tasks; 0, 3 and 9 done
+	for _, i := range []int{3, 9, 0} {
+		ts.Done(i)
+	}
+	tt := NewTaskTable()
+	tt.AddJob("a", ts)
+	now := time.Unix(0, 0)
+	var got []int
+	for _, w := range []string{"w1", "w2", "w1", "w2"} {
+		task, ok := tt.Lease("a", w, now)
+		if !ok {
+			t.Fatal("no task")
+		}
+		got = append(got, task)
+	}
+	if fmt.Sprint(got) != "[1 2 4 5]" { // 0 and 3 are done
+		t.Fatalf("leased %v", got)
+	}
+	if !tt.Adopt("a", 7, "w3", now) || tt.Adopt("a", 7, "w1", now) || tt.Adopt("a", 0, "w1", now) {
+		t.Fatal("adopt rules")
+	}
+	if w := tt.Complete("a", 2); w != "w2" {
+		t.Fatalf("complete returned %q", w)
+	}
+	lost := tt.ExpireWorker("w1")
+	if len(lost) != 2 || lost[0].Task != 1 || lost[1].Task != 4 {
+		t.Fatalf("expired %+v", lost)
+	}
+	var rest []int
+	for {
+		task, ok := tt.Lease("a", "w9", now)
+		if !ok {
+			break
+		}
+		rest = append(rest, task)
+	}
+	// Given-back tasks first, then the rest; 7 is held by w3, 9 done, 2 finished by w2
+	// (not yet journaled here, so the table would hand it again only if it were expired).
+	if fmt.Sprint(rest) != "[1 4 6 8]" {
+		t.Fatalf("remaining leases %v", rest)
+	}
+	if tt.HasPending("a") || tt.Held("w9") != 4 {
+		t.Fatal("pending after draining")
+	}
+}
+
+func TestFairSharesProportionalToCost(t *testing.T) {
+	shares, _ := FairShares([]JobLoad{{Name: "lenet", Cost: 0.001}, {Name: "resnet", Cost: 0.019}})
+	if math.Abs(shares[0]-0.05) > 1e-9 || math.Abs(shares[1]-0.95) > 1e-9 {
+		t.Fatalf("shares %v", shares)
+	}
+	// A new job without a measured cost is assumed to cost the mean of the others.
+	shares, _ = FairShares([]JobLoad{{Name: "a", Cost: 0.002}, {Name: "new"}})
+	if math.Abs(shares[0]-0.5) > 1e-9 {
+		t.Fatalf("shares with unknown cost %v", shares)
+	}
+	if s, _ := FairShares(nil); len(s) != 0 {
+		t.Fatal("no jobs")
+	}
+}
+
+// TestFairSharesConvergeOnUnequalWorkers simulates a cluster whose workers differ in speed
+// and whose measured costs are biased, and checks the controller brings the query rates of
+// three jobs within 3% of each other.
+func TestFairSharesConvergeOnUnequalWorkers(t *testing.T) {
+	workers := []string{"w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9"}
+	speed := map[string]float64{"w0": 1.6, "w1": 1.5, "w2": 1.4, "w3": 1, "w4": 1, "w5": 1, "w6": 0.7, "w7": 0.6, "w8": 0.6, "w9": 0.5}
+	trueCost := []float64{0.001, 0.02, 0.005}
+	jobs := []JobLoad{{Name: "a"}, {Name: "b"}, {Name: "c"}}
+	names := []string{"a", "b", "c"}
+	var spread float64
+	for round := 0; round < 30; round++ {
+		shares, gains := FairShares(jobs)
+		assign := AssignWorkers(workers, names, shares)
+		rates := make([]float64, 3)
+		busy := make([]float64, 3)
+		for w, ss := range assign {
+			for _, s := range ss {
+				i := map[string]int{"a": 0, "b": 1, "c": 2}[s.Job]
+				rates[i] += s.Weight * speed[w] / trueCost[i]
+				busy[i] += s.Weight
+			}
+		}
+		lo, hi := math.Inf(1), 0.0
+		for i := range jobs {
+			jobs[i].Gain = gains[i]
+			jobs[i].Rate = rates[i]
+			jobs[i].Cost = busy[i] / rates[i] * 1.1 // measured cost: worker-seconds per query, biased
+			lo, hi = math.Min(lo, rates[i]), math.Max(hi, rates[i])
+		}
+		spread = hi/lo - 1
+	}
+	if spread > 0.03 {
+		t.Fatalf("rates still %.1f%% apart after 30 decisions", spread*100)
+	}
+}
+
+func TestAssignWorkersPacksInOrder(t *testing.T) {
+	a := AssignWorkers([]string{"n10", "n2", "n3", "n4"}, []string{"x", "y"}, []float64{0.375, 0.625})
+	if fmt.Sprint(a["n2"]) != "[{x 1}]" || fmt.Sprint(a["n3"]) != "[{x 0.5} {y 0.5}]" ||
+		fmt.Sprint(a["n4"]) != "[{y 1}]" || fmt.Sprint(a["n10"]) != "[{y 1}]" {
+		t.Fatalf("assignment %v", a)
+	}
+}
+
+// TestFairQueuePick: the rules of the dispatch, one at a time.
+func TestFairQueuePick(t *testing.T) {
+	all := func(string) bool { return true }
+	none := func(string) bool { return false }
+	only := func(names ...string) func(string) bool {
+		return func(j string) bool { return slices.Contains(names, j) }
+	}
+	q := NewFairQueue()
+	if q.Pick(all, all, 10) != "" {
+		t.Fatal("picked from an empty queue")
+	}
+	q.Add("a", 1)
+	q.Add("b", 2)
+	q.Leased("a", 100) // a: 100
+	q.Leased("b", 100) // b: 50 (weight 2)
+	if got := q.Pick(all, none, 0); got != "b" {
+		t.Fatalf("furthest behind: got %q, want b", got)
+	}
+	// A worker assigned a prefers it while it is at most slack ahead.
+	if got := q.Pick(all, only("a"), 60); got != "a" {
+		t.Fatalf("affinity within slack: got %q, want a", got)
+	}
+	if got := q.Pick(all, only("a"), 40); got != "b" {
+		t.Fatalf("affinity beyond slack: got %q, want b", got)
+	}
+	// A job added starts level with the furthest behind, not at zero.
+	q.Add("c", 1)
+	if q.Progress("c") != 50 {
+		t.Fatalf("new job starts at %v, want 50", q.Progress("c"))
+	}
+	// A job whose tasks are all leased (b, in its tail) holds the others back to its level.
+	q.Leased("c", 10) // c: 60
+	if got := q.Pick(only("a", "c"), all, 1000); got != "" {
+		t.Fatalf("ahead of a job in its tail: got %q, want none", got)
+	}
+	q.Returned("c", 20) // c: 40, a worker failed with its task
+	if got := q.Pick(only("a", "c"), all, 1000); got != "c" {
+		t.Fatalf("after a give-back: got %q, want c", got)
+	}
+	q.Remove("b")
+	if got := q.Jobs(); !slices.Equal(got, []string{"a", "c"}) {
+		t.Fatalf("jobs %v", got)
+	}
+	// Changing a weight keeps the queries leased: a's 100 queries over weight 4.
+	q.Add("a", 4)
+	if q.Progress("a") != 25 {
+		t.Fatalf("progress after a weight change %v, want 25", q.Progress("a"))
+	}
+}
+
+// TestFairSharesFLOPsPrior checks the cost prior from the models' FLOPs: before any cost
+// is measured, and for a new job next to measured ones, shares come within a few percent
+// of the true cost ratio (here cost = FLOPs × seconds per FLOP plus a small overhead).
+func TestFairSharesFLOPsPrior(t *testing.T) {
+	const spf = 2e-11
+	trueCost := func(flops float64) float64 { return flops*spf*1.02 + 1e-7 }
+	within := func(t *testing.T, shares []float64, flops []float64) {
+		t.Helper()
+		sum := 0.0
+		for _, f := range flops {
+			sum += trueCost(f)
+		}
+		for i, f := range flops {
+			want := trueCost(f) / sum
+			if math.Abs(shares[i]/want-1) > 0.03 {
+				t.Fatalf("job %d: share %.6g, fair share %.6g (%.1f%% off)", i, shares[i], want, 100*(shares[i]/want-1))
+			}
+		}
+	}
+	lenet, resnet, mid := 4.6e5, 8.2e9, 6e8
+	// Nothing measured: shares follow FLOPs, LeNet about 0.006% of worker time.
+	shares, _ := FairShares([]JobLoad{{Name: "lenet", FLOPs: lenet}, {Name: "resnet", FLOPs: resnet}})
+	within(t, shares, []float64{lenet, resnet})
+	// The expensive job is measured; the cheap one arrives.
+	shares, _ = FairShares([]JobLoad{{Name: "resnet", FLOPs: resnet, Cost: trueCost(resnet)}, {Name: "lenet", FLOPs: lenet}})
+	within(t, shares, []float64{resnet, lenet})
+	// Two measured, one new.
+	shares, _ = FairShares([]JobLoad{{Name: "resnet", FLOPs: resnet, Cost: trueCost(resnet)},
+		{Name: "mid", FLOPs: mid, Cost: trueCost(mid)}, {Name: "lenet", FLOPs: lenet}})
+	within(t, shares, []float64{resnet, mid, lenet})
+	// The mean-of-others rule is the fallback only where FLOPs are unknown: a measured job
+	// without FLOPs gives no seconds per FLOP, so the new job gets its cost.
+	shares, _ = FairShares([]JobLoad{{Name: "old", Cost: 0.004}, {Name: "new", FLOPs: lenet}})
+	if math.Abs(shares[0]-0.5) > 1e-9 {
+		t.Fatalf("fallback shares %v", shares)
+	}
+	// A job without FLOPs next to unmeasured jobs with FLOPs gets their mean prior.
+	c := CostEstimates([]JobLoad{{Name: "a", FLOPs: 1e9}, {Name: "b", FLOPs: 3e9}, {Name: "c"}})
+	if math.Abs(c[2]/c[0]-2) > 1e-9 || math.Abs(c[1]/c[0]-3) > 1e-9 {
+		t.Fatalf("estimates %v", c)
+	}
+	// Garbage never leaks into shares.
+	shares, _ = FairShares([]JobLoad{{Name: "a", FLOPs: math.NaN(), Cost: math.Inf(1)}, {Name: "b", FLOPs: -1}})
+	for _, s := range shares {
+		if !(s > 0 && s < 1) {
+			t.Fatalf("shares %v", shares)
+		}
+	}
+}
+
+// BenchmarkFairDecision is one fair-time decision for 1,000 workers and 100 jobs: shares
+// from measured costs, the fair rate and the per-worker split, then a round of picks, one
+// for each of the 1,000 workers (each leasing a task of the job it picked).
+func BenchmarkFairDecision(b *testing.B) {
+	workers := make([]string, 1000)
+	for i := range workers {
+		workers[i] = fmt.Sprintf("node%d", i)
+	}
+	loads := make([]JobLoad, 100)
+	names := make([]string, 100)
+	q := NewFairQueue()
+	for i := range loads {
+		names[i] = fmt.Sprintf("job%d", i)
+		loads[i] = JobLoad{Name: names[i], Cost: 0.001 * float64(1+i%17), Weight: float64(1 + i%3)}
+		q.Add(names[i], loads[i].Weight)
+	}
+	pending := func(string) bool { return true }
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		shares, _ := FairShares(loads)
+		slack := 0.25 * FairRate(len(workers), loads)
+		assign := AssignWorkers(workers, names, shares)
+		for _, w := range workers {
+			mine := map[string]bool{}
+			for _, sh := range assign[w] {
+				mine[sh.Job] = true
+			}
+			job := q.Pick(pending, func(j string) bool { return mine[j] }, slack)
+			q.Leased(job, 32)
+		}
+	}
+}
