@@ -15,7 +15,9 @@ func FuzzCompile(f *testing.F) {
 	r := rand.New(rand.NewSource(1))
 	f.Add(onnx.Encode(resnetBlock(r, true).m))
 	for _, c := range []string{"node/test_conv_with_strides_padding", "node/test_reshape_negative_dim",
-		"node/test_slice_neg_steps", "node/test_maxpool_2d_ceil", "node/test_gemm_all_attributes", "simple/test_expand_shape_model1"} {
+		"node/test_slice_neg_steps", "node/test_maxpool_2d_ceil", "node/test_gemm_all_attributes", "simple/test_expand_shape_model1",
+		"node/test_top_k", "node/test_resize_upsample_scales_cubic", "node/test_resize_tf_crop_and_resize",
+		"node/test_resize_downsample_sizes_nearest", "node/test_upsample_nearest"} {
 		if b, err := os.ReadFile(filepath.Join(backendData, c, "model.onnx")); err == nil {
 			f.Add(b)
 		}
