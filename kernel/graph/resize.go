@@ -25,7 +25,7 @@ func registerResize() {
 		"exclude_outside", "extrapolation_value", "antialias", "axes", "keep_aspect_ratio_policy",
 		"idunno.scales", "idunno.roi"}, minIn: 1, maxIn: 4, infer: inferResize}
 	ops["Upsample"] = &opSpec{attrs: []string{"mode", "scales"}, minIn: 1, maxIn: 2, infer: inferUpsample}
-	ops["Einsum"] = &opSpec{attrs: []string{"equation"}, minIn: 1, maxIn: 2, infer: inferEinsum}
+	ops["Einsum"] = &opSpec{attrs: []string{"equation"}, minIn: 1, maxIn: 1 << 10, infer: inferEinsum}
 }
 
 func inferTopK(x *nodeCtx) ([]onnx.ValueInfo, error) {
@@ -402,6 +402,9 @@ func inferEinsum(x *nodeCtx) ([]onnx.ValueInfo, error) {
 	eq, err := x.attrString("equation", "")
 	if err != nil {
 		return nil, err
+	}
+	if len(x.n.Inputs) > 2 {
+		return nil, x.errf("Einsum of %d operands not supported (one or two)", len(x.n.Inputs))
 	}
 	var ranks []int
 	for i := range x.n.Inputs {
