@@ -76,6 +76,8 @@ func commands() []command {
 			verbs: []string{"kernel", "train"}},
 		{name: "eval", usage: "eval --model M.onnx --data IMAGES --labels LABELS [preprocessing flags] [--batch B] [--threads T] [--precision fp32|bf16|int8] [--agreement] [--json]",
 			summary: "top-1 accuracy of a model on a labelled dataset", run: runEval},
+		{name: "quantize", usage: quantizeUsage,
+			summary: "calibrate activation ranges on a dataset and write a standard QDQ int8 model (then run it with --precision int8)", run: runQuantize},
 		{name: "zoo", usage: zooUsage, summary: zooSummary(), run: runZoo},
 		{name: "shell", usage: "shell [--cluster DIR | --at HOST:PORT]",
 			summary: "interactive shell: type any idunno command without the leading idunno (help, exit)", run: runShell},

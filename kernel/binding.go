@@ -23,6 +23,7 @@ var (
 	idkPeakGflops     func(threads int32, seconds float64) float64
 	idkNoop           func(x int32) int32
 	idkFmaRun         func(threads int32, iters int64) float64
+	idkInt8Run        func(threads int32, iters int64) float64
 	idkPlanSetPrec    func(p uintptr, dtype int32) int32
 	idkBF16Supported  func() int32
 	idkPeakBF16       func(threads int32, seconds float64) float64
@@ -59,6 +60,7 @@ func register(h uintptr) (err error) {
 	purego.RegisterLibFunc(&idkPeakGflops, h, "idk_peak_gflops")
 	purego.RegisterLibFunc(&idkNoop, h, "idk_noop")
 	purego.RegisterLibFunc(&idkFmaRun, h, "idk_fma_run")
+	purego.RegisterLibFunc(&idkInt8Run, h, "idk_int8_run")
 	purego.RegisterLibFunc(&idkPlanSetPrec, h, "idk_plan_set_precision")
 	purego.RegisterLibFunc(&idkBF16Supported, h, "idk_bf16_supported")
 	purego.RegisterLibFunc(&idkPeakBF16, h, "idk_peak_bf16_gflops")

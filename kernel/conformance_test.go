@@ -34,6 +34,9 @@ var supportedOps = map[string]bool{
 	"LayerNormalization": true, "ReduceSum": true, "ReduceMax": true, "ReduceMin": true, "ArgMax": true,
 	"ArgMin": true, "Split": true, "Mod": true,
 	"TopK": true, "Resize": true, "Upsample": true, "Einsum": true,
+	// issue 12: int8
+	"QuantizeLinear": true, "DequantizeLinear": true, "QLinearConv": true, "QLinearMatMul": true,
+	"MatMulInteger": true, "ConvInteger": true,
 }
 
 // readSkips reads testdata/conformance_skip.txt: "dir/case  reason" per line.

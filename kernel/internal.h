@@ -128,6 +128,18 @@ int idk_set_output(idk_plan_t *p, int tid, const dnnl_memory_desc_t *md, int pla
 
 void idk_train_free(idk_train_t *t);
 
+/* helpers of ops.c shared with quant.c */
+dnnl_primitive_attr_t idk_new_attr(void);
+idk_status_t idk_finish_prim(idk_plan_t *p, dnnl_primitive_desc_t pd, idk_step_t **out);
+int idk_new_out(idk_plan_t *p, int tid, const dnnl_memory_desc_t *md);
+idk_status_t idk_with_post_ops(idk_plan_t *p, const idk_op_t *op, dnnl_primitive_attr_t attr, int *sum_tid);
+int idk_dst_for_sum(idk_plan_t *p, const idk_op_t *op, int sum_tid, const dnnl_memory_desc_t *dmd);
+
+/* the int8 ops (quant.c) */
+#define IDK_IS_QUANT_OP(k) ((k) >= IDK_OP_QUANTIZE && (k) <= IDK_OP_QCONV)
+idk_status_t idk_check_quant(idk_plan_t *p, const idk_op_t *op);
+idk_status_t idk_lower_quant(idk_plan_t *p, const idk_op_t *op);
+
 /* lowering of one op into steps (ops.c) */
 idk_status_t idk_lower_op(idk_plan_t *p, int opi);
 idk_status_t idk_check_op(idk_plan_t *p, const idk_op_t *op);

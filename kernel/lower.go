@@ -441,6 +441,9 @@ func (b *builder) lowerNode(n *onnx.Node) error {
 	if ok, err := b.lowerModern(n); ok {
 		return err
 	}
+	if ok, err := b.lowerQuant(n); ok {
+		return err
+	}
 	switch n.OpType {
 	case "Conv":
 		return b.lowerConv(n)

@@ -101,11 +101,8 @@ func checkPrecision(m *onnx.Model, p Precision) error {
 		}
 		return nil
 	case INT8:
-		for _, n := range m.Graph.Nodes {
-			switch n.OpType {
-			case "QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger":
-				return nil
-			}
+		if IsQuantized(m) {
+			return nil
 		}
 		return ErrNotQuantized
 	}

@@ -27,6 +27,7 @@ static int same_dims(const idk_tensor_t *a, const idk_tensor_t *b) {
 }
 
 idk_status_t idk_check_op(idk_plan_t *p, const idk_op_t *op) {
+    if (IDK_IS_QUANT_OP(op->kind)) return idk_check_quant(p, op);
     const idk_tensor_t *o = OUT;
     int f32 = o->dtype == IDK_F32;
     for (int i = 0; i < op->nin; i++)
@@ -1706,6 +1707,7 @@ idk_status_t idk_lower_op(idk_plan_t *p, int opi) {
         if (p->t[op->out[i]].nviews != 0)
             return idk_fail(p, IDK_ERR_INVALID, "op %d writes tensor %d a second time", opi, op->out[i]);
     p->err[0] = 0;
+    if (IDK_IS_QUANT_OP(op->kind)) return idk_lower_quant(p, op);
     switch (op->kind) {
     case IDK_OP_CONV: return lower_conv(p, op);
     case IDK_OP_POOL: return lower_pool(p, op);
@@ -1738,4 +1740,16 @@ idk_status_t idk_lower_op(idk_plan_t *p, int opi) {
     case IDK_OP_MASKED_SOFTMAX: return idk_lower_modern(p, op);
     }
     return idk_fail(p, IDK_ERR_INVALID, "op %d: unknown kind %d", opi, op->kind);
+}
+
+/* ---- shared with quant.c (declared in internal.h) ---- */
+
+dnnl_primitive_attr_t idk_new_attr(void) { return new_attr(); }
+idk_status_t idk_finish_prim(idk_plan_t *p, dnnl_primitive_desc_t pd, idk_step_t **out) { return finish_prim(p, pd, out); }
+int idk_new_out(idk_plan_t *p, int tid, const dnnl_memory_desc_t *md) { return new_out(p, tid, md); }
+idk_status_t idk_with_post_ops(idk_plan_t *p, const idk_op_t *op, dnnl_primitive_attr_t attr, int *sum_tid) {
+    return with_post_ops(p, op, attr, sum_tid);
+}
+int idk_dst_for_sum(idk_plan_t *p, const idk_op_t *op, int sum_tid, const dnnl_memory_desc_t *dmd) {
+    return dst_for_sum(p, op, sum_tid, dmd);
 }

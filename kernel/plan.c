@@ -171,8 +171,8 @@ IDK_API idk_status_t idk_plan_add_tensor(idk_plan_t *p, int32_t dtype, int32_t n
     if (p->compiled) return idk_fail(p, IDK_ERR_STATE, "add_tensor after compile");
     if (ndims < 0 || ndims > IDK_MAX_DIMS || (ndims > 0 && !dims))
         return idk_fail(p, IDK_ERR_INVALID, "tensor rank %d out of range", ndims);
-    if (dtype != IDK_F32 && dtype != IDK_I64)
-        return idk_fail(p, IDK_ERR_UNSUPPORTED, "tensor dtype %d not supported (f32 and int64 only)", dtype);
+    if (dtype != IDK_F32 && dtype != IDK_I64 && !(dtype == IDK_I8 && data))
+        return idk_fail(p, IDK_ERR_UNSUPPORTED, "tensor dtype %d not supported (f32, int64 and constant int8 only)", dtype);
     size_t vol = 1;
     for (int i = 0; i < ndims; i++) {
         if (dims[i] < 0 || dims[i] > ((int64_t)1 << 40))
@@ -247,8 +247,8 @@ IDK_API idk_status_t idk_plan_add_post_op(idk_plan_t *p, int32_t kind, int32_t a
     if (p->compiled) return idk_fail(p, IDK_ERR_STATE, "add_post_op after compile");
     if (p->nops == 0) return idk_fail(p, IDK_ERR_STATE, "post-op before any op");
     idk_op_t *op = &p->ops[p->nops - 1];
-    if (op->kind != IDK_OP_CONV && op->kind != IDK_OP_MATMUL)
-        return idk_fail(p, IDK_ERR_INVALID, "post-ops only follow CONV or MATMUL");
+    if (op->kind != IDK_OP_CONV && op->kind != IDK_OP_MATMUL && op->kind != IDK_OP_QCONV)
+        return idk_fail(p, IDK_ERR_INVALID, "post-ops only follow CONV, QCONV or MATMUL");
     if (op->npost >= IDK_MAX_POST) return idk_fail(p, IDK_ERR_UNSUPPORTED, "too many post-ops");
     if (kind == IDK_POST_SUM) {
         if (tensor < 0 || tensor >= p->nt) return idk_fail(p, IDK_ERR_INVALID, "sum post-op tensor %d unknown", tensor);

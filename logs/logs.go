@@ -107,12 +107,13 @@ var fieldWords = map[string]string{
 // error argument is the field "err".
 func Fields(format string, args []any) []slog.Attr {
 	var out []slog.Attr
-	seen := map[string]bool{}
 	add := func(key string, v any) {
-		if !seen[key] {
-			seen[key] = true
-			out = append(out, slog.Any(key, v))
+		for _, a := range out { // a handful at most: a scan beats a map
+			if a.Key == key {
+				return
+			}
 		}
+		out = append(out, slog.Any(key, v))
 	}
 	for _, v := range parseFormat(format) {
 		if v.arg >= len(args) {

@@ -30,6 +30,7 @@ type compiler struct {
 	usedNames  map[string]bool            // every name some source node reads
 	foldBudget int64                      // elements folding may still create
 	training   bool                       // CompileTraining: keep BatchNormalization and Dropout, fuse nothing
+	dq         map[string]*dqSource       // folded DequantizeLinear outputs: their integer source (quant.go)
 }
 
 // Compile returns a graph ready for the kernel, for these exact input shapes.
@@ -62,6 +63,7 @@ func compile(m *onnx.Model, shapes map[string][]int64, consts map[string]*onnx.T
 		names:      map[string]bool{},
 		foldBudget: maxFoldTotal,
 		training:   training,
+		dq:         map[string]*dqSource{},
 	}
 	src := m.Graph
 	if err := c.bindInputs(src, shapes, consts); err != nil {
@@ -69,6 +71,9 @@ func compile(m *onnx.Model, shapes map[string][]int64, consts map[string]*onnx.T
 	}
 	nodes, err := c.sortNodes(src)
 	if err != nil {
+		return nil, err
+	}
+	if nodes, err = c.expandQuantOps(nodes); err != nil {
 		return nil, err
 	}
 	for _, o := range src.Outputs {
@@ -93,6 +98,7 @@ func compile(m *onnx.Model, shapes map[string][]int64, consts map[string]*onnx.T
 	}
 	c.foldPads()
 	if !c.training {
+		c.fuseQDQ()
 		c.fuseLayerNorm()
 		c.fuseTransformer()
 		c.fusePostOps()

@@ -47,6 +47,18 @@
 // every dim is exact. Folds whose result would exceed 2^22 elements (or 2^25 in all) run
 // as nodes instead. The model's opset must be 7 to 21.
 //
+// Quantized models (quant.go): QuantizeLinear and DequantizeLinear (per tensor or per
+// axis; uint8, int8, int16, and int32 for DequantizeLinear) are nodes at run time
+// and fold on constants. QLinearConv, QLinearMatMul, ConvInteger and MatMulInteger are
+// rewritten before compilation into DequantizeLinear with scale 1 (exact integers in
+// float32), Conv or MatMul, and QuantizeLinear (to int32 for the *Integer ops; QLinear*
+// scales must be constant). A Conv reading DequantizeLinear(QuantizeLinear(x)) with one
+// scale and 8-bit zero point, int8 weights with zero zero points (per output channel or
+// per tensor) and a constant bias reads x directly and carries the attributes
+// "idunno.qdq_w" (the int8 weights, AttrTensor), "idunno.qdq_w_scales" (one per output
+// channel), "idunno.qdq_x_scale", "idunno.qdq_x_zero" and "idunno.qdq_x_signed": the kernel
+// runs it as an int8 convolution. Other quantized patterns keep the exact reference path.
+//
 // Anything unsupported (an op, an attribute value, a dtype at run time) is an error
 // "graph: node <name> (<OpType>): ...", never a silently wrong graph.
 package graph

@@ -63,6 +63,7 @@ func init() {
 	}
 	registerFoldOnly()
 	registerModern()
+	registerQuant()
 	ops["Relu"].eval = evalUnaryFloat(func(v float32) float32 {
 		if v > 0 {
 			return v

@@ -21,6 +21,8 @@ var paramSlots = map[string][]int{
 	"TopK":            {1},
 	"Resize":          {1, 2, 3},
 	"Upsample":        {1},
+	"QLinearConv":     {1, 4, 6}, // scales (quant.go folds them into the requantization)
+	"QLinearMatMul":   {1, 4, 6},
 }
 
 // ConstantInputs returns the graph inputs (not initializers) that the compiler needs as

@@ -26,8 +26,8 @@
  * CUMSUM, UNARY, BINARY add/sub/mul/div/max/min) take them. Every integer and
  * boolean ONNX type is carried as int64 (booleans as 0/1); the caller converts at
  * the plan's edges. bf16 is the compute type of a bf16 plan's convolutions and
- * matrix products (idk_plan_set_precision), never a tensor's declared type; int8
- * is reserved in the same field.
+ * matrix products (idk_plan_set_precision), never a tensor's declared type; IDK_I8 is
+ * accepted for constants only (the weights of IDK_OP_QCONV).
  */
 #ifndef IDUNNO_KERNEL_H
 #define IDUNNO_KERNEL_H
@@ -57,7 +57,7 @@ typedef enum {
 /* Element types (ONNX TensorProto.DataType numbering). */
 typedef enum {
     IDK_F32 = 1,
-    IDK_I8 = 3,   /* reserved: quantised plans */
+    IDK_I8 = 3,   /* constant int8 weights of IDK_OP_QCONV */
     IDK_I64 = 7,
     IDK_BF16 = 16 /* compute type of bf16 plans (idk_plan_set_precision) */
 } idk_dtype_t;
@@ -147,7 +147,21 @@ typedef enum {
     IDK_OP_RESIZE = 41,
     /* in: x (f32, rank >= 2), mask (f32, that rank, each dim 1 or x's). Output: softmax over
      * the last axis of x + mask (below -80 after the row maximum: exactly 0). */
-    IDK_OP_MASKED_SOFTMAX = 42
+    IDK_OP_MASKED_SOFTMAX = 42,
+    /* ---- int8 (kernel/quant.c); numbered from 64 to stay clear of new float ops ---- */
+    /* ONNX QuantizeLinear. in: x (f32), scale (f32: 1 value, or 1-D along axis), [zero_point
+     * (i64, the scale's dims)]. Output i64 (8-bit values carried as int64): saturate(
+     * round_half_even(x / scale) + zero_point) to [qmin, qmax]. i: axis, qmin, qmax. */
+    IDK_OP_QUANTIZE = 64,
+    /* ONNX DequantizeLinear. in: x (i64), scale, [zero_point] as QUANTIZE. Output f32:
+     * (x - zero_point) * scale. i: axis. */
+    IDK_OP_DEQUANTIZE = 65,
+    /* Convolution of an 8-bit quantized input with int8 weights (oneDNN's u8/s8 x s8 kernels,
+     * s32 accumulation). in: x (f32), w (constant i8, ONNX's (O, I/group, k...)), w_scales
+     * (constant f32 [O]), [bias (constant f32 [O])]. The kernel quantizes x as QUANTIZE with x_scale and
+     * x_zero_point (u8, or s8 when x_signed), then y = x_scale * w_scales[o] * sum((xq - zp) * w)
+     * + bias[o], in f32. i: as CONV, then x_zero_point, x_signed. f: x_scale. Post-ops allowed. */
+    IDK_OP_QCONV = 66
 } idk_op_kind_t;
 
 typedef enum {
@@ -262,7 +276,7 @@ IDK_API idk_status_t idk_plan_add_op(idk_plan_t *p, int32_t kind, int32_t nin, c
                                      const int32_t *out, int32_t niattr, const int64_t *iattrs, int32_t nfattr,
                                      const float *fattrs);
 
-/* idk_plan_add_post_op appends a post-op to the last op added (CONV or MATMUL).
+/* idk_plan_add_post_op appends a post-op to the last op added (CONV, QCONV or MATMUL).
  * Post-ops run in the order added. tensor: the tensor id for IDK_POST_SUM, else ignored. */
 IDK_API idk_status_t idk_plan_add_post_op(idk_plan_t *p, int32_t kind, int32_t alg, float alpha, float beta,
                                           int32_t tensor);
@@ -364,6 +378,11 @@ IDK_API double idk_peak_gflops(int32_t threads, double seconds);
 /* idk_fma_run runs the FMA loop of idk_peak_gflops for `iters` rounds on `threads`
  * threads and returns the floating-point operations done (for CPU-time based peaks). */
 IDK_API double idk_fma_run(int32_t threads, int64_t iters);
+
+/* idk_int8_run runs an AVX-512 VNNI (u8 x s8 -> s32 multiply-accumulate) loop for `iters`
+ * rounds on `threads` threads and returns the integer operations done (a multiply-add counts
+ * two), or 0 when the CPU lacks avx512_vnni: the int8 peak, measured like the FP32 one. */
+IDK_API double idk_int8_run(int32_t threads, int64_t iters);
 
 /* idk_noop does nothing; it measures the cost of a call into the library. */
 IDK_API int32_t idk_noop(int32_t x);

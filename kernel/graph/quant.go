@@ -1,0 +1,554 @@
+package graph
+
+import (
+	"math"
+
+	"idunno/kernel/onnx"
+)
+
+// Quantized models (issue 12). QuantizeLinear and DequantizeLinear run as nodes (the
+// reference path: 8-bit values are integers at run time, carried as int64 by the kernel)
+// and fold on constants (weights). QLinearConv, QLinearMatMul, ConvInteger and
+// MatMulInteger are rewritten before compilation into DequantizeLinear (scale 1: exact
+// integers in float32), Conv or MatMul, and QuantizeLinear (or a saturating one to int32).
+// fuseQDQ then turns the standard QDQ pattern around a Conv into one int8 convolution
+// (attributes qdq*; see doc.go).
+
+// Attributes fuseQDQ puts on a Conv that the kernel runs with int8 weights and 8-bit input.
+const (
+	qdqWeights = "idunno.qdq_w"        // AttrTensor: the int8 weights (dims of the Conv's weights)
+	qdqWScales = "idunno.qdq_w_scales" // AttrFloats: one scale per output channel
+	qdqXScale  = "idunno.qdq_x_scale"  // AttrFloat: the input's scale
+	qdqXZero   = "idunno.qdq_x_zero"   // AttrInt: the input's zero point
+	qdqXSigned = "idunno.qdq_x_signed" // AttrInt: 1 when the input quantizes to int8, 0 for uint8
+)
+
+// QDQAttrs lists the attributes fuseQDQ sets on a Conv (for the kernel's lowering).
+var QDQAttrs = struct{ Weights, WScales, XScale, XZero, XSigned string }{qdqWeights, qdqWScales, qdqXScale, qdqXZero, qdqXSigned}
+
+// dqSource remembers the integer tensor behind a folded DequantizeLinear of a constant.
+type dqSource struct {
+	q      *onnx.Tensor // int8 or uint8 values
+	scales []float32    // 1 (per tensor) or one per index of axis
+	zeros  []int64      // same length as scales
+	axis   int
+}
+
+func registerQuant() {
+	ops["QuantizeLinear"] = &opSpec{attrs: []string{"axis", "saturate", "block_size", "output_dtype"},
+		minIn: 2, maxIn: 3, infer: inferQuantize, eval: evalQuantize}
+	ops["DequantizeLinear"] = &opSpec{attrs: []string{"axis", "block_size"},
+		minIn: 2, maxIn: 3, infer: inferDequantize, eval: evalDequantize}
+	// expanded by expandQuantOps before any node is visited
+	for name, in := range map[string][2]int{"QLinearConv": {8, 9}, "QLinearMatMul": {8, 8}, "ConvInteger": {2, 4}, "MatMulInteger": {2, 4}} {
+		ops[name] = &opSpec{minIn: in[0], maxIn: in[1], infer: func(x *nodeCtx) ([]onnx.ValueInfo, error) {
+			return nil, x.errf("internal: not expanded")
+		}}
+	}
+}
+
+// qparams checks a QuantizeLinear/DequantizeLinear node's scale and zero point (inputs 1
+// and 2) against x (input 0) and returns the axis the parameters run along (-1: per tensor)
+// and the quantized type.
+func qparams(x *nodeCtx, quantize bool) (axis int, qt onnx.DataType, err error) {
+	if bs, err := x.attrInt("block_size", 0); err != nil {
+		return 0, 0, err
+	} else if bs != 0 {
+		return 0, 0, x.errf("block_size=%d (blocked quantization) not supported", bs)
+	}
+	if x.in(1).DType != onnx.Float {
+		return 0, 0, x.errf("scale is %s; want float32", dtypeName(x.in(1).DType))
+	}
+	xd := x.dims(0)
+	sd := x.dims(1)
+	ax, err := x.attrInt("axis", 1)
+	if err != nil {
+		return 0, 0, err
+	}
+	axis = -1
+	switch {
+	case len(sd) == 0 || (len(sd) == 1 && sd[0] == 1):
+	case len(sd) == 1:
+		a, err := normAxis(ax, len(xd))
+		if err != nil {
+			return 0, 0, x.errf("axis %d: %v", ax, err)
+		}
+		if sd[0] != xd[a] {
+			return 0, 0, x.errf("scale has %d values; axis %d of the input has %d", sd[0], a, xd[a])
+		}
+		axis = a
+	default:
+		return 0, 0, x.errf("scale dims %v: want a scalar or 1-D (blocked scales not supported)", sd)
+	}
+	qt = onnx.Uint8
+	if x.has(2) {
+		zd := x.in(2)
+		if !dimsEqual(zd.Dims, sd) && !(volumeOf(zd.Dims) == 1 && volumeOf(sd) == 1) {
+			return 0, 0, x.errf("zero point dims %v differ from scale dims %v", zd.Dims, sd)
+		}
+		qt = zd.DType
+	}
+	if quantize {
+		if od, err := x.attrInt("output_dtype", 0); err != nil {
+			return 0, 0, err
+		} else if od != 0 {
+			if x.has(2) && onnx.DataType(od) != qt {
+				return 0, 0, x.errf("output_dtype %d differs from the zero point's type %s", od, dtypeName(qt))
+			}
+			qt = onnx.DataType(od)
+		}
+		if qt != onnx.Uint8 && qt != onnx.Int8 && qt != onnx.Int32 && qt != onnx.Int16 {
+			return 0, 0, x.errf("quantized type %s not supported (uint8, int8, int16)", dtypeName(qt))
+		}
+	} else {
+		if t := x.in(0).DType; t != onnx.Uint8 && t != onnx.Int8 && t != onnx.Int32 && t != onnx.Int16 {
+			return 0, 0, x.errf("input is %s; want uint8, int8, int16 or int32", dtypeName(t))
+		}
+		if x.has(2) && qt != x.in(0).DType {
+			return 0, 0, x.errf("zero point is %s, input is %s", dtypeName(qt), dtypeName(x.in(0).DType))
+		}
+		qt = x.in(0).DType
+	}
+	return axis, qt, nil
+}
+
+func volumeOf(d []int64) int64 {
+	n := int64(1)
+	for _, v := range d {
+		n *= v
+	}
+	return n
+}
+
+// QuantRange returns the values of a quantized type.
+func QuantRange(t onnx.DataType) (lo, hi int64) {
+	switch t {
+	case onnx.Uint8:
+		return 0, 255
+	case onnx.Int8:
+		return -128, 127
+	case onnx.Int16:
+		return -32768, 32767
+	case onnx.Int32:
+		return math.MinInt32, math.MaxInt32
+	}
+	return 0, 0
+}
+
+func inferQuantize(x *nodeCtx) ([]onnx.ValueInfo, error) {
+	if err := x.floatIn(0); err != nil {
+		return nil, err
+	}
+	if sat, err := x.attrInt("saturate", 1); err != nil {
+		return nil, err
+	} else if sat != 1 {
+		return nil, x.errf("saturate=%d applies to float8 only", sat)
+	}
+	_, qt, err := qparams(x, true)
+	if err != nil {
+		return nil, err
+	}
+	return []onnx.ValueInfo{{DType: qt, Dims: cloneDims(x.dims(0))}}, nil
+}
+
+func inferDequantize(x *nodeCtx) ([]onnx.ValueInfo, error) {
+	if _, _, err := qparams(x, false); err != nil {
+		return nil, err
+	}
+	return one(cloneDims(x.dims(0))), nil
+}
+
+// paramsAt returns scale and zero point for each index of axis (one pair when per tensor).
+func paramsAt(x *nodeCtx) ([]float32, []int64) {
+	s := x.cst(1).F32
+	z := make([]int64, len(s))
+	if zt := x.cst(2); zt != nil {
+		for i := range z {
+			z[i] = zt.I64[i%len(zt.I64)]
+		}
+	}
+	return s, z
+}
+
+// layout splits dims around axis into (outer, count, inner); axis -1 is per tensor.
+func layout(dims []int64, axis int) (outer, count, inner int64) {
+	outer, count, inner = 1, 1, 1
+	if axis < 0 {
+		return 1, 1, volumeOf(dims)
+	}
+	for i, d := range dims {
+		switch {
+		case i < axis:
+			outer *= d
+		case i == axis:
+			count = d
+		default:
+			inner *= d
+		}
+	}
+	return
+}
+
+func evalQuantize(x *nodeCtx) ([]*onnx.Tensor, error) {
+	infos, err := inferQuantize(x)
+	if err != nil {
+		return nil, err
+	}
+	axis, qt, _ := qparams(x, true)
+	in := x.cst(0)
+	s, z := paramsAt(x)
+	lo, hi := QuantRange(qt)
+	out := &onnx.Tensor{DType: qt, Dims: cloneDims(infos[0].Dims), I64: make([]int64, len(in.F32))}
+	outer, count, inner := layout(in.Dims, axis)
+	for a := int64(0); a < outer; a++ {
+		for c := int64(0); c < count; c++ {
+			for i := int64(0); i < inner; i++ {
+				k := (a*count+c)*inner + i
+				out.I64[k] = QuantizeValue(in.F32[k], s[c], z[c], lo, hi)
+			}
+		}
+	}
+	return []*onnx.Tensor{out}, nil
+}
+
+// QuantizeValue is ONNX QuantizeLinear of one value, in float32 as the kernel computes it.
+func QuantizeValue(v, scale float32, zero, lo, hi int64) int64 {
+	q := float32(math.RoundToEven(float64(v/scale))) + float32(zero)
+	switch {
+	case math.IsNaN(float64(q)):
+		return zero
+	case q < float32(lo):
+		return lo
+	case q > float32(hi):
+		return hi
+	}
+	return int64(q)
+}
+
+func evalDequantize(x *nodeCtx) ([]*onnx.Tensor, error) {
+	if _, err := inferDequantize(x); err != nil {
+		return nil, err
+	}
+	axis, qt, _ := qparams(x, false)
+	in := x.cst(0)
+	s, z := paramsAt(x)
+	out := &onnx.Tensor{DType: onnx.Float, Dims: cloneDims(in.Dims), F32: make([]float32, len(in.I64))}
+	outer, count, inner := layout(in.Dims, axis)
+	for a := int64(0); a < outer; a++ {
+		for c := int64(0); c < count; c++ {
+			for i := int64(0); i < inner; i++ {
+				k := (a*count+c)*inner + i
+				out.F32[k] = float32(in.I64[k]-z[c]) * s[c]
+			}
+		}
+	}
+	if qt == onnx.Int8 || qt == onnx.Uint8 {
+		x.c.dq[x.n.Outputs[0]] = &dqSource{q: in, scales: s, zeros: z, axis: axis}
+	}
+	return []*onnx.Tensor{out}, nil
+}
+
+// ---- QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger ----
+
+// expandQuantOps returns the nodes with every QLinear*/ *Integer node replaced by
+// DequantizeLinear, Conv/MatMul and QuantizeLinear nodes computing the same values.
+func (c *compiler) expandQuantOps(nodes []*onnx.Node) ([]*onnx.Node, error) {
+	var out []*onnx.Node
+	for _, n := range nodes {
+		var rep []*onnx.Node
+		var err error
+		switch n.OpType {
+		case "QLinearConv", "QLinearMatMul":
+			rep, err = c.expandQLinear(n)
+		case "ConvInteger", "MatMulInteger":
+			rep, err = c.expandInteger(n)
+		default:
+			out = append(out, n)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rep {
+			for _, in := range r.Inputs {
+				c.usedNames[in] = true
+			}
+		}
+		out = append(out, rep...)
+	}
+	return out, nil
+}
+
+func (c *compiler) qerr(n *onnx.Node, format string, args ...any) error {
+	x := &nodeCtx{c: c, n: n}
+	return x.errf(format, args...)
+}
+
+func (c *compiler) constF32(base string, dims []int64, v []float32) (string, error) {
+	name := c.fresh(base)
+	return name, c.addConst(name, &onnx.Tensor{Name: name, DType: onnx.Float, Dims: dims, F32: v})
+}
+
+// integerDQ makes x - zero_point as float32: DequantizeLinear with scale 1 along axis.
+func (c *compiler) integerDQ(n *onnx.Node, x, zero string, count int64, axis int64) (*onnx.Node, string, error) {
+	ones := make([]float32, count)
+	for i := range ones {
+		ones[i] = 1
+	}
+	dims := []int64{}
+	if count > 1 {
+		dims = []int64{count}
+	}
+	s, err := c.constF32(n.Name+"_one", dims, ones)
+	if err != nil {
+		return nil, "", err
+	}
+	ins := []string{x, s}
+	if zero != "" {
+		ins = append(ins, zero)
+	}
+	o := c.fresh(x + "_f")
+	dq := &onnx.Node{Name: c.fresh(n.Name + "_dq"), OpType: "DequantizeLinear", Inputs: ins, Outputs: []string{o},
+		Attrs: map[string]*onnx.Attribute{"axis": {Name: "axis", Type: onnx.AttrInt, I: axis}}}
+	return dq, o, nil
+}
+
+// zeroCount returns how many values a zero-point input holds (1 when absent).
+func (c *compiler) zeroCount(name string) int64 {
+	if name == "" {
+		return 1
+	}
+	if v := c.vals[c.resolve(name)]; v != nil {
+		return volumeOf(v.Dims)
+	}
+	return 1
+}
+
+func input(n *onnx.Node, i int) string {
+	if i < len(n.Inputs) {
+		return n.Inputs[i]
+	}
+	return ""
+}
+
+func convAttrs(n *onnx.Node) map[string]*onnx.Attribute {
+	a := map[string]*onnx.Attribute{}
+	for k, v := range n.Attrs {
+		a[k] = v
+	}
+	return a
+}
+
+// expandInteger: ConvInteger(x, w, [xz], [wz]) and MatMulInteger(a, b, [az], [bz]) give
+// int32 (x - xz) conv/matmul (w - wz): exact in float32 while sums stay below 2^24.
+func (c *compiler) expandInteger(n *onnx.Node) ([]*onnx.Node, error) {
+	conv := n.OpType == "ConvInteger"
+	if len(n.Inputs) < 2 || len(n.Outputs) != 1 {
+		return nil, c.qerr(n, "want 2 to 4 inputs and one output")
+	}
+	xz, wz := input(n, 2), input(n, 3)
+	// per-row a zero point (MatMulInteger) runs along axis 0, per-column b along axis 1,
+	// per-output-channel w (ConvInteger) along axis 0
+	dx, fx, err := c.integerDQ(n, n.Inputs[0], xz, c.zeroCount(xz), 0)
+	if err != nil {
+		return nil, err
+	}
+	waxis := int64(0)
+	if !conv {
+		waxis = -1
+	}
+	dw, fw, err := c.integerDQ(n, n.Inputs[1], wz, c.zeroCount(wz), waxis)
+	if err != nil {
+		return nil, err
+	}
+	acc := c.fresh(n.Outputs[0] + "_acc")
+	op := &onnx.Node{Name: c.fresh(n.Name + "_f"), Inputs: []string{fx, fw}, Outputs: []string{acc}}
+	if conv {
+		op.OpType, op.Attrs = "Conv", convAttrs(n)
+	} else {
+		op.OpType, op.Attrs = "MatMul", map[string]*onnx.Attribute{}
+	}
+	zero := c.fresh(n.Name + "_zero32")
+	if err := c.addConst(zero, &onnx.Tensor{Name: zero, DType: onnx.Int32, Dims: []int64{}, I64: []int64{0}}); err != nil {
+		return nil, err
+	}
+	one, err := c.constF32(n.Name+"_one32", []int64{}, []float32{1})
+	if err != nil {
+		return nil, err
+	}
+	q := &onnx.Node{Name: c.fresh(n.Name + "_q"), OpType: "QuantizeLinear", Inputs: []string{acc, one, zero},
+		Outputs: []string{n.Outputs[0]}, Attrs: map[string]*onnx.Attribute{}}
+	return []*onnx.Node{dx, dw, op, q}, nil
+}
+
+// expandQLinear: QLinearConv(x, xs, xz, w, ws, wz, ys, yz, [B]) and QLinearMatMul(a, as, az,
+// b, bs, bz, ys, yz) compute the integer accumulator exactly in float32 (values minus zero
+// points, scale 1), add B, and quantize with scale ys / (xs * ws) per output channel.
+func (c *compiler) expandQLinear(n *onnx.Node) ([]*onnx.Node, error) {
+	conv := n.OpType == "QLinearConv"
+	if len(n.Inputs) < 8 || len(n.Outputs) != 1 {
+		return nil, c.qerr(n, "want 8 or 9 inputs and one output")
+	}
+	scalar := func(i int) ([]float32, error) {
+		t := c.consts[c.resolve(n.Inputs[i])]
+		if t == nil || t.DType != onnx.Float || len(t.F32) == 0 {
+			return nil, c.qerr(n, "input %d (a scale) must be a float32 constant", i)
+		}
+		return t.F32, nil
+	}
+	xs, err := scalar(1)
+	if err != nil {
+		return nil, err
+	}
+	ws, err := scalar(4)
+	if err != nil {
+		return nil, err
+	}
+	ys, err := scalar(6)
+	if err != nil {
+		return nil, err
+	}
+	if len(xs) != 1 || len(ys) != 1 {
+		return nil, c.qerr(n, "input and output scales must be per tensor")
+	}
+	dx, fx, err := c.integerDQ(n, n.Inputs[0], n.Inputs[2], 1, 1)
+	if err != nil {
+		return nil, err
+	}
+	waxis := int64(0)
+	if !conv {
+		waxis = -1
+	}
+	dw, fw, err := c.integerDQ(n, n.Inputs[3], n.Inputs[5], int64(len(ws)), waxis)
+	if err != nil {
+		return nil, err
+	}
+	nodes := []*onnx.Node{dx, dw}
+	acc := c.fresh(n.Outputs[0] + "_acc")
+	op := &onnx.Node{Name: c.fresh(n.Name + "_f"), Inputs: []string{fx, fw}, Outputs: []string{acc}}
+	if conv {
+		op.OpType, op.Attrs = "Conv", convAttrs(n)
+		if b := input(n, 8); b != "" {
+			db, fb, err := c.integerDQ(n, b, "", 1, 0)
+			if err != nil {
+				return nil, err
+			}
+			nodes = append(nodes, db)
+			op.Inputs = append(op.Inputs, fb)
+		}
+	} else {
+		op.OpType, op.Attrs = "MatMul", map[string]*onnx.Attribute{}
+	}
+	nodes = append(nodes, op)
+	scales := make([]float32, len(ws))
+	for i, w := range ws {
+		scales[i] = float32(float64(ys[0]) / (float64(xs[0]) * float64(w)))
+	}
+	dims := []int64{}
+	axis := int64(1)
+	if len(scales) > 1 {
+		dims = []int64{int64(len(scales))}
+		if !conv {
+			axis = -1
+		}
+	}
+	s, err := c.constF32(n.Name+"_requant", dims, scales)
+	if err != nil {
+		return nil, err
+	}
+	q := &onnx.Node{Name: c.fresh(n.Name + "_q"), OpType: "QuantizeLinear", Inputs: []string{acc, s, n.Inputs[7]},
+		Outputs: []string{n.Outputs[0]}, Attrs: map[string]*onnx.Attribute{"axis": {Name: "axis", Type: onnx.AttrInt, I: axis}}}
+	return append(nodes, q), nil
+}
+
+// ---- the int8 fast path ----
+
+// fuseQDQ rewrites Conv(DequantizeLinear(QuantizeLinear(x)), DequantizeLinear(Wq)) with a
+// per-tensor 8-bit input and symmetric per-output-channel (or per-tensor) int8 weights
+// into a Conv reading x with the qdq* attributes: the kernel quantizes x itself and runs an
+// int8 convolution. The result equals the reference path's up to float rounding of the
+// accumulation (the s32 sum is exact; the reference sums dequantized floats). A Conv whose
+// pattern does not fit keeps the reference path.
+func (c *compiler) fuseQDQ() {
+	ix := c.index()
+	for _, n := range c.nodes {
+		if n.OpType != "Conv" || ix.dead[n] || n.Attrs[qdqWeights] != nil {
+			continue
+		}
+		src := c.dq[n.Inputs[1]]
+		if src == nil || src.q.DType != onnx.Int8 || (src.axis != 0 && src.axis != -1) {
+			continue
+		}
+		if !allZero(src.zeros) {
+			continue // asymmetric weights: the reference path
+		}
+		if len(n.Inputs) > 2 && n.Inputs[2] != "" && c.consts[n.Inputs[2]] == nil {
+			continue // the kernel folds the bias into the accumulator's units: it must be constant
+		}
+		dq := ix.producer[n.Inputs[0]]
+		if dq == nil || dq.OpType != "DequantizeLinear" {
+			continue
+		}
+		q := ix.producer[dq.Inputs[0]]
+		if q == nil || q.OpType != "QuantizeLinear" {
+			continue
+		}
+		xs, xz, signed, ok := c.sameTensorParams(q, dq)
+		if !ok {
+			continue
+		}
+		wsc := make([]float32, src.q.Dims[0])
+		for i := range wsc {
+			wsc[i] = src.scales[i%len(src.scales)]
+		}
+		ix.dropReader(n.Inputs[0], n)
+		n.Inputs[0] = q.Inputs[0]
+		ix.addReader(n.Inputs[0], n)
+		n.Attrs[qdqWeights] = &onnx.Attribute{Name: qdqWeights, Type: onnx.AttrTensor, T: src.q}
+		n.Attrs[qdqWScales] = &onnx.Attribute{Name: qdqWScales, Type: onnx.AttrFloats, Floats: wsc}
+		n.Attrs[qdqXScale] = &onnx.Attribute{Name: qdqXScale, Type: onnx.AttrFloat, F: xs}
+		n.Attrs[qdqXZero] = &onnx.Attribute{Name: qdqXZero, Type: onnx.AttrInt, I: xz}
+		n.Attrs[qdqXSigned] = &onnx.Attribute{Name: qdqXSigned, Type: onnx.AttrInt, I: signed}
+	}
+	c.pruneDead()
+}
+
+func allZero(v []int64) bool {
+	for _, z := range v {
+		if z != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// sameTensorParams reports the per-tensor scale, zero point and signedness shared by a
+// QuantizeLinear q and the DequantizeLinear dq reading it (8-bit only).
+func (c *compiler) sameTensorParams(q, dq *onnx.Node) (scale float32, zero, signed int64, ok bool) {
+	get := func(n *onnx.Node) (float32, int64, onnx.DataType, bool) {
+		s := c.consts[n.Inputs[1]]
+		if s == nil || len(s.F32) != 1 {
+			return 0, 0, 0, false
+		}
+		if len(n.Inputs) < 3 || n.Inputs[2] == "" {
+			return s.F32[0], 0, onnx.Uint8, true
+		}
+		z := c.consts[n.Inputs[2]]
+		if z == nil || len(z.I64) != 1 {
+			return 0, 0, 0, false
+		}
+		return s.F32[0], z.I64[0], z.DType, true
+	}
+	s1, z1, t1, ok1 := get(q)
+	s2, z2, t2, ok2 := get(dq)
+	if !ok1 || !ok2 || s1 != s2 || z1 != z2 || t1 != t2 || (t1 != onnx.Uint8 && t1 != onnx.Int8) || !(s1 > 0) {
+		return 0, 0, 0, false
+	}
+	if v := c.vals[q.Outputs[0]]; v == nil || v.DType != t1 {
+		return 0, 0, 0, false
+	}
+	if t1 == onnx.Int8 {
+		signed = 1
+	}
+	return s1, z1, signed, true
+}

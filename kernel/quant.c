@@ -1,0 +1,415 @@
+//go:build ignore
+
+// (The constraint above keeps the go tool, which builds with CGO_ENABLED=0, away from
+// this C file; make compiles it into bin/libidunno_kernel.so.)
+
+/* quant.c: the int8 ops. QUANTIZE and DEQUANTIZE are ONNX's QuantizeLinear and
+ * DequantizeLinear as C loops (the reference path: quantized values are carried as int64
+ * like every integer); QCONV is a convolution run by oneDNN's u8/s8 x s8 VNNI kernels:
+ * it quantizes its float input to 8 bits (a oneDNN reorder with the input's scale and zero
+ * point), convolves with constant s8 weights into s32 and writes float, scaled per output
+ * channel, with the usual post-ops. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define T(i) (&p->t[op->in[i]])
+#define OUT (&p->t[op->out[0]])
+
+static idk_status_t qbad(idk_plan_t *p, const char *what) {
+    return idk_fail(p, IDK_ERR_INVALID, "op %d (kind %d): %s", p->nops - 1, p->ops[p->nops - 1].kind, what);
+}
+
+static int same_shape(const idk_tensor_t *a, const idk_tensor_t *b) {
+    if (a->ndims != b->ndims) return 0;
+    for (int i = 0; i < a->ndims; i++)
+        if (a->dims[i] != b->dims[i]) return 0;
+    return 1;
+}
+
+/* params_fit: a scale or zero-point tensor is a scalar (1 value) or 1-D with x's dim at axis. */
+static int params_fit(const idk_tensor_t *x, const idk_tensor_t *s, int64_t axis) {
+    size_t v = idk_tensor_volume(s);
+    if (v == 1 && s->ndims <= 1) return 1;
+    return s->ndims == 1 && axis >= 0 && axis < x->ndims && s->dims[0] == x->dims[axis];
+}
+
+idk_status_t idk_check_quant(idk_plan_t *p, const idk_op_t *op) {
+    const idk_tensor_t *o = OUT;
+    switch (op->kind) {
+    case IDK_OP_QUANTIZE:
+    case IDK_OP_DEQUANTIZE: {
+        int q = op->kind == IDK_OP_QUANTIZE;
+        if (op->nin < 2 || op->nin > 3 || op->nout != 1 || op->ni != (q ? 3 : 1))
+            return qbad(p, "quantize/dequantize take x, scale, [zero_point] and i: axis[, qmin, qmax]");
+        const idk_tensor_t *x = T(0);
+        if (x->dtype != (q ? IDK_F32 : IDK_I64) || o->dtype != (q ? IDK_I64 : IDK_F32) || !same_shape(x, o))
+            return qbad(p, q ? "quantize maps f32 to i64 of the same dims" : "dequantize maps i64 to f32 of the same dims");
+        int64_t axis = op->ia[0];
+        if (T(1)->dtype != IDK_F32 || !params_fit(x, T(1), axis)) return qbad(p, "scale must be f32, a scalar or 1-D along axis");
+        if (op->nin == 3 && (T(2)->dtype != IDK_I64 || idk_tensor_volume(T(2)) != idk_tensor_volume(T(1))))
+            return qbad(p, "zero_point must be i64 with the scale's dims");
+        if (q && op->ia[1] > op->ia[2]) return qbad(p, "qmin > qmax");
+        return IDK_OK;
+    }
+    case IDK_OP_QCONV: {
+        if (op->nin < 3 || op->nin > 4 || op->nout != 1 || o->dtype != IDK_F32)
+            return qbad(p, "qconv takes x, w (i8), w_scales, [b]");
+        const idk_tensor_t *x = T(0), *w = T(1), *ws = T(2);
+        int S = x->ndims - 2;
+        if (S < 1 || S > 3 || op->ni != 2 + 4 * S + 2 || op->nf != 1) return qbad(p, "qconv attributes");
+        if (x->dtype != IDK_F32 || w->dtype != IDK_I8 || !w->cdata || w->ndims != x->ndims)
+            return qbad(p, "qconv needs f32 x and constant i8 weights of x's rank");
+        if (ws->dtype != IDK_F32 || idk_tensor_volume(ws) != (size_t)w->dims[0] || !ws->cdata)
+            return qbad(p, "qconv weight scales: constant f32, one per output channel");
+        for (int64_t c = 0; c < w->dims[0]; c++)
+            if (!(((const float *)ws->cdata)[c] > 0) || !isfinite(((const float *)ws->cdata)[c]))
+                return qbad(p, "qconv weight scales must be positive and finite");
+        if (op->nin == 4 && (T(3)->dtype != IDK_F32 || idk_tensor_volume(T(3)) != (size_t)w->dims[0] || !T(3)->cdata))
+            return qbad(p, "qconv bias: constant f32, one per output channel");
+        int64_t zp = op->ia[2 + 4 * S], sgn = op->ia[3 + 4 * S];
+        if (sgn != 0 && sgn != 1) return qbad(p, "qconv x_signed must be 0 or 1");
+        if (sgn ? (zp < -128 || zp > 127) : (zp < 0 || zp > 255)) return qbad(p, "qconv x zero point out of range");
+        if (!(op->fa[0] > 0) || !isfinite(op->fa[0])) return qbad(p, "qconv x scale must be positive");
+        return IDK_OK;
+    }
+    }
+    return qbad(p, "unknown quantized op");
+}
+
+/* ---- QuantizeLinear / DequantizeLinear: C loops over (outer, C, inner) ---- */
+
+static void qlayout(const idk_tensor_t *x, const idk_tensor_t *s, int64_t axis, idk_step_t *st) {
+    int64_t outer = 1, c = 1, inner = 1;
+    if (idk_tensor_volume(s) == 1 && s->ndims <= 1) {
+        inner = (int64_t)idk_tensor_volume(x);
+    } else {
+        for (int i = 0; i < axis; i++) outer *= x->dims[i];
+        c = x->dims[axis];
+        for (int i = (int)axis + 1; i < x->ndims; i++) inner *= x->dims[i];
+    }
+    st->n1 = outer;
+    st->n2 = c;
+    st->n3 = inner;
+}
+
+static idk_status_t fn_quantize(idk_plan_t *p, idk_step_t *s) {
+    const float *x = idk_buf_ptr(p, s->bufs[0]), *sc = idk_buf_ptr(p, s->bufs[1]);
+    const int64_t *zp = s->nb == 4 ? idk_buf_ptr(p, s->bufs[2]) : NULL;
+    int64_t *y = idk_buf_ptr(p, s->bufs[s->nb - 1]);
+    float lo = (float)s->extra[0], hi = (float)s->extra[1];
+    int64_t outer = s->n1, C = s->n2, inner = s->n3;
+#pragma omp parallel for collapse(2) if (outer * C * inner > 65536)
+    for (int64_t a = 0; a < outer; a++)
+        for (int64_t c = 0; c < C; c++) {
+            float scale = sc[c], z = zp ? (float)zp[c] : 0.f;
+            const float *xi = x + (a * C + c) * inner;
+            int64_t *yi = y + (a * C + c) * inner;
+            for (int64_t i = 0; i < inner; i++) {
+                /* ONNX: saturate(round_half_even(x / scale) + zero_point) */
+                float v = nearbyintf(xi[i] / scale) + z;
+                if (!(v >= lo)) v = isnan(v) ? z : lo; /* NaN: ORT gives the zero point */
+                if (v > hi) v = hi;
+                yi[i] = (int64_t)v;
+            }
+        }
+    return IDK_OK;
+}
+
+static idk_status_t fn_dequantize(idk_plan_t *p, idk_step_t *s) {
+    const int64_t *x = idk_buf_ptr(p, s->bufs[0]);
+    const float *sc = idk_buf_ptr(p, s->bufs[1]);
+    const int64_t *zp = s->nb == 4 ? idk_buf_ptr(p, s->bufs[2]) : NULL;
+    float *y = idk_buf_ptr(p, s->bufs[s->nb - 1]);
+    int64_t outer = s->n1, C = s->n2, inner = s->n3;
+#pragma omp parallel for collapse(2) if (outer * C * inner > 65536)
+    for (int64_t a = 0; a < outer; a++)
+        for (int64_t c = 0; c < C; c++) {
+            float scale = sc[c];
+            int64_t z = zp ? zp[c] : 0;
+            const int64_t *xi = x + (a * C + c) * inner;
+            float *yi = y + (a * C + c) * inner;
+            for (int64_t i = 0; i < inner; i++) yi[i] = (float)(xi[i] - z) * scale;
+        }
+    return IDK_OK;
+}
+
+static idk_status_t lower_qdq(idk_plan_t *p, const idk_op_t *op) {
+    int q = op->kind == IDK_OP_QUANTIZE;
+    int bx, bs, bz = -1;
+    if (idk_get_plain(p, op->in[0], &bx) != 0 || idk_get_plain(p, op->in[1], &bs) != 0) return IDK_ERR_DNNL;
+    if (op->nin == 3 && idk_get_plain(p, op->in[2], &bz) != 0) return IDK_ERR_DNNL;
+    int by = idk_new_out(p, op->out[0], NULL);
+    idk_step_t *s = by < 0 ? NULL : idk_new_step(p);
+    if (!s) return IDK_ERR_NOMEM;
+    s->fn = q ? fn_quantize : fn_dequantize;
+    s->nb = 0;
+    s->bufs[s->nb++] = bx;
+    s->bufs[s->nb++] = bs;
+    if (bz >= 0) s->bufs[s->nb++] = bz;
+    s->bufs[s->nb++] = by;
+    qlayout(T(0), T(1), op->ia[0], s);
+    if (q) {
+        if (!(s->extra = malloc(2 * sizeof *s->extra))) return IDK_ERR_NOMEM;
+        s->extra[0] = op->ia[1];
+        s->extra[1] = op->ia[2];
+    }
+    return IDK_OK;
+}
+
+/* ---- QCONV: oneDNN int8 convolution ---- */
+
+/* A weight scale of 0 (an all-zero channel) would make the bias division infinite; the
+ * quantizer writes 1 for such channels, and idk_check_quant rejects non-positive scales. */
+
+static idk_status_t qdnnl_err(idk_plan_t *p, const char *what, dnnl_status_t s) {
+    return idk_fail(p, IDK_ERR_DNNL, "op %d: %s: oneDNN status %d", p->cur_op, what, (int)s);
+}
+
+/* const_buffer copies n bytes into a new plan-owned buffer outside the arena. */
+static int const_buffer(idk_plan_t *p, const void *src, size_t n, void **out) {
+    void *d = aligned_alloc(64, (n + 63) / 64 * 64 + 64);
+    if (!d) return -1;
+    memcpy(d, src, n);
+    int b = idk_new_buffer(p, n);
+    if (b < 0) {
+        free(d);
+        return -1;
+    }
+    p->b[b].ext = d;
+    p->b[b].first = -2; /* owned external buffer (freed with the plan) */
+    if (out) *out = d;
+    return b;
+}
+
+/* reorder_const reorders constant data in layout src into a new plan-owned buffer in layout dst. */
+static int reorder_const(idk_plan_t *p, const dnnl_memory_desc_t *src, void *sdata, const dnnl_memory_desc_t *dst) {
+    size_t sz = dnnl_memory_desc_get_size(dst);
+    void *d = aligned_alloc(64, (sz + 63) / 64 * 64 + 64);
+    if (!d) return -1;
+    memset(d, 0, sz);
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_t pr = NULL;
+    dnnl_memory_t ms = NULL, md = NULL;
+    int ok = dnnl_reorder_primitive_desc_create(&pd, src, p->eng, dst, p->eng, NULL) == dnnl_success &&
+             dnnl_primitive_create(&pr, pd) == dnnl_success &&
+             dnnl_memory_create(&ms, src, p->eng, sdata) == dnnl_success &&
+             dnnl_memory_create(&md, dst, p->eng, d) == dnnl_success;
+    if (ok) {
+        dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, ms}, {DNNL_ARG_TO, md}};
+        ok = dnnl_primitive_execute(pr, p->stream, 2, args) == dnnl_success && dnnl_stream_wait(p->stream) == dnnl_success;
+    }
+    if (ms) dnnl_memory_destroy(ms);
+    if (md) dnnl_memory_destroy(md);
+    if (pr) dnnl_primitive_destroy(pr);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    int b = ok ? idk_new_buffer(p, sz) : -1;
+    if (b < 0) {
+        free(d);
+        return -1;
+    }
+    p->b[b].ext = d;
+    p->b[b].first = -2;
+    return b;
+}
+
+static void tag_md(dnnl_memory_desc_t *md, int nd, const int64_t *dims, dnnl_data_type_t dt, dnnl_format_tag_t tag) {
+    dnnl_dims_t d = {0};
+    for (int i = 0; i < nd && i < DNNL_MAX_NDIMS; i++) d[i] = dims[i];
+    dnnl_memory_desc_init_by_tag(md, nd, d, dt, tag);
+}
+
+static dnnl_format_tag_t plain_tag(int nd) {
+    switch (nd) {
+    case 1: return dnnl_a;
+    case 2: return dnnl_ab;
+    case 3: return dnnl_abc;
+    case 4: return dnnl_abcd;
+    case 5: return dnnl_abcde;
+    default: return dnnl_abcdef;
+    }
+}
+
+static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
+    const idk_tensor_t *x = T(0), *w = T(1), *o = OUT;
+    const float *wsc = T(2)->cdata;
+    int nd = x->ndims, S = nd - 2;
+    const int64_t *ia = op->ia;
+    int64_t g = ia[1 + 4 * S], zp = ia[2 + 4 * S];
+    int sgn = (int)ia[3 + 4 * S];
+    float xs = op->fa[0];
+    int64_t oc = w->dims[0];
+    dnnl_dims_t st, dl, pb, pe;
+    for (int i = 0; i < S; i++) {
+        st[i] = ia[1 + i];
+        dl[i] = ia[1 + S + i] - 1;
+        pb[i] = ia[1 + 2 * S + i];
+        pe[i] = ia[1 + 3 * S + i];
+    }
+    dnnl_data_type_t sdt = sgn ? dnnl_s8 : dnnl_u8;
+    dnnl_memory_desc_t src, wei, bias, dst;
+    tag_md(&src, nd, x->dims, sdt, dnnl_format_tag_any);
+    tag_md(&dst, nd, o->dims, dnnl_f32, dnnl_format_tag_any);
+    int64_t wd[IDK_MAX_DIMS + 1];
+    int wn = nd;
+    if (g > 1) {
+        wd[0] = g;
+        wd[1] = oc / g;
+        for (int i = 1; i < nd; i++) wd[i + 1] = w->dims[i];
+        wn = nd + 1;
+    } else {
+        for (int i = 0; i < nd; i++) wd[i] = w->dims[i];
+    }
+    tag_md(&wei, wn, wd, dnnl_s8, dnnl_format_tag_any);
+    int has_bias = op->nin == 4;
+    if (has_bias) tag_md(&bias, 1, &oc, dnnl_f32, dnnl_a);
+    dnnl_convolution_desc_t cd;
+    dnnl_status_t ds = dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &src,
+                                                                  &wei, has_bias ? &bias : NULL, &dst, st, dl, pb, pe);
+    if (ds != dnnl_success) return qdnnl_err(p, "int8 conv desc", ds);
+    dnnl_primitive_attr_t attr = idk_new_attr();
+    if (!attr) return IDK_ERR_NOMEM;
+    /* dst = (xs * ws[c]) * sum((x_q - zp) * w_q) + bias: the s32 accumulator scaled per output channel */
+    float *osc = malloc((size_t)oc * sizeof *osc);
+    if (!osc) {
+        dnnl_primitive_attr_destroy(attr);
+        return IDK_ERR_NOMEM;
+    }
+    for (int64_t c = 0; c < oc; c++) osc[c] = xs * wsc[c];
+    ds = dnnl_primitive_attr_set_output_scales(attr, oc, 1 << 1, osc);
+    free(osc);
+    int32_t zpv = (int32_t)zp, zrt = DNNL_RUNTIME_S32_VAL;
+    if (ds == dnnl_success && zp != 0) ds = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &zrt);
+    if (ds != dnnl_success) {
+        dnnl_primitive_attr_destroy(attr);
+        return qdnnl_err(p, "int8 conv scales", ds);
+    }
+    int sum_tid;
+    idk_status_t rc = idk_with_post_ops(p, op, attr, &sum_tid);
+    if (rc != IDK_OK) {
+        dnnl_primitive_attr_destroy(attr);
+        return rc;
+    }
+    dnnl_primitive_desc_t pd;
+    ds = dnnl_primitive_desc_create(&pd, &cd, attr, p->eng, NULL);
+    dnnl_primitive_attr_destroy(attr);
+    if (ds != dnnl_success) return qdnnl_err(p, "int8 conv primitive desc (needs a CPU with int8 support)", ds);
+    dnnl_memory_desc_t smd = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+    dnnl_memory_desc_t wmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    dnnl_memory_desc_t dmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+    rc = IDK_ERR_DNNL;
+    int xb, qb, wb, bb = -1, db, zb = -1;
+    /* the input's float view in the 8-bit layout's shape: plain, or nChw16c-like blocked is
+     * fine too; reorder from the producer's primary layout */
+    idk_view_t *xv;
+    if (idk_primary(p, op->in[0], &xv) != 0) goto out;
+    xb = xv->buf;
+    dnnl_memory_desc_t xmd = xv->md;
+    {
+        /* quantize: q = saturate(round(x / xs) + zp), into the conv's src layout */
+        dnnl_primitive_attr_t qa = idk_new_attr();
+        if (!qa) goto out;
+        float inv = 1.0f / xs;
+        dnnl_status_t qs = dnnl_primitive_attr_set_output_scales(qa, 1, 0, &inv);
+        if (qs == dnnl_success && zp != 0) qs = dnnl_primitive_attr_set_zero_points(qa, DNNL_ARG_DST, 1, 0, &zpv);
+        dnnl_primitive_desc_t rpd = NULL;
+        if (qs == dnnl_success) qs = dnnl_reorder_primitive_desc_create(&rpd, &xmd, p->eng, &smd, p->eng, qa);
+        dnnl_primitive_attr_destroy(qa);
+        if (qs != dnnl_success) {
+            qdnnl_err(p, "int8 quantize reorder", qs);
+            goto out;
+        }
+        qb = idk_new_buffer(p, dnnl_memory_desc_get_size(&smd));
+        idk_step_t *rs;
+        if (qb < 0 || idk_finish_prim(p, rpd, &rs) != IDK_OK) {
+            dnnl_primitive_desc_destroy(rpd);
+            goto out;
+        }
+        dnnl_primitive_desc_destroy(rpd);
+        idk_step_arg(rs, DNNL_ARG_FROM, &xmd, xb);
+        idk_step_arg(rs, DNNL_ARG_TO, &smd, qb);
+    }
+    {
+        dnnl_memory_desc_t wpm;
+        tag_md(&wpm, wn, wd, dnnl_s8, plain_tag(wn));
+        if ((wb = reorder_const(p, &wpm, w->cdata, &wmd)) < 0) {
+            idk_fail(p, IDK_ERR_DNNL, "op %d: int8 weight reorder failed", p->cur_op);
+            goto out;
+        }
+    }
+    if (has_bias) {
+        /* oneDNN 2.x adds an int8 convolution's bias to the s32 accumulator before the output
+         * scales: pass bias / (xs * ws[c]) */
+        const float *bv = T(3)->cdata;
+        float *sb = malloc((size_t)oc * sizeof *sb);
+        if (!sb) goto out;
+        for (int64_t c = 0; c < oc; c++) sb[c] = bv[c] / (xs * wsc[c]);
+        bb = const_buffer(p, sb, (size_t)oc * sizeof *sb, NULL);
+        free(sb);
+        if (bb < 0) goto out;
+    }
+    if (zp != 0 && (zb = const_buffer(p, &zpv, sizeof zpv, NULL)) < 0) goto out;
+    db = sum_tid >= 0 ? idk_dst_for_sum(p, op, sum_tid, &dmd) : idk_new_out(p, op->out[0], &dmd);
+    if (db < 0) goto out;
+    idk_step_t *s;
+    if ((rc = idk_finish_prim(p, pd, &s)) != IDK_OK) goto out;
+    idk_step_arg(s, DNNL_ARG_SRC, &smd, qb);
+    idk_step_arg(s, DNNL_ARG_WEIGHTS, &wmd, wb);
+    if (has_bias) idk_step_arg(s, DNNL_ARG_BIAS, &bias, bb);
+    idk_step_arg(s, DNNL_ARG_DST, &dmd, db);
+    if (zb >= 0) {
+        dnnl_memory_desc_t zmd;
+        int64_t one = 1;
+        tag_md(&zmd, 1, &one, dnnl_s32, dnnl_a);
+        idk_step_arg(s, DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, &zmd, zb);
+    }
+    rc = IDK_OK;
+out:
+    dnnl_primitive_desc_destroy(pd);
+    if (rc != IDK_OK && p->err[0] == 0) idk_fail(p, rc, "op %d: int8 conv lowering failed", p->cur_op);
+    return rc;
+}
+
+idk_status_t idk_lower_quant(idk_plan_t *p, const idk_op_t *op) {
+    switch (op->kind) {
+    case IDK_OP_QUANTIZE:
+    case IDK_OP_DEQUANTIZE: return lower_qdq(p, op);
+    case IDK_OP_QCONV: return lower_qconv(p, op);
+    }
+    return idk_fail(p, IDK_ERR_INVALID, "op %d: unknown quantized kind %d", p->cur_op, op->kind);
+}
+
+/* ---- the int8 peak: AVX-512 VNNI multiply-accumulate (vpdpbusd), measured like peak.c ---- */
+
+#include <immintrin.h>
+#include <omp.h>
+
+/* Each vpdpbusd on 512 bits does 64 u8 x s8 multiplies and adds them into 16 s32 lanes:
+ * 128 integer ops, counted like a float FMA's two. 16 independent accumulators keep the
+ * units busy. */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static double vnni512(long iters) {
+    __m512i a[16], u = _mm512_set1_epi8(3), s = _mm512_set1_epi8(-2);
+    for (int i = 0; i < 16; i++) a[i] = _mm512_set1_epi32(i);
+    for (long n = 0; n < iters; n++)
+        for (int i = 0; i < 16; i++) a[i] = _mm512_dpbusd_epi32(a[i], u, s);
+    __m512i t = a[0];
+    for (int i = 1; i < 16; i++) t = _mm512_add_epi32(t, a[i]);
+    int out[16];
+    _mm512_storeu_si512(out, t);
+    return out[0] * 0.0 + (double)iters * 16 * 64 * 2;
+}
+
+/* idk_int8_run runs the VNNI loop for `iters` rounds on `threads` threads and returns the
+ * integer ops done, or 0 on a CPU without AVX-512 VNNI. */
+IDK_API double idk_int8_run(int32_t threads, int64_t iters) {
+    if (threads < 1) threads = 1;
+    if (iters < 1) iters = 1;
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512vnni")) return 0;
+    double ops = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : ops)
+    ops += vnni512((long)iters);
+    return ops;
+}

@@ -1,0 +1,198 @@
+package kernel
+
+import (
+	"math"
+	"math/rand"
+	"testing"
+
+	"idunno/kernel/graph"
+	"idunno/kernel/onnx"
+)
+
+// referenceQDQ returns a copy of a QDQ model whose weight DequantizeLinear nodes are
+// replaced by their float values: the graph compiler then finds no int8 weights, and the
+// model runs the reference path (activation QuantizeLinear/DequantizeLinear as C loops,
+// float Conv) instead of oneDNN's int8 convolution.
+func referenceQDQ(t *testing.T, m *onnx.Model) *onnx.Model {
+	t.Helper()
+	g := *m.Graph
+	g.Initializers = map[string]*onnx.Tensor{}
+	for k, v := range m.Graph.Initializers {
+		g.Initializers[k] = v
+	}
+	g.Nodes = nil
+	for _, n := range m.Graph.Nodes {
+		q := m.Graph.Initializers[n.Inputs[0]]
+		if n.OpType != "DequantizeLinear" || q == nil {
+			g.Nodes = append(g.Nodes, n)
+			continue
+		}
+		s := m.Graph.Initializers[n.Inputs[1]]
+		axis := int(n.Attrs["axis"].I)
+		inner := int64(1)
+		for _, d := range q.Dims[axis+1:] {
+			inner *= d
+		}
+		f := make([]float32, len(q.I64))
+		for i, v := range q.I64 {
+			c := (int64(i) / inner) % q.Dims[axis]
+			f[i] = float32(v) * s.F32[c] // zero points are 0
+		}
+		g.Initializers[n.Outputs[0]] = &onnx.Tensor{Name: n.Outputs[0], DType: onnx.Float, Dims: q.Dims, F32: f}
+	}
+	out := *m
+	out.Graph = &g
+	return &out
+}
+
+// qdqConvModel is x -> Q/DQ (uint8, zero point zp) -> Conv(int8 per-channel weights) -> Relu
+// -> Q/DQ -> Conv (grouped, with bias) -> + residual -> output.
+func qdqConvModel(zp int64, rng *rand.Rand) *onnx.Model {
+	ini := map[string]*onnx.Tensor{}
+	f32 := func(name string, dims []int64, v []float32) string {
+		ini[name] = &onnx.Tensor{Name: name, DType: onnx.Float, Dims: dims, F32: v}
+		return name
+	}
+	i64 := func(name string, dt onnx.DataType, dims []int64, v []int64) string {
+		ini[name] = &onnx.Tensor{Name: name, DType: dt, Dims: dims, I64: v}
+		return name
+	}
+	weights := func(name string, dims []int64) (string, string, string) {
+		n := dims[0] * dims[1] * dims[2] * dims[3]
+		q := make([]int64, n)
+		for i := range q {
+			q[i] = int64(rng.Intn(255) - 127)
+		}
+		s := make([]float32, dims[0])
+		for i := range s {
+			s[i] = 0.001 + 0.01*rng.Float32()
+		}
+		return i64(name+"_q", onnx.Int8, dims, q), f32(name+"_s", []int64{dims[0]}, s), i64(name+"_z", onnx.Int8, []int64{dims[0]}, make([]int64, dims[0]))
+	}
+	attrs := func(kv ...any) map[string]*onnx.Attribute {
+		a := map[string]*onnx.Attribute{}
+		for i := 0; i < len(kv); i += 2 {
+			name := kv[i].(string)
+			switch v := kv[i+1].(type) {
+			case int:
+				a[name] = &onnx.Attribute{Name: name, Type: onnx.AttrInt, I: int64(v)}
+			case []int64:
+				a[name] = &onnx.Attribute{Name: name, Type: onnx.AttrInts, Ints: v}
+			}
+		}
+		return a
+	}
+	node := func(op string, in []string, out string, a map[string]*onnx.Attribute) *onnx.Node {
+		if a == nil {
+			a = map[string]*onnx.Attribute{}
+		}
+		return &onnx.Node{Name: out + "_node", OpType: op, Inputs: in, Outputs: []string{out}, Attrs: a}
+	}
+	xs := f32("xs", []int64{}, []float32{0.02})
+	xz := i64("xz", onnx.Uint8, []int64{}, []int64{zp})
+	w1q, w1s, w1z := weights("w1", []int64{16, 3, 3, 3})
+	ys := f32("ys", []int64{}, []float32{0.05})
+	yz := i64("yz", onnx.Uint8, []int64{}, []int64{0})
+	w2q, w2s, w2z := weights("w2", []int64{16, 4, 3, 3})
+	b := make([]float32, 16)
+	for i := range b {
+		b[i] = rng.Float32() - 0.5
+	}
+	f32("b2", []int64{16}, b)
+	nodes := []*onnx.Node{
+		node("QuantizeLinear", []string{"x", xs, xz}, "xq", nil),
+		node("DequantizeLinear", []string{"xq", xs, xz}, "xd", nil),
+		node("DequantizeLinear", []string{w1q, w1s, w1z}, "w1d", attrs("axis", 0)),
+		node("Conv", []string{"xd", "w1d"}, "c1", attrs("pads", []int64{1, 1, 1, 1})),
+		node("Relu", []string{"c1"}, "r1", nil),
+		node("QuantizeLinear", []string{"r1", ys, yz}, "rq", nil),
+		node("DequantizeLinear", []string{"rq", ys, yz}, "rd", nil),
+		node("DequantizeLinear", []string{w2q, w2s, w2z}, "w2d", attrs("axis", 0)),
+		node("Conv", []string{"rd", "w2d", "b2"}, "c2", attrs("pads", []int64{1, 1, 1, 1}, "group", 4)),
+		node("Add", []string{"c2", "r1"}, "y", nil),
+	}
+	return &onnx.Model{IRVersion: 8, Opset: 13, Graph: &onnx.Graph{
+		Name: "qdq", Nodes: nodes, Initializers: ini,
+		Inputs:  []onnx.ValueInfo{{Name: "x", DType: onnx.Float, Dims: []int64{2, 3, 9, 9}, HasShape: true}},
+		Outputs: []onnx.ValueInfo{{Name: "y", DType: onnx.Float}},
+	}}
+}
+
+// TestQDQConvInt8MatchesReference checks oneDNN's int8 convolution path against the
+// reference path (float Conv on dequantized values) on the same QDQ model: equal within
+// float rounding of the accumulation (1e-4 of the output's largest magnitude), for a zero
+// and a non-zero input zero point, and byte-identical over two runs.
+func TestQDQConvInt8MatchesReference(t *testing.T) {
+	for _, zp := range []int64{0, 128} {
+		rng := rand.New(rand.NewSource(zp + 1))
+		m := qdqConvModel(zp, rng)
+		x := &onnx.Tensor{Name: "x", DType: onnx.Float, Dims: []int64{2, 3, 9, 9}, F32: make([]float32, 2*3*9*9)}
+		for i := range x.F32 {
+			x.F32[i] = float32(rng.NormFloat64())
+		}
+		fast, err := LoadModel(m, Options{Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fast.Close()
+		if n := fast.int8Convs(t, []int64{2, 3, 9, 9}); n != 2 {
+			t.Fatalf("zp %d: %d convolutions run in int8, want 2", zp, n)
+		}
+		ref, err := LoadModel(referenceQDQ(t, m), Options{Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ref.Close()
+		got, err := fast.Run([]*onnx.Tensor{x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := fast.Run([]*onnx.Tensor{x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := ref.Run([]*onnx.Tensor{x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var big, worst float64
+		for i, w := range want[0].F32 {
+			big = math.Max(big, math.Abs(float64(w)))
+			worst = math.Max(worst, math.Abs(float64(got[0].F32[i]-w)))
+			if math.Float32bits(got[0].F32[i]) != math.Float32bits(again[0].F32[i]) {
+				t.Fatalf("zp %d: value %d differs between two runs", zp, i)
+			}
+		}
+		if worst > 1e-4*big {
+			t.Errorf("zp %d: int8 path differs from the reference by %g (largest output %g)", zp, worst, big)
+		}
+		t.Logf("zp %d: largest difference %g of %g", zp, worst, big)
+	}
+}
+
+// int8Convs compiles the model for these input dims and counts the Conv nodes marked for int8.
+func (m *Model) int8Convs(t *testing.T, dims []int64) int {
+	t.Helper()
+	g, err := graph.Compile(m.src, map[string][]int64{m.inputs[0].Name: dims}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, nd := range g.Nodes {
+		if nd.OpType == "Conv" && nd.Attrs["idunno.qdq_w"] != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// TestPeakInt8 reports the VNNI int8 peak beside the FP32 one (benchmarks quote both).
+func TestPeakInt8(t *testing.T) {
+	g := PeakInt8GOPS(2)
+	c := PeakInt8GOPSPerCPUSecond()
+	f := PeakGFLOPSPerCPUSecond()
+	t.Logf("int8 peak: %.1f GOP/s with 2 threads (wall), %.1f GOP/s per CPU second; FP32: %.1f GFLOP/s per CPU second", g, c, f)
+	if g < 0 || c < 0 {
+		t.Fatalf("negative peak")
+	}
+}

@@ -1,0 +1,176 @@
+package quantize
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"idunno/kernel"
+	"idunno/kernel/onnx"
+	"idunno/kernel/zoo"
+	"idunno/sched/dataset"
+	"idunno/sched/train"
+)
+
+const fmnist = "/usr/share/datasets/fashion-mnist"
+
+// view is the first n samples of a dataset.
+type view struct {
+	ds dataset.Dataset
+	n  int
+}
+
+func (v view) Len() int                            { return v.n }
+func (v view) Sample(i int) (dataset.Image, error) { return v.ds.Sample(i) }
+
+func fashion(t *testing.T, images, labels string, n int) (dataset.Dataset, []int64) {
+	t.Helper()
+	f, err := os.Open(filepath.Join(fmnist, images))
+	if err != nil {
+		t.Fatalf("Fashion-MNIST missing (make test-deps installs dataset-fashion-mnist): %v", err)
+	}
+	defer f.Close()
+	ds, err := dataset.Open(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lf, err := os.Open(filepath.Join(fmnist, labels))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+	l32, err := dataset.ReadLabels(labels, lf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := make([]int64, n)
+	for i := range l {
+		l[i] = int64(l32[i])
+	}
+	return view{ds, n}, l
+}
+
+// TestLeNetInt8 trains LeNet-5 for one epoch on 12,000 Fashion-MNIST images, quantizes it
+// with 512 calibration images, and checks on 2,000 test images that the int8 model agrees
+// with the float one on top-1 for at least 98% of them and is within 1.5 points of its
+// accuracy (the full test set's figure, within 0.5, is in benchmarks/README.md), that the
+// QDQ file round-trips, and that int8 results are the same bytes twice.
+func TestLeNetInt8(t *testing.T) {
+	pre := dataset.Preprocess{Scale: 1.0 / 255}
+	trainX, trainY := fashion(t, "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", 12000)
+	testX, testY := fashion(t, "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", 2000)
+	m, err := zoo.Build("lenet5", zoo.Options{InputShape: []int64{1, 28, 28}, Classes: 10, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := train.Config{
+		Plan:      train.Plan{Samples: trainX.Len(), Batch: 32, Shards: 1, Epochs: 1, Seed: 1},
+		LR:        0.01,
+		Optimizer: kernel.Optimizer{Kind: "sgd", Momentum: 0.9},
+		Schedule:  train.Schedule{Kind: "constant"},
+		Threads:   2,
+	}
+	fm, _, err := train.Local(context.Background(), m, cfg, train.Data{Images: trainX, Labels: trainY, Prep: pre}, nil, train.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var batches [][]*onnx.Tensor
+	for from := 0; from < 512; from += 128 {
+		b, err := dataset.Batch(trainX, from, from+128, pre, []int64{-1, 1, 28, 28})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Name = "input"
+		batches = append(batches, []*onnx.Tensor{b})
+	}
+	ranges, err := Calibrate(fm, batches, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qm, err := Rewrite(fm, ranges)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !kernel.IsQuantized(qm) || kernel.IsQuantized(fm) {
+		t.Fatalf("IsQuantized: float %v, quantized %v", kernel.IsQuantized(fm), kernel.IsQuantized(qm))
+	}
+	qm, err = onnx.Decode(onnx.Encode(qm)) // what a reader of the written file gets
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := Compare(fm, qm, testX, testY, pre, 250, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d test images: float %.2f%%, int8 %.2f%%, same top-1 %.2f%%, max |diff| %.3g",
+		a.Samples, 100*a.FloatTop1, 100*a.QuantTop1, 100*a.SameTop1, a.MaxAbsDiff)
+	if a.FloatTop1 < 0.6 {
+		t.Fatalf("float model at %.2f%%: training failed", 100*a.FloatTop1)
+	}
+	if a.SameTop1 < 0.98 || math.Abs(a.QuantTop1-a.FloatTop1) > 0.015 {
+		t.Errorf("int8 agreement %.4f (want >= 0.98), accuracy change %.4f (want within 0.015)", a.SameTop1, a.QuantTop1-a.FloatTop1)
+	}
+	// determinism: same model, input and threads give the same bytes
+	km, err := kernel.LoadModel(qm, kernel.Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer km.Close()
+	x, err := dataset.Batch(testX, 0, 64, pre, []int64{-1, 1, 28, 28})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first []byte
+	for i := 0; i < 2; i++ {
+		out, err := km.Run([]*onnx.Tensor{x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := onnx.EncodeTensor(out[0])
+		if i == 1 && !bytes.Equal(b, first) {
+			t.Fatal("two int8 runs gave different bytes")
+		}
+		first = b
+	}
+}
+
+// TestRewriteErrors: models Rewrite cannot quantize get clear errors.
+func TestRewriteErrors(t *testing.T) {
+	m, err := zoo.Build("lenet5", zoo.Options{InputShape: []int64{1, 28, 28}, Classes: 10, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Rewrite(m, Ranges{}); err == nil {
+		t.Fatal("Rewrite without ranges: no error")
+	}
+	old := *m
+	old.Opset = 11
+	if _, err := Rewrite(&old, Ranges{}); err == nil {
+		t.Fatal("opset 11: no error")
+	}
+	empty := &onnx.Model{Opset: 13, Graph: &onnx.Graph{Initializers: map[string]*onnx.Tensor{}}}
+	if _, err := Rewrite(empty, Ranges{}); err != ErrNothingToQuantize {
+		t.Fatalf("no Conv: %v", err)
+	}
+	if _, err := kernel.LoadModel(m, kernel.Options{Precision: kernel.INT8}); !errors.Is(err, kernel.ErrNotQuantized) {
+		t.Fatalf("--precision int8 on a float model: %v, want ErrNotQuantized", err)
+	}
+}
+
+// TestActivationParams: zero is exact and the range is covered.
+func TestActivationParams(t *testing.T) {
+	for _, r := range []Range{{0, 1}, {-1, 1}, {-3, -1}, {2, 5}, {0, 0}} {
+		s, z := ActivationParams(r)
+		if !(s > 0) {
+			t.Fatalf("%v: scale %v", r, s)
+		}
+		lo, hi := (0-float32(z))*s, (255-float32(z))*s
+		if lo > min(r.Min, 0)+s/2 || hi < max(r.Max, 0)-s/2 {
+			t.Errorf("%v: scale %v zero %d covers [%v, %v]", r, s, z, lo, hi)
+		}
+	}
+}
