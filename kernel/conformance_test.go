@@ -33,6 +33,7 @@ var supportedOps = map[string]bool{
 	"Ceil": true, "Round": true, "Softplus": true, "Mish": true, "Max": true, "Min": true,
 	"LayerNormalization": true, "ReduceSum": true, "ReduceMax": true, "ReduceMin": true, "ArgMax": true,
 	"ArgMin": true, "Split": true, "Mod": true,
+	"TopK": true, "Resize": true, "Upsample": true, "Einsum": true,
 	// issue 12: int8
 	"QuantizeLinear": true, "DequantizeLinear": true, "QLinearConv": true, "QLinearMatMul": true,
 	"MatMulInteger": true, "ConvInteger": true,

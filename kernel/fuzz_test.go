@@ -16,6 +16,12 @@ func FuzzLoadAndRun(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(onnx.Encode(src))
+	// a small transformer: fused attention with a padding mask, fused GELU, int64 inputs
+	text, err := zoo.BuildText(zoo.TextOptions{Vocab: 50, Length: 8, Layers: 1, Heads: 2, Width: 8, Classes: 3, Seed: 1})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(onnx.Encode(text))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := onnx.Decode(b)
 		if err != nil || m.Graph == nil {

@@ -143,5 +143,8 @@ idk_status_t idk_lower_quant(idk_plan_t *p, const idk_op_t *op);
 /* lowering of one op into steps (ops.c) */
 idk_status_t idk_lower_op(idk_plan_t *p, int opi);
 idk_status_t idk_check_op(idk_plan_t *p, const idk_op_t *op);
+/* TopK, Resize (ops_modern.c) */
+idk_status_t idk_check_modern(idk_plan_t *p, const idk_op_t *op);
+idk_status_t idk_lower_modern(idk_plan_t *p, const idk_op_t *op);
 
 #endif

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"idunno/kernel/graph"
 	"idunno/kernel/onnx"
 )
 
@@ -422,6 +423,10 @@ func nodeFLOPs(g *onnx.Graph, n *onnx.Node) float64 {
 			return 0
 		}
 		return 2 * out * float64(a[len(a)-1])
+	case graph.AttentionOp:
+		if kt := dimsOf(n.Inputs[1]); len(kt) > 0 {
+			return 4 * out * float64(kt[len(kt)-1])
+		}
 	}
 	return 0
 }

@@ -3,6 +3,7 @@ package kernel
 import (
 	"fmt"
 
+	"idunno/kernel/graph"
 	"idunno/kernel/onnx"
 )
 
@@ -116,6 +117,14 @@ func (b *builder) lowerModern(n *onnx.Node) (handled bool, err error) {
 		return true, b.lowerArgMax(n)
 	case "Split":
 		return true, b.lowerSplit(n)
+	case "TopK":
+		return true, b.lowerTopK(n)
+	case "Resize":
+		return true, b.lowerResize(n)
+	case "Einsum":
+		return true, b.lowerEinsum(n)
+	case graph.AttentionOp:
+		return true, b.lowerAttention(n)
 	}
 	return false, nil
 }

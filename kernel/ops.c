@@ -35,7 +35,8 @@ idk_status_t idk_check_op(idk_plan_t *p, const idk_op_t *op) {
             op->kind != IDK_OP_RESHAPE && op->kind != IDK_OP_SLICE && op->kind != IDK_OP_PAD &&
             op->kind != IDK_OP_TRANSPOSE && op->kind != IDK_OP_COPY && op->kind != IDK_OP_CAST &&
             op->kind != IDK_OP_COMPARE && op->kind != IDK_OP_WHERE && op->kind != IDK_OP_EXPAND &&
-            op->kind != IDK_OP_CUMSUM && op->kind != IDK_OP_UNARY && op->kind != IDK_OP_BINARY)
+            op->kind != IDK_OP_CUMSUM && op->kind != IDK_OP_UNARY && op->kind != IDK_OP_BINARY &&
+            op->kind != IDK_OP_RESIZE)
             return bad(p, "non-float input");
     switch (op->kind) {
     case IDK_OP_CONV: {
@@ -283,6 +284,9 @@ idk_status_t idk_check_op(idk_plan_t *p, const idk_op_t *op) {
             if (o->dims[i] != (i == op->ia[0] ? 1 : x->dims[i])) return bad(p, "argmax dims");
         return IDK_OK;
     }
+    case IDK_OP_TOPK:
+    case IDK_OP_RESIZE:
+    case IDK_OP_MASKED_SOFTMAX: return idk_check_modern(p, op);
     }
     return bad(p, "unknown op kind");
 }
@@ -1757,6 +1761,9 @@ idk_status_t idk_lower_op(idk_plan_t *p, int opi) {
     case IDK_OP_LAYER_NORM: return lower_layer_norm(p, op);
     case IDK_OP_REDUCE: return lower_reduce(p, op);
     case IDK_OP_ARGMAX: return lower_argmax(p, op);
+    case IDK_OP_TOPK:
+    case IDK_OP_RESIZE:
+    case IDK_OP_MASKED_SOFTMAX: return idk_lower_modern(p, op);
     }
     return idk_fail(p, IDK_ERR_INVALID, "op %d: unknown kind %d", opi, op->kind);
 }

@@ -54,6 +54,9 @@ func FLOPs(g *onnx.Graph) float64 {
 		case "MatMul":
 			a := dims(n.Inputs[0])
 			total += 2 * out * float64(a[len(a)-1])
+		case AttentionOp: // two matrix products of (L x d) by (d x S) and (L x S) by (S x d)
+			kt := dims(n.Inputs[1])
+			total += 4 * out * float64(kt[len(kt)-1])
 		case "MaxPool", "AveragePool":
 			k := 1.0
 			if ks, ok := n.Attrs["kernel_shape"]; ok {

@@ -54,6 +54,7 @@ func registerModern() {
 	} {
 		ops[name] = s
 	}
+	registerResize()
 	ops["ReduceMean"].attrs = []string{"axes", "keepdims", "noop_with_empty_axes"}
 	ops["ReduceMean"].maxIn = 2
 	// Shape-computing operators that may also run on run-time values.

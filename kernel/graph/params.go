@@ -18,6 +18,9 @@ var paramSlots = map[string][]int{
 	"ReduceSum": {1}, "ReduceMean": {1}, "ReduceMax": {1}, "ReduceMin": {1},
 	"ConstantOfShape": {0},
 	"Range":           {0, 1, 2},
+	"TopK":            {1},
+	"Resize":          {1, 2, 3},
+	"Upsample":        {1},
 	"QLinearConv":     {1, 4, 6}, // scales (quant.go folds them into the requantization)
 	"QLinearMatMul":   {1, 4, 6},
 }

@@ -133,6 +133,21 @@ typedef enum {
     /* in: x (f32). Output i64 with x's rank and dim `axis` set to 1.
      * i: axis, select_last_index, is_min (ArgMin). */
     IDK_OP_ARGMAX = 26,
+    /* (ops_modern.c; numbered from 40 to stay clear of other additions) */
+    /* in: x (f32). out: values (f32), indices (i64), both x's dims with dim axis = k,
+     * sorted (largest first when largest, else smallest first; ties: lower index first).
+     * i: axis, k, largest. */
+    IDK_OP_TOPK = 40,
+    /* in: x (f32), indices (i64, 1-D), weights (f32, 1-D, as many). Output: y (f32, same
+     * rank). i: taps[rank] (1 to 4). f: extrapolation value. indices holds, per dim d in
+     * order, for each output index along d, taps[d] source indices (-1 on the first tap:
+     * the element takes the extrapolation value); weights the matching weights.
+     * y = sum over every combination of taps of the product of the dims' weights times x
+     * at the combination's indices (nearest: 1 tap, linear: 2, cubic: 4). */
+    IDK_OP_RESIZE = 41,
+    /* in: x (f32, rank >= 2), mask (f32, that rank, each dim 1 or x's). Output: softmax over
+     * the last axis of x + mask (below -80 after the row maximum: exactly 0). */
+    IDK_OP_MASKED_SOFTMAX = 42,
     /* ---- int8 (kernel/quant.c); numbered from 64 to stay clear of new float ops ---- */
     /* ONNX QuantizeLinear. in: x (f32), scale (f32: 1 value, or 1-D along axis), [zero_point
      * (i64, the scale's dims)]. Output i64 (8-bit values carried as int64): saturate(

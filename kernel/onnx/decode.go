@@ -3,6 +3,7 @@ package onnx
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -25,23 +26,32 @@ const (
 
 // Decode parses a serialized ModelProto. It never panics on malformed input; the
 // returned model is not validated (see Validate).
+// A model whose tensors keep their data in other files is an error wrapping
+// ErrExternalData (ReadFile reads those).
 func Decode(b []byte) (*Model, error) {
 	m, err := decodeModel(b)
+	if err == nil {
+		err = rejectExternal(m)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("onnx: %w", err)
 	}
 	return m, nil
 }
 
-// ReadFile reads and decodes an ONNX model file.
+// ReadFile reads and decodes an ONNX model file, with the external data (weights in
+// files beside it) that its tensors name, confined to the file's folder.
 func ReadFile(path string) (*Model, error) {
 	b, err := readBounded(path)
 	if err != nil {
 		return nil, err
 	}
-	m, err := Decode(b)
+	m, err := decodeModel(b)
+	if err == nil {
+		err = resolveExternal(m, filepath.Dir(path))
+	}
 	if err != nil {
-		return nil, fmt.Errorf("%w (file %s)", err, path)
+		return nil, fmt.Errorf("onnx: %w (file %s)", err, path)
 	}
 	return m, nil
 }
@@ -49,6 +59,9 @@ func ReadFile(path string) (*Model, error) {
 // DecodeTensor parses a serialized TensorProto (the format of the ONNX backend test data's .pb files).
 func DecodeTensor(b []byte) (*Tensor, error) {
 	t, err := decodeTensor(b)
+	if err == nil && t.ext != nil {
+		err = fmt.Errorf("tensor %q: %w", t.Name, ErrExternalData)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("onnx: %w", err)
 	}

@@ -41,6 +41,7 @@ type Tensor struct {
 	F64     []float64
 	Raw     []byte
 	Strings []string
+	ext     *externalRef // data in another file, not yet read (external.go)
 }
 
 // AttrType is ONNX's AttributeProto.AttributeType.

@@ -129,6 +129,7 @@ type tensorFields struct {
 	strings   []string
 	hasTyped  bool
 	external  bool
+	extEntrs  [][2]string
 	hasSegmnt bool
 }
 
@@ -174,6 +175,14 @@ func decodeTensor(b []byte) (*Tensor, error) {
 			tf.hasTyped = true
 		case tensorExternalData:
 			tf.external = true
+			if err = f.wantBytes("external_data"); err == nil {
+				var k, v string
+				k, v, err = decodeExternalEntry(f.v)
+				tf.extEntrs = append(tf.extEntrs, [2]string{k, v})
+				if len(tf.extEntrs) > MaxExternalEntries {
+					err = fmt.Errorf("external data has over %d entries", MaxExternalEntries)
+				}
+			}
 		case tensorDataLocation:
 			err = f.wantVarint("data_location")
 			if f.x == 1 {
@@ -197,15 +206,23 @@ func decodeTensor(b []byte) (*Tensor, error) {
 // finish checks the gathered fields against the declared type and shape and fills t.
 func (tf *tensorFields) finish() error {
 	t := &tf.t
-	if tf.external {
-		return fmt.Errorf("external data is not supported (save the model with its weights inside the file)")
-	}
 	if tf.hasSegmnt {
 		return fmt.Errorf("segmented tensors are not supported")
 	}
 	n64, err := NumElements(t.Dims)
 	if err != nil {
 		return err
+	}
+	if tf.external {
+		if tf.hasRaw || tf.hasTyped {
+			return fmt.Errorf("has both external data and data inside the file")
+		}
+		ref, err := parseExternal(tf.extEntrs)
+		if err != nil {
+			return err
+		}
+		t.ext = ref // read by ReadFile (external.go)
+		return nil
 	}
 	n := int(n64)
 	if tf.hasRaw && tf.hasTyped {
