@@ -14,7 +14,7 @@ FUZZPKGS  ?= ./...
 
 export CGO_ENABLED=0
 
-.PHONY: all deps test-deps demo-deps install-pkgs test fuzz demo bench clean vet
+.PHONY: all deps test-deps demo-deps ort-deps install-pkgs test fuzz demo bench clean vet
 
 all: bin/idunno bin/libidunno_kernel.so
 
@@ -34,9 +34,12 @@ install-pkgs:
 	if [ -n "$$missing" ]; then echo "installing$$missing"; \
 	  $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y $$missing; fi
 
+# VERSION is what `idunno --version` prints: the commit, from git when there is one.
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
+
 bin/idunno: $(GO_SRC)
 	@mkdir -p bin
-	$(GO) build -o $@ ./client
+	$(GO) build $(if $(VERSION),-ldflags "-X main.version=$(VERSION)") -o $@ ./client
 
 bin/libidunno_kernel.so: $(KERNEL_SRC) | deps
 	@mkdir -p bin
@@ -81,7 +84,13 @@ demo: all demo-deps
 	$(GO) build -o bin/idunno-demo ./demo
 	bin/idunno-demo --bin bin/idunno $(DEMO_FLAGS)
 
-bench: all test-deps
+# ort-deps installs ONNX Runtime for node (benchmarks/ort's package-lock.json) for the
+# side-by-side comparison; .npmrc there skips the package's CUDA download.
+ort-deps:
+	@$(MAKE) -s install-pkgs PKGS="nodejs npm"
+	cd benchmarks/ort && npm ci --no-audit --no-fund
+
+bench: all test-deps ort-deps
 	./benchmarks/run.sh
 
 clean:

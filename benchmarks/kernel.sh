@@ -5,6 +5,7 @@
 #   SECONDS_PER_RUN (default 10)   how long each configuration runs
 #   THREADS (default 2)            kernel threads
 #   CONFIGS                        "model:batch ..." (default below)
+#   PRECISIONS (default "fp32 bf16") kernel precisions (bf16 is skipped on CPUs without it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${IDUNNO_BIN:-$PWD/bin/idunno}
@@ -16,15 +17,19 @@ OUT=benchmarks/out
 MODELS=${MODELS_DIR:-${TMPDIR:-/tmp}/idunno-bench-models}  # zoo files are large: kept out of the tree
 mkdir -p "$OUT" "$MODELS"
 csv="$OUT/kernel.csv"
-echo "model,batch,threads,images_per_sec,p50_ms,p99_ms,gflop_per_image,peak_gflops,fraction_of_peak,gflops_per_cpu_second,peak_gflops_per_cpu_second,fraction_of_peak_cpu,fraction_of_peak_p50,load_avg" > "$csv"
+PRECISIONS=${PRECISIONS:-"fp32 bf16"}
+echo "model,precision,batch,threads,images_per_sec,p50_ms,p99_ms,gflop_per_image,peak_gflops,fraction_of_peak,gflops_per_cpu_second,peak_gflops_per_cpu_second,fraction_of_peak_cpu,fraction_of_peak_p50,load_avg" > "$csv"
 for cfg in $CONFIGS; do
   model=${cfg%%:*}; batch=${cfg##*:}
   f="$MODELS/$model.onnx"
   [ -f "$f" ] || "$BIN" zoo "$model" --out "$f" >/dev/null
-  json=$("$BIN" bench kernel --model "$f" --batch "$batch" --threads "$THREADS" --seconds "$SECS" --json)
-  line=$(printf '%s' "$json" | /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin); print(",".join(str(r[k]) for k in ["batch","threads","images_per_sec","p50_ms","p99_ms","gflop_per_image","peak_gflops","fraction_of_peak","gflops_per_cpu_second","peak_gflops_per_cpu_second","fraction_of_peak_cpu","fraction_of_peak_p50"]))')
-  load=$(cut -d' ' -f1 /proc/loadavg)
-  echo "$model,$line,$load" | tee -a "$csv"
+  for prec in $PRECISIONS; do
+    json=$("$BIN" bench kernel --model "$f" --batch "$batch" --threads "$THREADS" --seconds "$SECS" --precision "$prec" --json) || {
+      echo "$model $prec: skipped" >&2; continue; }
+    line=$(printf '%s' "$json" | /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin); print(",".join(str(r[k]) for k in ["batch","threads","images_per_sec","p50_ms","p99_ms","gflop_per_image","peak_gflops","fraction_of_peak","gflops_per_cpu_second","peak_gflops_per_cpu_second","fraction_of_peak_cpu","fraction_of_peak_p50"]))')
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    echo "$model,$prec,$line,$load" | tee -a "$csv"
+  done
 done
 echo "wrote $csv"
 go test ./kernel -run '^$' -bench 'DispatchLeNet5|NoopCall' -benchtime 20000x | tee "$OUT/kernel_dispatch.txt"

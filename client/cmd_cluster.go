@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 
@@ -12,7 +11,6 @@ func runCluster(args []string) error {
 	if len(args) == 0 {
 		return usageError("usage: idunno cluster up|down|kill|stop|cont|restart --dir DIR ...")
 	}
-	localcluster.DieWithParent = false // nodes outlive this command
 	sub, rest := args[0], args[1:]
 	if wantsHelp(args[:1]) {
 		rest = args // idunno cluster --help: the flags every verb takes
@@ -26,8 +24,9 @@ func runCluster(args []string) error {
 		return err
 	}
 	if *dir == "" {
-		return errors.New("--dir is required")
+		return usageError("--dir is required")
 	}
+	localcluster.DieWithParent = false // nodes outlive this command
 	if sub == "up" {
 		c, err := localcluster.Up(*dir, *nodes, *base, "")
 		if err != nil {

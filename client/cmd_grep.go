@@ -24,7 +24,7 @@ func runGrep(args []string) error {
 		return err
 	}
 	if len(pos) != 1 {
-		return errors.New("want one PATTERN (usage: idunno grep PATTERN [--node NODE])")
+		return usageError("want one PATTERN (usage: idunno grep PATTERN [--node NODE])")
 	}
 	members, err := t.nodes()
 	if err != nil {

@@ -176,7 +176,7 @@ func runTrainAdd(args []string) error {
 			for _, f := range strings.Split(*shape, ",") {
 				var d int64
 				if _, err := fmt.Sscan(strings.TrimSpace(f), &d); err != nil {
-					return fmt.Errorf("--input-shape %q: want C,H,W", *shape)
+					return usageErrorf("--input-shape %q: want C,H,W", *shape)
 				}
 				opt.InputShape = append(opt.InputShape, d)
 			}
@@ -242,7 +242,7 @@ func runJob(args []string) error {
 		out = os.Stdout
 	}
 	fmt.Fprint(out, `usage:
-  idunno job add --name J --model SDFSNAME|MODEL --data SDFSNAME --batch B [--format idx|npy|images] [--task-size Q] [--weight W] [--wait [--timeout D]]
+  idunno job add --name J --model SDFSNAME|MODEL --data SDFSNAME --batch B [--format idx|npy|images] [--task-size Q] [--weight W] [--precision fp32|bf16|int8] [--wait [--timeout D]]
   idunno job add --name J --model SDFSNAME --input NAME=ARRAY.npy [--input NAME2=ARRAY2.npy ...] --batch B  (models with named, e.g. int64 token, inputs)
                  [--resize HxW] [--grey-to-rgb] [--scale S] [--mean a,b,c] [--std a,b,c]
   idunno job result J LOCAL     fetch the result CSV (query,top1,score) of a finished job
@@ -284,6 +284,7 @@ func runJobAdd(args []string) error {
 	fs.IntVar(&spec.Batch, "batch", 0, "batch size (fixed for the job's life)")
 	fs.IntVar(&spec.TaskSize, "task-size", 0, "queries per task, a multiple of the batch (default: chosen)")
 	fs.Float64Var(&spec.Weight, "weight", 1, "fair-time weight: the job's query rate is W times that of a job of weight 1")
+	fs.StringVar(&spec.Precision, "precision", "fp32", "compute precision: fp32, bf16 (workers need AVX512_BF16) or int8 (quantized QDQ models)")
 	spec.Pre.Flags(fs)
 	wait := fs.Bool("wait", false, "wait until the job is complete (as idunno job wait)")
 	timeout := fs.Duration("timeout", 0, "with --wait: give up after this long (0: never; exit status 3)")
@@ -292,10 +293,10 @@ func runJobAdd(args []string) error {
 		return err
 	}
 	if len(pos) > 0 {
-		return fmt.Errorf("unexpected arguments %v", pos)
+		return usageErrorf("unexpected arguments %v", pos)
 	}
 	if err := spec.ValidateRequest(); err != nil {
-		return err
+		return usageError(err.Error()) // refused before asking the cluster
 	}
 	// The key makes schedCall's retries of this add idempotent (see JobSpec.Request).
 	key := make([]byte, 12)

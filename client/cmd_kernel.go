@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -27,13 +28,18 @@ func runInfer(args []string) error {
 	fs.Var(&inputs, "input", "input TensorProto file (repeat, in the model's input order)")
 	outDir := fs.String("output-dir", "", "directory for output_<i>.pb")
 	threads := fs.Int("threads", 0, "kernel threads (0: one per CPU)")
+	precision := precisionFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *model == "" || *outDir == "" || fs.NArg() > 0 {
-		return usageErrorf("usage: idunno infer --model M.onnx --input input_0.pb [--input ...] --output-dir DIR [--threads N]")
+		return usageErrorf("usage: idunno infer --model M.onnx --input input_0.pb [--input ...] --output-dir DIR [--threads N] [--precision fp32|bf16|int8]")
 	}
-	m, err := kernel.Load(*model, kernel.Options{Threads: *threads})
+	prec, err := kernel.ParsePrecision(*precision)
+	if err != nil {
+		return err
+	}
+	m, err := kernel.Load(*model, kernel.Options{Threads: *threads, Precision: prec})
 	if err != nil {
 		return err
 	}
@@ -75,6 +81,12 @@ type benchResult struct {
 	PeakGFLOPS     float64 `json:"peak_gflops"`
 	FractionOfPeak float64 `json:"fraction_of_peak"`
 	Runs           int     `json:"runs"`
+	MinMs          float64 `json:"min_ms"` // the fastest batch: the least disturbed on a shared machine
+	// Precision is what the model computed in; PeakGFLOPS and the fractions are against that
+	// precision's peak (bf16: the AMX tile peak where oneDNN has AMX, else AVX512_BF16's).
+	Precision    string  `json:"precision"`
+	BF16ISA      string  `json:"bf16_isa,omitempty"` // "amx", "avx512_bf16"
+	ImagesPerCPU float64 `json:"images_per_cpu_second"`
 	// Load-independent view (the machine is shared): GFLOP per CPU-second the run used,
 	// against one core's FMA peak per CPU-second.
 	CPUGFLOPS     float64 `json:"gflops_per_cpu_second"`
@@ -97,6 +109,7 @@ func runBench(args []string) error {
 	threads := fs.Int("threads", 2, "kernel threads")
 	seconds := fs.Float64("seconds", 10, "how long to run")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	precision := precisionFlag(fs)
 	rest := args[1:]
 	if wantsHelp(args[:1]) {
 		rest = args // idunno bench --help: the flags of bench kernel
@@ -105,25 +118,41 @@ func runBench(args []string) error {
 		return err
 	}
 	if *model == "" || *batch < 1 || *threads < 1 || *seconds <= 0 || fs.NArg() > 0 {
-		return usageErrorf("usage: idunno bench kernel --model M.onnx --batch B --threads T --seconds S [--json]")
+		return usageErrorf("usage: idunno bench kernel --model M.onnx --batch B --threads T --seconds S [--precision fp32|bf16|int8] [--json]")
 	}
-	r, err := benchKernel(*model, *batch, *threads, time.Duration(*seconds*float64(time.Second)))
+	prec, err := kernel.ParsePrecision(*precision)
+	if err != nil {
+		return err
+	}
+	r, err := benchKernel(*model, *batch, *threads, prec, time.Duration(*seconds*float64(time.Second)))
 	if err != nil {
 		return err
 	}
 	if *asJSON {
 		return json.NewEncoder(os.Stdout).Encode(r)
 	}
-	fmt.Printf("model %s, batch %d, threads %d, %d runs\n", r.Model, r.Batch, r.Threads, r.Runs)
+	fmt.Printf("model %s, batch %d, threads %d, precision %s, %d runs\n", r.Model, r.Batch, r.Threads, r.Precision, r.Runs)
 	fmt.Printf("throughput      %.1f images/s\n", r.ImagesPerSec)
-	fmt.Printf("batch latency   p50 %.2f ms, p99 %.2f ms\n", r.P50ms, r.P99ms)
+	fmt.Printf("batch latency   p50 %.2f ms, p99 %.2f ms, min %.2f ms\n", r.P50ms, r.P99ms, r.MinMs)
 	fmt.Printf("work            %.3f GFLOP/image\n", r.GFLOPPerImage)
-	fmt.Printf("FP32 FMA peak   %.1f GFLOP/s (%d threads, measured now)\n", r.PeakGFLOPS, r.Threads)
+	fmt.Printf("%-15s %.1f GFLOP/s (%d threads, measured now)\n", peakName(r), r.PeakGFLOPS, r.Threads)
 	fmt.Printf("reached         %.1f GFLOP/s = %.1f%% of peak\n", r.ImagesPerSec*r.GFLOPPerImage, 100*r.FractionOfPeak)
 	fmt.Printf("median batch    %.1f%% of peak\n", 100*r.P50Fraction)
 	fmt.Printf("per CPU-second  %.1f GFLOP vs %.1f peak per core = %.1f%% (independent of other load)\n",
 		r.CPUGFLOPS, r.CPUPeakGFLOPS, 100*r.CPUFraction)
 	return nil
+}
+
+// precisionFlag registers --precision on fs (parsed with kernel.ParsePrecision).
+func precisionFlag(fs *flag.FlagSet) *string {
+	return fs.String("precision", "fp32", "compute precision: fp32, bf16 (CPUs with AVX512_BF16) or int8 (quantized QDQ models)")
+}
+
+func peakName(r *benchResult) string {
+	if r.Precision == "bf16" {
+		return "BF16 peak (" + r.BF16ISA + ")"
+	}
+	return "FP32 FMA peak"
 }
 
 // benchInputs makes seeded inputs of the model's shapes at this batch size.
@@ -157,8 +186,8 @@ func benchInputs(m *kernel.Model, batch int) ([]*onnx.Tensor, error) {
 	return ins, nil
 }
 
-func benchKernel(path string, batch, threads int, dur time.Duration) (*benchResult, error) {
-	m, err := kernel.Load(path, kernel.Options{Threads: threads})
+func benchKernel(path string, batch, threads int, prec kernel.Precision, dur time.Duration) (*benchResult, error) {
+	m, err := kernel.Load(path, kernel.Options{Threads: threads, Precision: prec})
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +196,11 @@ func benchKernel(path string, batch, threads int, dur time.Duration) (*benchResu
 	if err != nil {
 		return nil, err
 	}
-	peakBefore := kernel.PeakGFLOPS(threads)
+	peak := kernel.PeakGFLOPS
+	if prec == kernel.BF16 {
+		peak = kernel.PeakBF16GFLOPS
+	}
+	peakBefore := peak(threads)
 	for range 2 { // warm up: builds the plan for this batch, faults in the arena
 		if _, err := m.Run(ins); err != nil {
 			return nil, err
@@ -188,22 +221,31 @@ func benchKernel(path string, batch, threads int, dur time.Duration) (*benchResu
 	sort.Float64s(lat)
 	pct := func(p float64) float64 { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
 	r := &benchResult{
-		Model: filepath.Base(path), Batch: batch, Threads: threads, Runs: len(lat),
+		Model: filepath.Base(path), Batch: batch, Threads: threads, Runs: len(lat), MinMs: lat[0],
+		Precision:     prec.String(),
 		ImagesPerSec:  float64(len(lat)*batch) / total,
 		P50ms:         pct(0.50),
 		P99ms:         pct(0.99),
 		GFLOPPerImage: m.FLOPs(batch) / float64(batch) / 1e9,
 		// the machine is shared: take the better of two peak readings, so the fraction
 		// errs low rather than high
-		PeakGFLOPS: max(peakBefore, kernel.PeakGFLOPS(threads)),
+		PeakGFLOPS: max(peakBefore, peak(threads)),
+	}
+	if prec == kernel.BF16 {
+		r.BF16ISA = kernel.BF16Support()
 	}
 	if r.PeakGFLOPS > 0 {
 		r.FractionOfPeak = r.ImagesPerSec * r.GFLOPPerImage / r.PeakGFLOPS
 		r.P50Fraction = float64(batch) * r.GFLOPPerImage / (r.P50ms / 1e3) / r.PeakGFLOPS
 	}
 	if cpu > 0 {
+		r.ImagesPerCPU = float64(len(lat)*batch) / cpu
 		r.CPUGFLOPS = float64(len(lat)*batch) * r.GFLOPPerImage / cpu
 		r.CPUPeakGFLOPS = kernel.PeakGFLOPSPerCPUSecond()
+		if prec == kernel.BF16 && peakBefore > 0 {
+			// per CPU-second peak scaled by the measured bf16/fp32 peak ratio
+			r.CPUPeakGFLOPS *= r.PeakGFLOPS / max(kernel.PeakGFLOPS(threads), 1e-9)
+		}
 		if r.CPUPeakGFLOPS > 0 {
 			r.CPUFraction = r.CPUGFLOPS / r.CPUPeakGFLOPS
 		}

@@ -58,7 +58,7 @@ func runLeaveJoin(verb string, args []string) error {
 	addr := t.at
 	if *node != "" {
 		if t.cluster == "" {
-			return fmt.Errorf("--node needs --cluster DIR (or IDUNNO_CLUSTER)")
+			return usageErrorf("--node needs --cluster DIR (or IDUNNO_CLUSTER)")
 		}
 		c, err := localcluster.Open(t.cluster)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"idunno/fd"
+	"idunno/kernel"
 	"idunno/serving"
 )
 
@@ -26,15 +27,20 @@ func runServe(args []string) error {
 	maxDelay := fs.Duration("max-delay", 0, "dynamic batching: longest a request waits for others")
 	maxQueue := fs.Int("max-queue", serving.DefaultMaxQueue, "requests waiting at most; more get 503")
 	instances := fs.Int("instances", 1, "kernel calls of this model that may run at once per node")
+	precision := precisionFlag(fs)
 	model, rest := firstArg(args)
 	if err := fs.Parse(rest); err != nil {
+		return err
+	}
+	prec, err := kernel.ParsePrecision(*precision)
+	if err != nil {
 		return err
 	}
 	if model == "" || *sdfsName == "" {
 		return usageError("usage: serve MODEL --sdfs NAME [flags]")
 	}
 	if *maxBatch < 1 || *maxDelay < 0 || *maxQueue < 1 || *instances < 1 || *replicas < 1 {
-		return errors.New("--max-batch, --max-queue, --instances and --replicas must be at least 1, --max-delay not negative")
+		return usageError("--max-batch, --max-queue, --instances and --replicas must be at least 1, --max-delay not negative")
 	}
 	all, err := t.nodes()
 	if err != nil {
@@ -51,7 +57,7 @@ func runServe(args []string) error {
 		return err
 	}
 	req := serving.ServeRequest{SDFSName: *sdfsName, ServedModel: serving.ServedModel{Name: model, Instances: *instances,
-		Batch: serving.BatchConfig{MaxBatch: *maxBatch, MaxDelay: *maxDelay, MaxQueue: *maxQueue}}}
+		Precision: prec.String(), Batch: serving.BatchConfig{MaxBatch: *maxBatch, MaxDelay: *maxDelay, MaxQueue: *maxQueue}}}
 	var errs []error
 	for _, m := range chosen {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -13,20 +13,16 @@ import (
 // itself (--cluster DIR, --at HOST:PORT) become the target of every command through the
 // environment, the same defaults the one-shot commands read.
 func runShell(args []string) error {
-	for i := 0; i < len(args); i++ {
-		switch a := args[i]; {
-		case (a == "--cluster" || a == "-cluster") && i+1 < len(args):
-			os.Setenv("IDUNNO_CLUSTER", args[i+1])
-			i++
-		case strings.HasPrefix(a, "--cluster="):
-			os.Setenv("IDUNNO_CLUSTER", strings.TrimPrefix(a, "--cluster="))
-		case (a == "--at" || a == "-at") && i+1 < len(args):
-			os.Setenv("IDUNNO_AT", args[i+1])
-			i++
-		default:
-			return usageErrorf("usage: idunno shell [--cluster DIR | --at HOST:PORT]")
-		}
+	fs := newFlags("shell")
+	t := addTargetFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
 	}
+	if fs.NArg() > 0 {
+		return usageErrorf("usage: idunno shell [--cluster DIR | --at HOST:PORT]")
+	}
+	os.Setenv("IDUNNO_CLUSTER", t.cluster)
+	os.Setenv("IDUNNO_AT", t.at)
 	return shellLoop(os.Stdin, os.Stdout, dispatch)
 }
 

@@ -203,12 +203,17 @@ func runTrainLocal(args []string) error {
 	ckEvery := fs.Int("checkpoint-every", 0, "also checkpoint every N steps")
 	resume := fs.Bool("resume", false, "continue from the checkpoint if it exists")
 	asJSON := fs.Bool("json", false, "print one JSON line per epoch")
+	evalPrec := fs.String("precision", "fp32", "kernel precision of the per-epoch evaluation: fp32, bf16 or int8")
 	if pos, err := parseInterleaved(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 || *tf.model == "" || *tf.data == "" || *out == "" {
-		return usageError("usage: idunno train local --model INIT.onnx|zoo:NAME --data IMAGES --labels LABELS --epochs E --batch B --out TRAINED.onnx [--lr --momentum --weight-decay --optimizer sgd|adam|adamw --schedule ... --seed S --threads T] [--eval-data IMAGES --eval-labels LABELS] [preprocessing flags]")
+		return usageError("usage: idunno train local --model INIT.onnx|zoo:NAME --data IMAGES --labels LABELS --epochs E --batch B --out TRAINED.onnx [--lr --momentum --weight-decay --optimizer sgd|adam|adamw --schedule ... --seed S --threads T] [--eval-data IMAGES --eval-labels LABELS [--precision fp32|bf16|int8]] [preprocessing flags]")
 	}
 	opt, schedule, err := tf.optimizer()
+	if err != nil {
+		return err
+	}
+	ep, err := kernel.ParsePrecision(*evalPrec)
 	if err != nil {
 		return err
 	}
@@ -239,6 +244,7 @@ func runTrainLocal(args []string) error {
 		LR:        *tf.lr,
 		Optimizer: opt,
 		Schedule:  schedule, Threads: *threads, Checkpoint: *ckpt, CheckpointEvery: *ckEvery, Resume: *resume,
+		EvalPrecision: ep,
 	}
 	if err := cfg.Check(); err != nil {
 		return err
@@ -303,12 +309,18 @@ func runEval(args []string) error {
 	batch := fs.Int("batch", 256, "batch size")
 	threads := fs.Int("threads", 0, "kernel threads (0: one per CPU)")
 	asJSON := fs.Bool("json", false, "print JSON")
+	precision := precisionFlag(fs)
+	agree := fs.Bool("agreement", false, "also run at fp32 and report how often the top-1 answers agree")
 	var prep dataset.Preprocess
 	prep.Flags(fs)
 	if pos, err := parseInterleaved(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 || *model == "" || *data == "" || *batch < 1 {
-		return usageError("usage: idunno eval --model M.onnx --data IMAGES --labels LABELS [preprocessing flags] [--batch B] [--threads T] [--json]")
+		return usageError("usage: idunno eval --model M.onnx --data IMAGES --labels LABELS [preprocessing flags] [--batch B] [--threads T] [--precision fp32|bf16|int8] [--agreement] [--json]")
+	}
+	prec, err := kernel.ParsePrecision(*precision)
+	if err != nil {
+		return err
 	}
 	m, err := onnx.ReadFile(*model)
 	if err != nil {
@@ -321,16 +333,43 @@ func runEval(args []string) error {
 	if *threads <= 0 {
 		*threads = runtime.NumCPU()
 	}
-	c, n, err := train.Evaluate(m, d, *batch, *threads)
+	pred, err := train.Predict(m, d, *batch, *threads, prec)
 	if err != nil {
 		return err
 	}
+	if len(pred) != len(d.Labels) {
+		return fmt.Errorf("%d labels for %d images", len(d.Labels), len(pred))
+	}
+	c, n := 0, len(pred)
+	for i, p := range pred {
+		if p == d.Labels[i] {
+			c++
+		}
+	}
+	res := map[string]any{"correct": c, "samples": n, "accuracy": float64(c) / float64(n), "precision": prec.String()}
+	same := -1
+	if *agree {
+		ref, err := train.Predict(m, d, *batch, *threads, kernel.FP32)
+		if err != nil {
+			return err
+		}
+		same = 0
+		for i := range pred {
+			if pred[i] == ref[i] {
+				same++
+			}
+		}
+		res["agreement_with_fp32"] = float64(same) / float64(n)
+	}
 	if *asJSON {
-		b, _ := json.Marshal(map[string]any{"correct": c, "samples": n, "accuracy": float64(c) / float64(n)})
+		b, _ := json.Marshal(res)
 		fmt.Println(string(b))
 		return nil
 	}
-	fmt.Printf("top-1 accuracy %.2f%% (%d of %d)\n", 100*float64(c)/float64(n), c, n)
+	fmt.Printf("top-1 accuracy %.2f%% (%d of %d) at %s\n", 100*float64(c)/float64(n), c, n, prec)
+	if same >= 0 {
+		fmt.Printf("top-1 agreement with fp32 %.2f%% (%d of %d)\n", 100*float64(same)/float64(n), same, n)
+	}
 	return nil
 }
 

@@ -116,6 +116,7 @@ func runTrainJobCmd(sub string, args []string) (handled bool, err error) {
 			deadline = time.Now().Add(*timeout)
 		}
 		tty := isTerminal(os.Stdout) && sub == "wait" && !*asJSON
+		var lastPlain time.Time
 		for {
 			var s sched.TrainSummary
 			err := schedCall(t, "sched.train.get", sched.NameArgs{Name: *name}, &s)
@@ -136,12 +137,18 @@ func runTrainJobCmd(sub string, args []string) (handled bool, err error) {
 				}
 				return true, nil
 			}
-			if err == nil && tty {
+			if err == nil && (tty || sub == "wait" && !*asJSON && time.Since(lastPlain) >= plainEvery) {
 				l := 0.0
 				if s.Loss != nil {
 					l = *s.Loss
 				}
-				fmt.Printf("\rstep %d/%d  epoch %d/%d  loss %.4f  %.0f samples/s ", s.Step, s.StepsTotal, s.Epoch+1, s.Epochs, l, s.SamplesPerSec)
+				line := fmt.Sprintf("step %d/%d  epoch %d/%d  loss %.4f  %.0f samples/s", s.Step, s.StepsTotal, s.Epoch+1, s.Epochs, l, s.SamplesPerSec)
+				if tty {
+					fmt.Printf("\r%s ", line)
+				} else { // a pipe or a log: a plain line every few seconds
+					fmt.Fprintln(os.Stderr, line)
+					lastPlain = time.Now()
+				}
 			}
 			if !deadline.IsZero() && time.Now().After(deadline) {
 				return true, timeoutErrorf("training job %s not complete after %v", *name, *timeout)

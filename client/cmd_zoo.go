@@ -40,7 +40,7 @@ func runZoo(args []string) error {
 	if name == "" && fs.NArg() > 0 {
 		name = fs.Arg(0)
 	} else if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %v", fs.Args())
+		return usageErrorf("unexpected arguments %v", fs.Args())
 	}
 	if name == "" || *out == "" {
 		return usageErrorf("usage: idunno zoo NAME --out FILE.onnx (models: %s)", strings.Join(zoo.Names(), ", "))

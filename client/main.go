@@ -65,16 +65,16 @@ func commands() []command {
 			verbs: []string{"add", "result", "wait", "remove", "list", "stats"}},
 		{name: "top", usage: "top [--once] [--interval D]",
 			summary: "live view of every job: progress, rate, latency percentiles, shares; refreshed every second (one snapshot when not on a terminal)", run: runTop},
-		{name: "serve", usage: "serve MODEL --sdfs NAME [--nodes N1,N2 | --replicas K] [--max-batch B] [--max-delay D] [--max-queue Q] [--instances I]",
+		{name: "serve", usage: "serve MODEL --sdfs NAME [--nodes N1,N2 | --replicas K] [--max-batch B] [--max-delay D] [--max-queue Q] [--instances I] [--precision fp32|bf16|int8]",
 			summary: "load a model from SDFS on some nodes and serve it over HTTP (KServe v2)", run: runServe},
 		{name: "served", usage: "served [--json]", summary: "list the models each node serves over HTTP", run: runServed},
 		{name: "unserve", usage: "unserve MODEL [--nodes N1,N2]", summary: "stop serving a model over HTTP (on every node serving it, or on the ones named)", run: runUnserve},
-		{name: "infer", usage: "infer --model M.onnx --input input_0.pb [--input ...] --output-dir DIR [--threads N]",
+		{name: "infer", usage: "infer --model M.onnx --input input_0.pb [--input ...] --output-dir DIR [--threads N] [--precision fp32|bf16|int8]",
 			summary: "run a model through the kernel on TensorProto inputs; writes DIR/output_<i>.pb", run: runInfer},
-		{name: "bench", usage: "bench kernel|train --model M.onnx --batch B --threads T --seconds S [--json]",
+		{name: "bench", usage: "bench kernel|train --model M.onnx --batch B --threads T --seconds S [--precision fp32|bf16|int8] [--json]",
 			summary: "measure kernel inference or training throughput and fraction of the FP32 FMA peak", run: runBench,
 			verbs: []string{"kernel", "train"}},
-		{name: "eval", usage: "eval --model M.onnx --data IMAGES --labels LABELS [preprocessing flags] [--batch B] [--threads T] [--json]",
+		{name: "eval", usage: "eval --model M.onnx --data IMAGES --labels LABELS [preprocessing flags] [--batch B] [--threads T] [--precision fp32|bf16|int8] [--agreement] [--json]",
 			summary: "top-1 accuracy of a model on a labelled dataset", run: runEval},
 		{name: "zoo", usage: zooUsage, summary: zooSummary(), run: runZoo},
 		{name: "shell", usage: "shell [--cluster DIR | --at HOST:PORT]",
@@ -139,9 +139,8 @@ func buildVersion() string {
 // completion can print them. Commands run one at a time in a process (the shell runs them
 // in turn), so one record is enough.
 var invocation struct {
-	flags     *flag.FlagSet // the last set newFlags made
-	badParse  bool          // a flag set rejected the command line
-	helpShown bool
+	flags    *flag.FlagSet // the last set newFlags made
+	badParse bool          // a flag set rejected the command line
 }
 
 // newFlags returns a flag set for one command. It prints nothing itself: a parse error is
@@ -204,9 +203,9 @@ func newRoot(stdout, stderr io.Writer, status *int) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetVersionTemplate("idunno {{.Version}}\n")
-	// The global flags: every client command accepts them, before or after its name. They
-	// are declared here so cobra can find the command name behind them; the command's own
-	// flag set parses them.
+	// The global flags (globalFlags): every client command accepts them, before or after
+	// its name. They are declared here so cobra can find the command name behind them; the
+	// command's own flag set parses them.
 	root.PersistentFlags().String("cluster", "", "local cluster directory (default $IDUNNO_CLUSTER)")
 	root.PersistentFlags().String("at", "", "RPC address HOST:PORT of a node (default $IDUNNO_AT; secret from IDUNNO_SECRET)")
 	root.PersistentFlags().Bool("json", false, "print JSON (commands that print tables)")
@@ -216,6 +215,9 @@ func newRoot(stdout, stderr io.Writer, status *int) *cobra.Command {
 	root.AddCommand(completionCommand(root))
 	return root
 }
+
+// globalFlags are the root's persistent flags.
+var globalFlags = map[string]bool{"cluster": true, "at": true, "json": true}
 
 func cobraCommand(c command, stdout, stderr io.Writer, status *int) *cobra.Command {
 	cc := &cobra.Command{
@@ -246,7 +248,9 @@ func runCommand(c command, args []string, stdout, stderr io.Writer) int {
 	if help {
 		fmt.Fprintf(stdout, "Usage:\n  idunno %s\n\n%s\n", c.usage, c.summary)
 	}
-	err := c.run(hoistFirstWord(args))
+	args = dropUnusedGlobals(c, hoistFirstWord(args))
+	invocation.flags, invocation.badParse = nil, false // forget dropUnusedGlobals' look
+	err := c.run(args)
 	var ue *usageErr
 	var te *timeoutErr
 	switch {
@@ -297,6 +301,39 @@ func hoistFirstWord(args []string) []string {
 	return args
 }
 
+// dropUnusedGlobals removes the global flags the command (or its verb) does not declare:
+// `idunno --cluster D zoo lenet5 ...` runs zoo, which needs no cluster, as kubectl ignores
+// its global flags where they mean nothing.
+func dropUnusedGlobals(c command, args []string) []string {
+	verb := ""
+	if len(args) > 0 && contains(c.verbs, args[0]) {
+		verb = args[0]
+	}
+	declared := map[string]bool{}
+	for _, f := range commandFlags(c, verb) {
+		declared[f.Name] = true
+	}
+	if len(declared) == 0 {
+		return args // the command would not say: leave its arguments alone
+	}
+	var out []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || !globalFlags[name] || declared[name] {
+			out = append(out, a)
+			continue
+		}
+		if name != "json" && !hasValue {
+			i++ // its value
+		}
+	}
+	return out
+}
+
 // wantsHelp reports whether the command line asks for help (before any "--").
 func wantsHelp(args []string) bool {
 	for _, a := range args {
@@ -332,6 +369,9 @@ func complete(c command, args []string, toComplete string) ([]string, cobra.Shel
 	}
 	var out []string
 	for _, f := range commandFlags(c, verb) {
+		if globalFlags[f.Name] {
+			continue // cobra offers the global flags itself
+		}
 		out = append(out, "--"+f.Name+"\t"+firstLine(f.Usage))
 	}
 	return out, cobra.ShellCompDirectiveNoFileComp
@@ -341,6 +381,9 @@ func complete(c command, args []string, toComplete string) ([]string, cobra.Shel
 // declared on the way: every command declares its flags before it parses its arguments, and
 // parsing stops at -help before the command does anything.
 func commandFlags(c command, verb string) []*flag.Flag {
+	if verb == "" && len(c.verbs) > 0 {
+		return nil // the flags are the verb's; the command itself only dispatches
+	}
 	invocation.flags = nil
 	args := []string{"-help"}
 	if verb != "" {

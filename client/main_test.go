@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -47,6 +48,31 @@ func TestHelpOnStdoutWithExitZero(t *testing.T) {
 	}
 }
 
+// Every command answers --help on stdout with exit status 0, before doing anything.
+func TestEveryCommandHasHelp(t *testing.T) {
+	for _, c := range commands() {
+		code, out, errOut := run(c.name, "--help")
+		if code != exitOK || !strings.Contains(out, "idunno "+c.usage) {
+			t.Errorf("%s --help: exit %d, stdout %q, stderr %q", c.name, code, out, errOut)
+		}
+	}
+}
+
+// Asking a command for its flags prints nothing: `idunno job` prints its verbs once.
+func TestJobUsageOnce(t *testing.T) {
+	bin := testBinary(t)
+	for _, args := range [][]string{{"job"}, {"job", "--help"}, {"job", "bogus"}} {
+		out, _ := exec.Command(bin, args...).CombinedOutput()
+		if n := strings.Count(string(out), "idunno job wait J"); n != 1 {
+			t.Errorf("%q printed the job usage %d times:\n%s", args, n, out)
+		}
+	}
+	out, err := exec.Command(bin, "__complete", "job", "--").Output()
+	if err != nil || strings.Contains(string(out), "idunno job") {
+		t.Errorf("completion of job's flags printed its usage: %q %v", out, err)
+	}
+}
+
 func TestVersion(t *testing.T) {
 	code, out, _ := run("--version")
 	if code != exitOK || !strings.HasPrefix(out, "idunno ") || len(strings.TrimSpace(out)) <= len("idunno") {
@@ -72,6 +98,10 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"job", "frobnicate"}, exitUsage},
 		{[]string{"job", "wait", "--timeout", "notaduration", "j"}, exitUsage},
 		{[]string{"completion", "fish"}, exitUsage},
+		{[]string{"job", "add", "--name", "x"}, exitUsage}, // no model: refused before any call
+		{[]string{"grep", "--cluster", missing}, exitUsage},
+		{[]string{"cluster", "down", "--dir", ""}, exitUsage},
+		{[]string{"node", "--log-level", "loud"}, exitUsage},
 		{[]string{"members", "--cluster", missing}, exitFailure},
 		{[]string{"get", "x", "y", "--cluster", missing}, exitFailure},
 	} {
@@ -120,6 +150,23 @@ func TestGlobalFlagPositions(t *testing.T) {
 	}
 }
 
+func TestDropUnusedGlobals(t *testing.T) {
+	zoo := command{name: "zoo", run: runZoo}
+	members := command{name: "members", run: runMembers}
+	for _, c := range []struct {
+		cmd      command
+		in, want []string
+	}{
+		{zoo, []string{"lenet5", "--cluster", "d", "--out", "x", "--at=h:1", "--json"}, []string{"lenet5", "--out", "x"}},
+		{zoo, []string{"lenet5", "--out", "x", "--", "--cluster"}, []string{"lenet5", "--out", "x", "--", "--cluster"}},
+		{members, []string{"--cluster", "d", "--json"}, []string{"--cluster", "d", "--json"}},
+	} {
+		if got := dropUnusedGlobals(c.cmd, c.in); !cmp.Equal(got, c.want) {
+			t.Errorf("%s: dropUnusedGlobals(%q) = %q, want %q", c.cmd.name, c.in, got, c.want)
+		}
+	}
+}
+
 func TestHoistFirstWord(t *testing.T) {
 	for _, c := range []struct{ in, want []string }{
 		{[]string{"list"}, []string{"list"}},
@@ -152,11 +199,20 @@ func TestCompletion(t *testing.T) {
 		{[]string{"__complete", "job", ""}, []string{"add", "wait", "stats"}},
 		{[]string{"__complete", "job", "add", "--ba"}, []string{"--batch"}},
 		{[]string{"__complete", "put", "--"}, []string{"--cluster", "--at"}},
+		{[]string{"__complete", "members", "--"}, []string{"--json"}},
 		{[]string{"__complete", "cluster", "up", "--"}, []string{"--nodes", "--base-port"}},
 	} {
 		code, out, _ := run(c.args...)
 		if code != exitOK {
 			t.Errorf("%q: exit %d", c.args, code)
+		}
+		seen := map[string]bool{}
+		for _, l := range strings.Split(out, "\n") {
+			word, _, _ := strings.Cut(l, "\t")
+			if seen[word] {
+				t.Errorf("%q: %q offered twice", c.args, word)
+			}
+			seen[word] = true
 		}
 		for _, w := range c.want {
 			if !strings.Contains(out, w) {
@@ -185,5 +241,37 @@ func TestTopNotTerminal(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "no coordinator") {
 		t.Fatalf("no snapshot in %q", out)
+	}
+}
+
+// The bash script, sourced in a real bash, completes through the binary.
+func TestBashCompletionScript(t *testing.T) {
+	const lib = "/usr/share/bash-completion/bash_completion"
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	if _, err := os.Stat(lib); err != nil {
+		t.Skip("bash-completion is not installed (apt-get install bash-completion)")
+	}
+	dir := t.TempDir()
+	bin := testBinary(t)
+	if err := os.Symlink(bin, filepath.Join(dir, "idunno")); err != nil {
+		t.Fatal(err)
+	}
+	script := `source ` + lib + `; source <(idunno completion bash)
+t() { COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}; COMPREPLY=()
+  __start_idunno 2>/dev/null; echo "${COMPREPLY[*]}"; }
+t idunno job ad; t idunno job add --ba; t idunno --cluster /tmp mem`
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", script)
+	cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"))
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("bash: %v\n%s", err, out)
+	}
+	want := "add\n--batch\nmembers\n"
+	if string(out) != want {
+		t.Fatalf("completions %q, want %q", out, want)
 	}
 }

@@ -39,7 +39,7 @@ func (t *target) candidates() ([]string, []byte, error) {
 	if t.at != "" {
 		s := os.Getenv("IDUNNO_SECRET")
 		if s == "" {
-			return nil, nil, errors.New("--at needs the cluster secret in IDUNNO_SECRET")
+			return nil, nil, usageError("--at needs the cluster secret in IDUNNO_SECRET")
 		}
 		return []string{t.at}, []byte(s), nil
 	}

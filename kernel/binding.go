@@ -23,6 +23,9 @@ var (
 	idkPeakGflops     func(threads int32, seconds float64) float64
 	idkNoop           func(x int32) int32
 	idkFmaRun         func(threads int32, iters int64) float64
+	idkPlanSetPrec    func(p uintptr, dtype int32) int32
+	idkBF16Supported  func() int32
+	idkPeakBF16       func(threads int32, seconds float64) float64
 
 	idkTrainSetRole     func(p uintptr, tid, role int32) int32
 	idkTrainCompile     func(p uintptr, input, logits int32) int32
@@ -56,6 +59,9 @@ func register(h uintptr) (err error) {
 	purego.RegisterLibFunc(&idkPeakGflops, h, "idk_peak_gflops")
 	purego.RegisterLibFunc(&idkNoop, h, "idk_noop")
 	purego.RegisterLibFunc(&idkFmaRun, h, "idk_fma_run")
+	purego.RegisterLibFunc(&idkPlanSetPrec, h, "idk_plan_set_precision")
+	purego.RegisterLibFunc(&idkBF16Supported, h, "idk_bf16_supported")
+	purego.RegisterLibFunc(&idkPeakBF16, h, "idk_peak_bf16_gflops")
 	purego.RegisterLibFunc(&idkTrainSetRole, h, "idk_train_set_role")
 	purego.RegisterLibFunc(&idkTrainCompile, h, "idk_train_compile")
 	purego.RegisterLibFunc(&idkTrainSizes, h, "idk_train_sizes")

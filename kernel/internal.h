@@ -51,6 +51,7 @@ typedef struct {
     float *fa;
     int npost;
     idk_post_t post[IDK_MAX_POST];
+    int fused; /* done by the op before it (a ReLU after BatchNormalization: fuse_norm_relu) */
 } idk_op_t;
 
 /* One argument of a oneDNN primitive: its kind, layout and buffer (-1: the scratchpad). */
@@ -107,6 +108,7 @@ struct idk_plan {
     int64_t last_ns;
     int cur_op;
     int has_concat; /* layout heuristic for small batches (ops.c, lower_conv) */
+    int prec;       /* compute type of Conv and MatMul: IDK_F32 or IDK_BF16 (idk_plan_set_precision) */
 };
 
 idk_status_t idk_fail(idk_plan_t *p, idk_status_t st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

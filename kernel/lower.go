@@ -300,10 +300,17 @@ func normAxis(ax int64, rank int) (int64, bool) {
 // ---- lowering ----
 
 // lowerGraph builds and compiles a C plan for a compiled graph.
-func lowerGraph(g *onnx.Graph, opset int64, threads int) (*plan, error) {
+func lowerGraph(g *onnx.Graph, opset int64, threads int, prec Precision) (*plan, error) {
 	var h uintptr
 	if st := idkPlanCreate(&h, int32(threads)); st != statusOK {
 		return nil, fmt.Errorf("kernel: create plan: %s", idkStatusStr(st))
+	}
+	if prec == BF16 {
+		if st := idkPlanSetPrec(h, dtBF16); st != statusOK {
+			err := fmt.Errorf("kernel: bf16: %s: %s", idkStatusStr(st), idkPlanError(h))
+			idkPlanDestroy(h)
+			return nil, err
+		}
 	}
 	b := &builder{h: h, g: g, opset: opset, ids: map[string]int32{}}
 	p, err := b.build()

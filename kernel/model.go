@@ -9,6 +9,7 @@
 package kernel
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -24,7 +25,91 @@ import (
 
 // Options configures a model instance.
 type Options struct {
-	Threads int // kernel threads for this model instance; 0 means one per CPU
+	Threads   int       // kernel threads for this model instance; 0 means one per CPU
+	Precision Precision // compute precision; the zero value is FP32
+}
+
+// Precision is the number format a model computes in. Inputs and outputs are fp32 whatever it is.
+type Precision int
+
+const (
+	// FP32 computes in 32-bit floats (the default).
+	FP32 Precision = iota
+	// BF16 runs convolutions and matrix products with constant weights in bfloat16 on
+	// oneDNN's AVX512_BF16/AMX kernels (f32 accumulation); other ops stay in or near fp32.
+	BF16
+	// INT8 runs a quantized (QDQ) model on integer kernels; a model without
+	// QuantizeLinear/DequantizeLinear is refused (ErrNotQuantized).
+	INT8
+)
+
+// String is the name ParsePrecision takes.
+func (p Precision) String() string {
+	switch p {
+	case FP32:
+		return "fp32"
+	case BF16:
+		return "bf16"
+	case INT8:
+		return "int8"
+	}
+	return fmt.Sprintf("precision(%d)", int(p))
+}
+
+// ParsePrecision reads "fp32", "bf16" or "int8" (the --precision flags' values; "" is fp32).
+func ParsePrecision(s string) (Precision, error) {
+	switch strings.ToLower(s) {
+	case "", "fp32", "f32", "float32":
+		return FP32, nil
+	case "bf16", "bfloat16":
+		return BF16, nil
+	case "int8", "i8":
+		return INT8, nil
+	}
+	return FP32, fmt.Errorf("kernel: precision %q: want fp32, bf16 or int8", s)
+}
+
+// ErrNoBF16 is returned by Load for BF16 on a CPU without AVX512_BF16 (or AMX).
+var ErrNoBF16 = errors.New("kernel: bf16 needs a CPU with AVX512_BF16 or AMX (this one has neither); use --precision fp32")
+
+// ErrNotQuantized is returned by Load for INT8 when the model has no quantization nodes.
+var ErrNotQuantized = errors.New("kernel: --precision int8 needs a quantized (QDQ) model: run `idunno quantize --model M.onnx --calibration DATA --out M.int8.onnx` first")
+
+// BF16Support reports whether this CPU runs bf16 natively: "amx" (AMX tiles and
+// AVX512_BF16), "avx512_bf16", or "" (none; BF16 models fail to load with ErrNoBF16).
+func BF16Support() string {
+	if load() != nil {
+		return ""
+	}
+	switch idkBF16Supported() {
+	case 2:
+		return "amx"
+	case 1:
+		return "avx512_bf16"
+	}
+	return ""
+}
+
+// checkPrecision is the one place that decides whether model m can run at precision p.
+func checkPrecision(m *onnx.Model, p Precision) error {
+	switch p {
+	case FP32:
+		return nil
+	case BF16:
+		if BF16Support() == "" {
+			return ErrNoBF16
+		}
+		return nil
+	case INT8:
+		for _, n := range m.Graph.Nodes {
+			switch n.OpType {
+			case "QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger":
+				return nil
+			}
+		}
+		return ErrNotQuantized
+	}
+	return fmt.Errorf("kernel: unknown precision %d", int(p))
 }
 
 // maxPlans bounds how many input shapes one model keeps compiled at once.
@@ -37,6 +122,7 @@ const maxElements = 1 << 30
 type Model struct {
 	src     *onnx.Model
 	threads int
+	prec    Precision
 	inputs  []onnx.ValueInfo // run-time inputs, batch dim -1 when symbolic
 	outputs []onnx.ValueInfo
 	consts  map[string]bool // inputs the graph compiler needs as values
@@ -79,11 +165,14 @@ func loadModel(m *onnx.Model, opt Options, eager bool) (*Model, error) {
 	if err := m.Validate(); err != nil {
 		return nil, fmt.Errorf("kernel: %w", err)
 	}
+	if err := checkPrecision(m, opt.Precision); err != nil {
+		return nil, err
+	}
 	threads := opt.Threads
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
-	md := &Model{src: m, threads: threads, plans: map[string]*planEntry{}, consts: graph.ConstantInputs(m)}
+	md := &Model{src: m, threads: threads, prec: opt.Precision, plans: map[string]*planEntry{}, consts: graph.ConstantInputs(m)}
 	for _, in := range m.Graph.Inputs {
 		if _, init := m.Graph.Initializers[in.Name]; init {
 			continue
@@ -118,6 +207,9 @@ func (m *Model) Inputs() []onnx.ValueInfo { return append([]onnx.ValueInfo(nil),
 
 // Outputs returns the model's outputs in order.
 func (m *Model) Outputs() []onnx.ValueInfo { return append([]onnx.ValueInfo(nil), m.outputs...) }
+
+// Precision returns the compute precision of this instance.
+func (m *Model) Precision() Precision { return m.prec }
 
 // Threads returns the kernel thread count of this instance.
 func (m *Model) Threads() int { return m.threads }
@@ -160,7 +252,7 @@ func (m *Model) planFor(shapes map[string][]int64, consts map[string]*onnx.Tenso
 	if err != nil {
 		return nil, fmt.Errorf("kernel: %w", err)
 	}
-	p, err := lowerGraph(g, m.src.Opset, m.threads)
+	p, err := lowerGraph(g, m.src.Opset, m.threads, m.prec)
 	if err != nil {
 		return nil, err
 	}
@@ -407,6 +499,18 @@ func PeakGFLOPS(threads int) float64 {
 		threads = 1
 	}
 	return idkPeakGflops(int32(threads), 0.3)
+}
+
+// PeakBF16GFLOPS measures this machine's bf16 dot-product peak (AVX512_BF16) with the given
+// threads (about 0.3 s); 0 without AVX512_BF16.
+func PeakBF16GFLOPS(threads int) float64 {
+	if load() != nil {
+		return 0
+	}
+	if threads < 1 {
+		threads = 1
+	}
+	return idkPeakBF16(int32(threads), 0.3)
 }
 
 // PeakGFLOPSPerCPUSecond measures the FP32 FMA peak of one core per second of CPU time

@@ -292,12 +292,16 @@ static idk_status_t dnnl_err(idk_plan_t *p, const char *what, dnnl_status_t s) {
     return idk_fail(p, IDK_ERR_DNNL, "op %d: %s: %s", p->cur_op, what, dnnl_status2str(s));
 }
 
-static void any_md(dnnl_memory_desc_t *md, const idk_tensor_t *t) {
+static void any_md_dt(dnnl_memory_desc_t *md, const idk_tensor_t *t, dnnl_data_type_t dt) {
     dnnl_dims_t d;
     int nd = t->ndims ? t->ndims : 1;
     for (int i = 0; i < nd; i++) d[i] = t->ndims ? t->dims[i] : 1;
-    dnnl_memory_desc_init_by_tag(md, nd, d, dnnl_f32, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(md, nd, d, dt, dnnl_format_tag_any);
 }
+
+
+/* compute_dt is the data type of a plan's convolution and matmul operands (idk_plan_set_precision). */
+static dnnl_data_type_t compute_dt(const idk_plan_t *p) { return p->prec == IDK_BF16 ? dnnl_bf16 : dnnl_f32; }
 
 static void dims_md(dnnl_memory_desc_t *md, int nd, const int64_t *dims) { idk_plain_md(md, nd, dims); }
 
@@ -457,25 +461,27 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
         pe[i] = ia[1 + 3 * S + i];
     }
     dnnl_memory_desc_t src, wei, bias, dst;
-    any_md(&src, x);
-    any_md(&dst, o);
+    dnnl_data_type_t dt = compute_dt(p);
     /* Layout: 2-D convolutions use oneDNN's nChw16c blocked layout (its jit kernels beat
      * the nhwc brgemm ones it picks by itself: ~10% on ResNet-50 batch 8, 10-30% lower
      * median latency on ResNet-18/50 batch 1), except at batch < 4 in networks with
      * Concat (SqueezeNet, Inception, DenseNet), where oneDNN's own choice (format any)
-     * measured better. IDK_CONV_LAYOUT=any or blocked16 overrides, for experiments. */
+     * measured better. bf16 plans always let oneDNN choose: on AMX it picks nhwc for its
+     * brgemm kernels, 4x faster than the AVX512_BF16 blocked ones on ResNet-50 batch 8.
+     * IDK_CONV_LAYOUT=any or blocked16 overrides, for experiments. */
     const char *lay = getenv("IDK_CONV_LAYOUT");
-    int blocked = nd == 4 && (lay ? strcmp(lay, "blocked16") == 0 : (x->dims[0] >= 4 || !p->has_concat));
+    int blocked = nd == 4 && (lay ? strcmp(lay, "blocked16") == 0
+                                  : dt == dnnl_f32 && (x->dims[0] >= 4 || !p->has_concat));
 retry:
     if (blocked) {
         dnnl_dims_t d;
         for (int i = 0; i < 4; i++) d[i] = x->dims[i];
-        dnnl_memory_desc_init_by_tag(&src, 4, d, dnnl_f32, x->dims[1] < 8 ? dnnl_nchw : dnnl_nChw16c);
+        dnnl_memory_desc_init_by_tag(&src, 4, d, dt, x->dims[1] < 8 ? dnnl_nchw : dnnl_nChw16c);
         for (int i = 0; i < 4; i++) d[i] = o->dims[i];
-        dnnl_memory_desc_init_by_tag(&dst, 4, d, dnnl_f32, dnnl_nChw16c);
+        dnnl_memory_desc_init_by_tag(&dst, 4, d, dt, dnnl_nChw16c);
     } else {
-        any_md(&src, x);
-        any_md(&dst, o);
+        any_md_dt(&src, x, dt);
+        any_md_dt(&dst, o, dt);
     }
     int64_t wd[IDK_MAX_DIMS + 1];
     int wn;
@@ -490,7 +496,7 @@ retry:
     }
     dnnl_dims_t wdd;
     for (int i = 0; i < wn; i++) wdd[i] = wd[i];
-    dnnl_memory_desc_init_by_tag(&wei, wn, wdd, dnnl_f32, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&wei, wn, wdd, dt, dnnl_format_tag_any);
     int has_bias = op->nin == 3;
     if (has_bias) dims_md(&bias, 1, &o->dims[1]);
     dnnl_convolution_desc_t cd;
@@ -573,7 +579,7 @@ static idk_status_t lower_pool(idk_plan_t *p, const idk_op_t *op) {
     idk_primary(p, op->in[0], &v);
     dnnl_memory_desc_t src = v->md, dst;
     int sb = v->buf;
-    any_md(&dst, o);
+    any_md_dt(&dst, o, src.data_type); /* bf16 in, bf16 out */
     dnnl_alg_kind_t alg = ia[0] == IDK_POOL_MAX ? dnnl_pooling_max
                           : ia[0] == IDK_POOL_AVG_INCLUDE_PAD ? dnnl_pooling_avg_include_padding
                                                               : dnnl_pooling_avg_exclude_padding;
@@ -623,6 +629,11 @@ static idk_status_t lower_eltwise(idk_plan_t *p, const idk_op_t *op) {
     idk_primary(p, op->in[0], &v);
     dnnl_memory_desc_t md = v->md;
     int sb = v->buf;
+    if (op->fused) { /* the BatchNormalization before applied this ReLU: the output is its buffer */
+        dnnl_memory_desc_t pm;
+        idk_plain_md(&pm, OUT->ndims, OUT->dims);
+        return idk_set_output(p, op->out[0], &md, dnnl_memory_desc_equal(&pm, &md), sb) == 0 ? IDK_OK : IDK_ERR_INVALID;
+    }
     int db = new_out(p, op->out[0], &md);
     if (db < 0) return IDK_ERR_NOMEM;
     if (idk_tensor_volume(OUT) == 0) return IDK_OK;
@@ -1175,7 +1186,10 @@ static idk_status_t lower_matmul(idk_plan_t *p, const idk_op_t *op) {
     for (int i = 0; i < nd - 2; i++)
         if (bd[i] != 1) pack_b = 0;
     dnnl_memory_desc_t bmd_logical = bmd;
-    if (pack_b) dnnl_memory_desc_init_by_tag(&bmd, nd, bd, dnnl_f32, dnnl_format_tag_any);
+    /* bf16 plans: a and the packed weights in bf16 (same strides), the output stays f32 */
+    dnnl_data_type_t dt = pack_b ? compute_dt(p) : dnnl_f32;
+    if (dt != dnnl_f32) dnnl_memory_desc_init_by_strides(&amd, nd, ad, dt, as);
+    if (pack_b) dnnl_memory_desc_init_by_tag(&bmd, nd, bd, dt, dnnl_format_tag_any);
     int has_bias = op->nin == 3;
     if (has_bias) dims_md(&cmd, nd, T(2)->dims);
     int db;
@@ -1198,7 +1212,9 @@ static idk_status_t lower_matmul(idk_plan_t *p, const idk_op_t *op) {
     if (ds != dnnl_success) return dnnl_err(p, "matmul primitive desc", ds);
     int ab, bb, cb = -1;
     rc = IDK_ERR_DNNL;
-    if (idk_get_plain(p, op->in[0], &ab) != 0 || idk_get_plain(p, op->in[1], &bb) != 0) goto out;
+    if ((dt == dnnl_f32 ? idk_get_plain(p, op->in[0], &ab) : idk_get_view(p, op->in[0], &amd, &ab)) != 0 ||
+        idk_get_plain(p, op->in[1], &bb) != 0)
+        goto out;
     if (pack_b) {
         bmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         if (!dnnl_memory_desc_equal(&bmd, &bmd_logical)) {
@@ -1238,14 +1254,26 @@ out:
     return rc;
 }
 
+/* relu_follows reports whether op opi+1 is a plain ReLU that is the only reader of op opi's
+ * output (not a graph output): oneDNN's batch normalization can apply it itself. */
+static int relu_follows(idk_plan_t *p, int opi) {
+    if (opi + 1 >= p->nops) return 0;
+    const idk_op_t *op = &p->ops[opi], *nx = &p->ops[opi + 1];
+    const idk_tensor_t *y = &p->t[op->out[0]];
+    return nx->kind == IDK_OP_ELTWISE && nx->nin == 1 && nx->in[0] == op->out[0] && nx->ia[0] == IDK_ELT_RELU &&
+           nx->fa[0] == 0.0f && y->lastuse == opi + 1 && !y->is_out && !p->t[nx->out[0]].is_in;
+}
+
 static idk_status_t lower_bnorm(idk_plan_t *p, const idk_op_t *op) {
     idk_view_t *v;
     idk_primary(p, op->in[0], &v);
     dnnl_memory_desc_t md = v->md, pm;
     int xb = v->buf;
+    int relu = relu_follows(p, p->cur_op);
     dnnl_batch_normalization_desc_t d;
-    dnnl_status_t ds = dnnl_batch_normalization_forward_desc_init(&d, dnnl_forward_inference, &md, op->fa[0],
-                                                                  dnnl_use_global_stats | dnnl_use_scale | dnnl_use_shift);
+    dnnl_status_t ds = dnnl_batch_normalization_forward_desc_init(
+        &d, dnnl_forward_inference, &md, op->fa[0],
+        dnnl_use_global_stats | dnnl_use_scale | dnnl_use_shift | (relu ? dnnl_fuse_norm_relu : 0));
     if (ds != dnnl_success) return dnnl_err(p, "bnorm desc", ds);
     dnnl_primitive_attr_t attr = new_attr();
     dnnl_primitive_desc_t pd;
@@ -1266,6 +1294,7 @@ static idk_status_t lower_bnorm(idk_plan_t *p, const idk_op_t *op) {
     idk_step_arg(s, DNNL_ARG_MEAN, &pm, pbuf[2]);
     idk_step_arg(s, DNNL_ARG_VARIANCE, &pm, pbuf[3]);
     idk_step_arg(s, DNNL_ARG_DST, &md, db);
+    if (relu) p->ops[p->cur_op + 1].fused = 1;
     rc = IDK_OK;
 out:
     dnnl_primitive_desc_destroy(pd);
@@ -1299,8 +1328,10 @@ static idk_status_t lower_concat(idk_plan_t *p, const idk_op_t *op) {
             mds[n] = v->md;
             bufs[n++] = v->buf;
         }
+        int same = 1;
+        for (int k = 1; k < n; k++) same &= mds[k].data_type == mds[0].data_type;
         for (int pass = 0; pass < 2; pass++) {
-            any_md(&dst, o);
+            any_md_dt(&dst, o, pass == 0 && same && n > 0 ? mds[0].data_type : dnnl_f32);
             dnnl_primitive_attr_t attr = new_attr();
             dnnl_primitive_desc_t pd;
             dnnl_status_t ds = dnnl_concat_primitive_desc_create(&pd, &dst, n, ax, mds, attr, p->eng);

@@ -47,6 +47,7 @@ IDK_API idk_status_t idk_plan_create(idk_plan_t **out, int32_t threads) {
     idk_plan_t *p = calloc(1, sizeof *p);
     if (!p) return IDK_ERR_NOMEM;
     p->threads = threads;
+    p->prec = IDK_F32;
     if (dnnl_engine_create(&p->eng, dnnl_cpu, 0) != dnnl_success) {
         free(p);
         return IDK_ERR_DNNL;
@@ -92,6 +93,27 @@ IDK_API void idk_plan_destroy(idk_plan_t *p) {
     dnnl_stream_destroy(p->stream);
     dnnl_engine_destroy(p->eng);
     free(p);
+}
+
+IDK_API int32_t idk_bf16_supported(void) {
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    if ((isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx) return 2;
+    return (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+}
+
+IDK_API idk_status_t idk_plan_set_precision(idk_plan_t *p, int32_t dtype) {
+    if (!p) return IDK_ERR_INVALID;
+    if (p->compiled || p->nops || p->tr) return idk_fail(p, IDK_ERR_STATE, "set_precision after ops were added");
+    if (dtype == IDK_F32) {
+        p->prec = IDK_F32;
+        return IDK_OK;
+    }
+    if (dtype != IDK_BF16) return idk_fail(p, IDK_ERR_UNSUPPORTED, "precision dtype %d not supported (f32, bf16)", dtype);
+    if (!idk_bf16_supported())
+        return idk_fail(p, IDK_ERR_UNSUPPORTED, "bf16 needs a CPU with AVX512_BF16 or AMX; oneDNN reports %s",
+                        dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa()));
+    p->prec = IDK_BF16;
+    return IDK_OK;
 }
 
 IDK_API const char *idk_plan_error(const idk_plan_t *p) { return p ? p->err : "nil plan"; }

@@ -11,8 +11,9 @@ const (
 
 // idk_dtype_t (ONNX numbering)
 const (
-	dtF32 = 1
-	dtI64 = 7
+	dtF32  = 1
+	dtI64  = 7
+	dtBF16 = 16
 )
 
 // idk_op_kind_t

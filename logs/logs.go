@@ -25,6 +25,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
 )
 
 // Formats of New.
@@ -145,11 +147,19 @@ type verb struct {
 	slashNext bool
 }
 
-var formats sync.Map // format string -> []verb: log formats are few and reused
+// formats caches parsed formats. The formats in the code are few and reused; the bound
+// keeps a caller that builds formats at run time from growing it for ever.
+var formats = func() *lru.Cache[string, []verb] {
+	c, err := lru.New[string, []verb](1024)
+	if err != nil {
+		panic(err) // only for a size below 1
+	}
+	return c
+}()
 
 func parseFormat(format string) []verb {
-	if v, ok := formats.Load(format); ok {
-		return v.([]verb)
+	if v, ok := formats.Get(format); ok {
+		return v
 	}
 	var vs []verb
 	arg := 0
@@ -173,7 +183,7 @@ func parseFormat(format string) []verb {
 		vs = append(vs, v)
 		arg++
 	}
-	formats.Store(format, vs)
+	formats.Add(format, vs)
 	return vs
 }
 

@@ -141,3 +141,15 @@ func TestGrepFindsRecordsInBothFormats(t *testing.T) {
 		}
 	}
 }
+
+func TestFormatCacheIsBounded(t *testing.T) {
+	for i := 0; i < 3000; i++ {
+		Fields(fmt.Sprintf("built at run time %d: job %%s", i), []any{"j"})
+	}
+	if n := formats.Len(); n > 1024 {
+		t.Fatalf("%d formats cached", n)
+	}
+	if got := Fields("built at run time 1: job %s", []any{"j"}); len(got) != 1 || got[0].Key != "job" {
+		t.Fatalf("after eviction: %v", got)
+	}
+}

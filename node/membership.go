@@ -49,6 +49,22 @@ func (m schedMembership) Alive() []sched.Peer {
 	return out
 }
 
+// Known counts the members the detector knows but those that left: failed ones are
+// remembered for fd's RetainDead (60 s). The scheduler's majority rule divides by it.
+func (m schedMembership) Known() int {
+	d := m.n.fd.Load()
+	if d == nil {
+		return 0
+	}
+	k := 0
+	for _, x := range d.Members() {
+		if x.State != fd.Left {
+			k++
+		}
+	}
+	return k
+}
+
 // sdfsPeers is the detector as an SDFS client's member source.
 func (n *Node) sdfsPeers(context.Context) ([]sdfs.Peer, error) {
 	var out []sdfs.Peer

@@ -18,6 +18,7 @@ import (
 
 	"idunno/fd"
 	"idunno/logs"
+	"idunno/modelcache"
 	"idunno/rpc"
 	"idunno/sched"
 	"idunno/sched/logquery"
@@ -46,9 +47,10 @@ type Node struct {
 	// server and fd.* methods read the membership through it (none before it is set).
 	fd atomic.Pointer[fd.Detector]
 
-	store *sdfs.Store
-	sched *sched.Scheduler
-	http  *serving.NodeService
+	store  *sdfs.Store
+	sched  *sched.Scheduler
+	http   *serving.NodeService
+	models *modelcache.Cache // loaded models, shared by the jobs' executor and HTTP serving
 }
 
 // New builds a node: data directory and log, RPC, the detector's config, the SDFS store,
@@ -80,6 +82,7 @@ func New(cfg sched.NodeConfig, opt Options) (*Node, error) {
 
 func (n *Node) buildParts() error {
 	var err error
+	n.models = modelcache.New(modelcache.DefaultSize)
 	if n.store, err = n.newStore(); err != nil {
 		return err
 	}
@@ -152,7 +155,7 @@ func (n *Node) newScheduler() (*sched.Scheduler, error) {
 	return sched.NewScheduler(sched.Deps{
 		Name: n.cfg.Name, RPCAddr: n.cfg.RPCAddr(), DataDir: n.cfg.DataDir,
 		Membership: schedMembership{n}, Blobs: blobs,
-		Executor: &sched.KernelExecutor{Blobs: blobs, Threads: n.cfg.Threads, Nice: n.cfg.ComputeThreadNice(), Logf: logf},
+		Executor: &sched.KernelExecutor{Blobs: blobs, Threads: n.cfg.Threads, Nice: n.cfg.ComputeThreadNice(), Logf: logf, Models: n.models},
 		Client:   n.client, Logf: logf,
 	}, sched.DefaultSchedConfig(), n.rpc)
 }
@@ -168,6 +171,7 @@ func (n *Node) newHTTP() *serving.NodeService {
 		RPC:     n.rpc,
 		Client:  n.client,
 		SelfRPC: n.cfg.RPCAddr(),
+		Models:  n.models,
 		Peers:   httpPeers{n},
 		Gauges:  httpGauges{n},
 		Fetch: func(ctx context.Context, name string, w io.Writer) error {

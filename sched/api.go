@@ -264,7 +264,7 @@ func (s *Scheduler) apiJobAdd(ctx context.Context, spec JobSpec) (JobAddReply, e
 	}
 	if j, dup := s.st.Jobs[spec.Name]; dup {
 		if s.isRetryOf(j, spec) {
-			r := JobAddReply{Queries: j.Spec.Queries, Tasks: j.Spec.NumTasks(), TaskSize: j.Spec.TaskSize, Split: j.Split}
+			r := retryReply(j)
 			s.mu.Unlock()
 			return r, nil // confirmed (again) by the caller, see confirmed
 		}
@@ -320,6 +320,13 @@ func (s *Scheduler) apiJobAdd(ctx context.Context, spec JobSpec) (JobAddReply, e
 	if s.role != roleCoordinator {
 		return fail(fmt.Errorf("sched: %s stopped coordinating; retry", s.name))
 	}
+	if j, dup := s.st.Jobs[spec.Name]; dup && s.isRetryOf(j, spec) {
+		// The same add arrived twice and the other copy committed while this one probed
+		// (a client that gave up on a node cut off from the coordinator and asked another,
+		// both requests reaching the coordinator once the partition healed): one job, and
+		// both callers get it.
+		return retryReply(j), nil
+	}
 	if err := s.commit(&Entry{Kind: EntryJobAdd, Job: &spec}); err != nil {
 		return fail(err)
 	}
@@ -333,6 +340,11 @@ func (s *Scheduler) apiJobAdd(ctx context.Context, spec JobSpec) (JobAddReply, e
 	s.logf("sched: job %s accepted: %d queries in %d tasks of %d, %.3g FLOPs per query; split %s",
 		spec.Name, n, spec.NumTasks(), spec.TaskSize, spec.FLOPsPerQuery, split)
 	return JobAddReply{Queries: n, Tasks: spec.NumTasks(), TaskSize: spec.TaskSize, Split: split}, nil
+}
+
+// retryReply answers a retried add of job j (see isRetryOf).
+func retryReply(j *JobState) JobAddReply {
+	return JobAddReply{Queries: j.Spec.Queries, Tasks: j.Spec.NumTasks(), TaskSize: j.Spec.TaskSize, Split: j.Split}
 }
 
 func (s *Scheduler) apiJobRemove(_ context.Context, a NameArgs) (struct{}, error) {
@@ -407,10 +419,14 @@ func (s *Scheduler) apiJobHistogram(_ context.Context, a NameArgs) (LatencyHisto
 		return LatencyHistogram{}, fmt.Errorf("sched: no job %q", a.Name)
 	}
 	h := LatencyHistogram{BoundsMS: LatencyBucketsMS, Counts: make([]int64, len(LatencyBucketsMS))}
-	if st := s.stats[a.Name]; st != nil {
+	st := s.stats[a.Name]
+	if st != nil {
 		h = st.Histogram(LatencyBucketsMS)
+	} else {
+		st = NewJobStats()
 	}
-	h.Job = a.Name
+	q, c := st.Times()
+	h.Job, h.Queue, h.Compute = a.Name, &q, &c
 	return h, nil
 }
 

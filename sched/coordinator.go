@@ -69,7 +69,7 @@ func (s *Scheduler) takeOver(why string) {
 		return
 	}
 	s.maxEpoch = epoch
-	s.coordName, s.coordAddr, s.standbyOf = s.name, s.addr, ""
+	s.coordName, s.coordAddr, s.standbyOf, s.released = s.name, s.addr, "", false
 	s.co.repl = newReplicator(s, epoch, s.st.Seq)
 	s.pickStandby(s.mem.Alive())
 	s.wg.Add(1)
@@ -150,6 +150,7 @@ func (s *Scheduler) observe(e *Entry) {
 			st := s.jobStats(e.Name)
 			st.costTau = s.cfg.CostTau
 			st.Record(*e.Report, j.Spec.Batch, time.Unix(0, e.Time))
+			st.RecordTimes(*e.Report, j.Added)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"idunno/kernel"
 	"idunno/kernel/onnx"
+	"idunno/modelcache"
 	"idunno/sched/dataset"
 )
 
@@ -23,6 +24,9 @@ type KernelExecutor struct {
 	Keep    int // models and datasets kept in memory (each); default 4
 	Nice    int
 	Logf    func(string, ...any) // nil: no log
+	// Models is the node's model cache, shared with HTTP serving; nil: models are loaded
+	// for the executor alone.
+	Models *modelcache.Cache
 
 	lowOnce sync.Once
 	low     *lowThreads
@@ -36,6 +40,7 @@ type KernelExecutor struct {
 type cachedModel struct {
 	once sync.Once
 	m    *kernel.Model
+	h    *modelcache.Handle // Models' hold on m (nil: m is the executor's own)
 	dims []int64
 	err  error
 	used time.Time
@@ -58,17 +63,27 @@ func (x *KernelExecutor) keep() int {
 	return x.Keep
 }
 
-func (x *KernelExecutor) model(ctx context.Context, name string) (*cachedModel, error) {
+// model returns the model stored as name, loaded at precision prec ("": fp32); each
+// precision is its own cache entry.
+func (x *KernelExecutor) model(ctx context.Context, name, prec string) (*cachedModel, error) {
+	pr, err := kernel.ParsePrecision(prec)
+	if err != nil {
+		return nil, fmt.Errorf("sched: model %q: %w", name, err)
+	}
+	key := name
+	if pr != kernel.FP32 {
+		key = name + "\x00" + pr.String()
+	}
 	x.mu.Lock()
 	if x.models == nil {
 		x.models = map[string]*cachedModel{}
 	}
-	c := x.models[name]
+	c := x.models[key]
 	if c == nil {
 		c = &cachedModel{}
-		x.models[name] = c
+		x.models[key] = c
 		for len(x.models) > x.keep() {
-			x.evictModel(name)
+			x.evictModel(key)
 		}
 	}
 	c.used = time.Now()
@@ -85,22 +100,35 @@ func (x *KernelExecutor) model(ctx context.Context, name string) (*cachedModel, 
 			return
 		}
 		var m *kernel.Model
-		x.lowered(func() { m, err = kernel.LoadModel(om, kernel.Options{Threads: max(x.Threads, 1)}) })
+		load := func() (*kernel.Model, error) {
+			x.lowered(func() { m, err = kernel.LoadModel(om, kernel.Options{Threads: max(x.Threads, 1), Precision: pr}) })
+			return m, err
+		}
+		if x.Models != nil {
+			c.h, err = x.Models.Acquire(modelcache.Key(b, max(x.Threads, 1), pr), load)
+			if err == nil {
+				m = c.h.Model()
+			}
+		} else {
+			m, err = load()
+		}
 		if err != nil {
 			c.err = fmt.Errorf("sched: model %q: %w", name, err)
 			return
 		}
 		if in := m.Inputs(); len(in) < 1 || len(m.Outputs()) < 1 {
 			c.err = fmt.Errorf("sched: model %q has %d inputs and %d outputs: jobs need at least one of each", name, len(in), len(m.Outputs()))
-			m.Close()
+			c.m = m
+			c.release()
+			c.m, c.h = nil, nil
 			return
 		}
 		c.m, c.dims = m, m.Inputs()[0].Dims
 	})
 	if c.err != nil {
 		x.mu.Lock()
-		if x.models[name] == c {
-			delete(x.models, name) // a failed load is retried next time (the file may appear)
+		if x.models[key] == c {
+			delete(x.models, key) // a failed load is retried next time (the file may appear)
 		}
 		x.mu.Unlock()
 	}
@@ -127,10 +155,19 @@ func (x *KernelExecutor) evictModel(keep string) {
 		c.once.Do(func() {})
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if c.m != nil {
-			c.m.Close()
-		}
+		c.release()
 	}()
+}
+
+// release lets go of the model: back to the node's cache, or closed if it is the
+// executor's own.
+func (c *cachedModel) release() {
+	switch {
+	case c.h != nil:
+		c.h.Release()
+	case c.m != nil:
+		c.m.Close()
+	}
 }
 
 // Lister is a Blobs that can list names by prefix (for datasets that are folders of images).
@@ -285,13 +322,13 @@ func (x *KernelExecutor) arrays(ctx context.Context, spec JobSpec, c *cachedMode
 
 // ProbeModel loads the model.
 func (x *KernelExecutor) ProbeModel(ctx context.Context, name string) error {
-	_, err := x.model(ctx, name)
+	_, err := x.model(ctx, name, "")
 	return err
 }
 
 // Probe loads the model and the dataset and preprocesses one sample into the model's input.
 func (x *KernelExecutor) Probe(ctx context.Context, spec JobSpec) (int, error) {
-	c, err := x.model(ctx, spec.Model)
+	c, err := x.model(ctx, spec.Model, spec.Precision)
 	if err != nil {
 		return 0, err
 	}
@@ -326,7 +363,7 @@ func (x *KernelExecutor) Probe(ctx context.Context, spec JobSpec) (int, error) {
 // FLOPsPerQuery returns the kernel's count of the model's FLOPs per query at the job's batch
 // size (0 if the model can't be loaded or counted).
 func (x *KernelExecutor) FLOPsPerQuery(ctx context.Context, spec JobSpec) float64 {
-	c, err := x.model(ctx, spec.Model)
+	c, err := x.model(ctx, spec.Model, spec.Precision)
 	if err != nil || spec.Batch <= 0 {
 		return 0
 	}
@@ -341,7 +378,7 @@ func (x *KernelExecutor) FLOPsPerQuery(ctx context.Context, spec JobSpec) float6
 
 // Run preprocesses and runs queries [from, to) batch by batch.
 func (x *KernelExecutor) Run(ctx context.Context, spec JobSpec, from, to int) ([]Prediction, []int64, error) {
-	c, err := x.model(ctx, spec.Model)
+	c, err := x.model(ctx, spec.Model, spec.Precision)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -2,6 +2,7 @@ package sched
 
 import (
 	"fmt"
+	"idunno/kernel"
 	"idunno/sched/dataset"
 	"math"
 	"regexp"
@@ -60,6 +61,9 @@ type JobSpec struct {
 	// repeated with the same name and key is a retry of one that was applied but not
 	// confirmed, and gets that job instead of "already in use".
 	Request string `json:"request,omitempty"`
+	// Precision is the kernel's compute precision for the job: "" or "fp32", "bf16", "int8"
+	// (kernel.ParsePrecision). Absent in journals written before precisions: fp32.
+	Precision string `json:"precision,omitempty"`
 }
 
 // TaskSplit is one job-resize: from task From on, tasks of Size queries named by ID.
@@ -150,6 +154,9 @@ func (s JobSpec) ValidateRequest() error {
 		return fmt.Errorf("sched: job %s: weight %v: use a number from %g to %d", s.Name, s.Weight, 1.0/MaxWeight, MaxWeight)
 	}
 	if err := s.Pre.Validate(); err != nil {
+		return fmt.Errorf("sched: job %s: %w", s.Name, err)
+	}
+	if _, err := kernel.ParsePrecision(s.Precision); err != nil {
 		return fmt.Errorf("sched: job %s: %w", s.Name, err)
 	}
 	return nil

@@ -66,6 +66,7 @@ type replicator struct {
 	synced   bool      // target holds a snapshot and every entry sent since
 	acked    uint64    // every entry up to acked is held by ackedBy, or on disk if ackedBy == ""
 	ackedBy  string    //
+	replaced time.Time // when a standby was last replaced by another (or by none)
 	lastSent time.Time // last call to target (a heartbeat is due 4 ticks later)
 	retryAt  time.Time // after a failed call, wait until then
 	stopped  error     // why the replicator stopped (nil while running)
@@ -117,6 +118,9 @@ func (r *replicator) setTarget(name, addr string) {
 	if changed {
 		if r.target != "" && r.synced {
 			r.released = [2]string{r.target, r.addr}
+		}
+		if r.target != "" {
+			r.replaced = time.Now()
 		}
 		r.target, r.addr, r.synced, r.pending = name, addr, false, nil
 		r.retryAt = time.Time{}
@@ -397,7 +401,25 @@ func (s *Scheduler) confirm(ctx context.Context) (string, error) {
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.AckTimeout)
 	defer cancel()
-	return r.wait(ctx, seq)
+	standby, err := r.wait(ctx, seq)
+	if err != nil {
+		return "", err
+	}
+	r.mu.Lock()
+	quiet := s.cfg.StandbyQuiet - time.Since(r.replaced)
+	r.mu.Unlock()
+	if quiet > 0 {
+		select {
+		case <-time.After(quiet):
+		case <-ctx.Done():
+			return "", fmt.Errorf("%w: the standby was just replaced (%v)", errNotConfirmed, ctx.Err())
+		}
+	}
+	if alive := s.mem.Alive(); !s.majority(alive) {
+		return "", fmt.Errorf("%w: %s sees %d of the %d members it knows alive (cut off in a minority?)",
+			errNotConfirmed, s.name, len(alive), s.mem.Known())
+	}
+	return standby, nil
 }
 
 // isRetryOf reports whether a job add request repeats the add of job j: the same name
@@ -433,7 +455,7 @@ func (s *Scheduler) handleReplicate(epoch uint64, a ReplicateArgs) (struct{}, ui
 	if a.Release {
 		if s.role == roleStandby && s.standbyOf == a.From {
 			s.logf("sched: no longer the standby of coordinator %s", a.From)
-			s.role, s.standbyOf = roleFollower, ""
+			s.role, s.standbyOf, s.released = roleFollower, "", true
 		}
 		return struct{}{}, s.maxEpoch, nil
 	}
@@ -445,6 +467,7 @@ func (s *Scheduler) handleReplicate(epoch uint64, a ReplicateArgs) (struct{}, ui
 			return struct{}{}, s.maxEpoch, err
 		}
 		s.st = a.Snapshot
+		s.released = false
 		s.stats = map[string]*JobStats{}
 		for n, ss := range a.Stats {
 			if _, ok := s.st.Jobs[n]; !ok || ss == nil {

@@ -280,3 +280,110 @@ func TestFencedErrorIsTyped(t *testing.T) {
 		t.Fatalf("got %v (%T), want a *FencedError", err, err)
 	}
 }
+
+// When the coordinator and its standby are both gone, the workers' journals lack the
+// acknowledged jobs (only those two hold them): a worker taking over on its higher epoch
+// would drop them for good once they return. So nobody takes over until one of them is
+// back, and then it does, with every acknowledged job (found by the network-namespace
+// scenario "frozen-standby" in chaos/).
+func TestNoTakeoverWithoutTheNewestJournal(t *testing.T) {
+	c := newMemCluster(t, 4)
+	if co := c.waitCoordinator(""); co.name != "node0" {
+		t.Fatalf("coordinator %s, want node0", co.name)
+	}
+	waitStandby(t, c, "node1")
+	if err := c.call("node0", "sched.phase", PhaseArgs{PhaseInference}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range []string{"a1", "a2"} {
+		if _, err := addJob(c, "node0", j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, w := range []string{"node2", "node3"} {
+		for deadline := time.Now().Add(10 * time.Second); c.nodes[w].s.Status().Seen < 1; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never heard of the coordinator", w)
+			}
+		}
+	}
+	c.kill("node1")
+	c.kill("node0")
+	// Well past TakeoverGrace (0.5 s): node2 and node3 answer each other and have seen
+	// epoch 1, but their journals are of epoch 0.
+	time.Sleep(4 * c.cfg.TakeoverGrace)
+	if co := c.coordinator(); co != nil {
+		t.Fatalf("%s took over without the acknowledged jobs", co.name)
+	}
+	c.start("node1")
+	co := c.waitCoordinator("")
+	if co.name != "node1" {
+		t.Fatalf("%s took over, want node1 (the standby, back with its journal)", co.name)
+	}
+	var jobs []JobSummary
+	if err := c.callRetry("sched.job.list", struct{}{}, &jobs); err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 2 {
+		t.Fatalf("jobs after the takeover: %+v, want a1 and a2", jobs)
+	}
+}
+
+func TestMajorityOfKnownMembers(t *testing.T) {
+	m := NewStaticMembership()
+	s := &Scheduler{mem: m}
+	for i := 0; i < 5; i++ {
+		m.Set(Peer{Name: fmt.Sprintf("node%d", i)}, true)
+	}
+	if !s.majority(m.Alive()) {
+		t.Fatal("5 of 5 alive is no majority")
+	}
+	m.Set(Peer{Name: "node3"}, false)
+	m.Set(Peer{Name: "node4"}, false)
+	if !s.majority(m.Alive()) {
+		t.Fatal("3 of 5 alive is no majority")
+	}
+	m.Set(Peer{Name: "node2"}, false)
+	if s.majority(m.Alive()) {
+		t.Fatal("2 of 5 alive counts as a majority")
+	}
+	if one := NewStaticMembership(Peer{Name: "node0"}); !(&Scheduler{mem: one}).majority(one.Alive()) {
+		t.Fatal("a single-node cluster is no majority of itself")
+	}
+}
+
+// Two copies of one add (same idempotency key) that reach the coordinator together, as
+// when a client gave up on a node cut off from the coordinator and asked another, and the
+// partition healed: both are told the job was added, and there is one job (found by the
+// chaos scenario "workers-minority": the second copy was refused as "already in use").
+func TestConcurrentRetriesOfOneAdd(t *testing.T) {
+	c := newMemCluster(t, 2)
+	c.exec.ProbeDelay = 200 * time.Millisecond
+	c.waitCoordinator("")
+	waitStandby(t, c, "node1")
+	if err := c.call("node0", "sched.phase", PhaseArgs{PhaseInference}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, via := range []string{"node0", "node1"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = addJob(c, via, "twice")
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("copy %d: %v", i, err)
+		}
+	}
+	var jobs []JobSummary
+	if err := c.callRetry("sched.job.list", struct{}{}, &jobs); err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 1 {
+		t.Fatalf("jobs %+v, want one", jobs)
+	}
+}

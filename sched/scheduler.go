@@ -28,12 +28,16 @@ type SchedConfig struct {
 	MaxBuffered      int           // completions a worker buffers while no coordinator answers (1,024)
 	ReplicateTimeout time.Duration // deadline of one replication call to the standby (300 ms)
 	AckTimeout       time.Duration // how long a client's change waits for the standby (or the disk) to hold it (5 s)
-	CallTimeout      time.Duration // deadline of other scheduler calls (2 s)
-	Writers          int           // result writes a worker keeps in flight (3)
-	PutTimeout       time.Duration // deadline of one result write (retried); above twice SDFS's StatTimeout (15 s)
-	RetryBackoff     time.Duration // a failed task or result write is retried after this, times the attempt (200 ms)
-	ReadTimeout      time.Duration // deadline of reading one task's result while assembling a job's (30 s)
-	WriteTimeout     time.Duration // deadline of writing a job's result, labels read included (1 min)
+	// StandbyQuiet: after replacing its standby, a coordinator confirms no change for this
+	// long (1 s), so that if the old standby fell silent in a partition, the detector has
+	// also failed the other members cut off with it, and the majority check sees it.
+	StandbyQuiet time.Duration
+	CallTimeout  time.Duration // deadline of other scheduler calls (2 s)
+	Writers      int           // result writes a worker keeps in flight (3)
+	PutTimeout   time.Duration // deadline of one result write (retried); above twice SDFS's StatTimeout (15 s)
+	RetryBackoff time.Duration // a failed task or result write is retried after this, times the attempt (200 ms)
+	ReadTimeout  time.Duration // deadline of reading one task's result while assembling a job's (30 s)
+	WriteTimeout time.Duration // deadline of writing a job's result, labels read included (1 min)
 	// CostTau is the time constant of a job's measured cost per query (see
 	// DefaultCostTau): long enough that a loaded machine's heavy-tailed task times average
 	// out, short enough that a real change is followed within a few of it. 10 s.
@@ -54,6 +58,7 @@ func DefaultSchedConfig() SchedConfig {
 		MaxBuffered:      1024,
 		ReplicateTimeout: 300 * time.Millisecond,
 		AckTimeout:       5 * time.Second,
+		StandbyQuiet:     time.Second,
 		CallTimeout:      2 * time.Second,
 		Writers:          3,
 		PutTimeout:       15 * time.Second,
@@ -101,6 +106,10 @@ type Scheduler struct {
 	lostSince time.Time // since when no live coordinator is known
 	standbyOf string    // the coordinator whose journal this node receives
 	lastBeat  time.Time // when the coordinator last replicated to this node
+	// released: this node was a standby and its coordinator moved to another, so its
+	// journal may lack changes the new standby confirmed (cleared by a new snapshot).
+	released  bool
+	waitNoted bool // the wait for a node holding the newest journal was logged
 	lastPoll  time.Time
 	co        *coordTables // non-nil while coordinator
 	// stats holds each job's latencies, rates and costs, fed by every task-done entry this
@@ -223,6 +232,12 @@ func (s *Scheduler) tick() {
 	if s.role == roleStandby && s.standbyOf == s.st.Coordinator && s.standbyOf != "" &&
 		now.Sub(s.lastBeat) < s.cfg.StandbyFresh {
 		if _, ok := live[s.standbyOf]; !ok {
+			if !s.majority(alive) {
+				// Cut off in a minority (the coordinator may be alive on the majority's
+				// side): taking over would make a second coordinator.
+				s.mu.Unlock()
+				return
+			}
 			s.takeOver("standby of failed coordinator " + s.standbyOf)
 			s.mu.Unlock()
 			return
@@ -253,7 +268,7 @@ func (s *Scheduler) tick() {
 		s.follow(best.Name, live[best.Name], best.Epoch)
 		return
 	}
-	if lost < s.cfg.TakeoverGrace {
+	if lost < s.cfg.TakeoverGrace || !s.majority(alive) {
 		return
 	}
 	// No coordinator anywhere: the node with the newest journal takes over (ties: lowest
@@ -262,9 +277,27 @@ func (s *Scheduler) tick() {
 	if len(sts) < len(alive) {
 		return
 	}
+	// Only a journal of the newest epoch anyone has seen, kept by a node that was not
+	// released as standby, can hold every change acknowledged in that epoch: the
+	// coordinator's and its standby's. A node with an older one (a worker, or a node cut
+	// off from them) taking over would drop those changes when it won on its higher epoch,
+	// so without such a node nobody takes over: the coordinator or the standby must come
+	// back (a restart recovers its journal from disk).
+	newest := s.maxEpoch
+	for _, r := range sts {
+		newest = max(newest, r.Epoch, r.Seen)
+	}
+	if s.st.Epoch < newest || s.released {
+		if !s.waitNoted {
+			s.waitNoted = true
+			s.logf("sched: no coordinator, and this node's journal (epoch %d%s) may lack changes of epoch %d: waiting for a node that holds them",
+				s.st.Epoch, map[bool]string{true: ", released as standby"}[s.released], newest)
+		}
+		return
+	}
 	me := StatusReply{Name: s.name, Epoch: s.st.Epoch, Seq: s.st.Seq}
 	for _, r := range sts {
-		if r.Name == s.name {
+		if r.Name == s.name || r.Epoch < newest || r.Released {
 			continue
 		}
 		if r.Epoch > me.Epoch || (r.Epoch == me.Epoch && (r.Seq > me.Seq || (r.Seq == me.Seq && NameLess(r.Name, me.Name)))) {
@@ -278,10 +311,21 @@ func (s *Scheduler) follow(name, addr string, epoch uint64) {
 	if epoch > s.maxEpoch {
 		s.maxEpoch = epoch
 	}
+	s.waitNoted = false
 	if name != s.coordName {
 		s.logf("sched: following coordinator %s (epoch %d)", name, epoch)
 	}
 	s.coordName, s.coordAddr = name, addr
+}
+
+// majority reports whether alive (this node's live view, itself included) holds more than
+// half the members the view knows. A node cut off in a minority neither takes over nor
+// confirms a change: the majority's side may elect a coordinator whose journal lacks it.
+// (The detector forgets failed members after its RetainDead, so a minority cut off for
+// longer than that counts itself a majority again.)
+func (s *Scheduler) majority(alive []Peer) bool {
+	k := s.mem.Known()
+	return k == 0 || 2*len(alive) > k
 }
 
 // pollStatus asks every live node for its role and journal position, in parallel.
@@ -323,6 +367,11 @@ type StatusReply struct {
 	Coordinator string `json:"coordinator"`
 	CoordAddr   string `json:"coord_addr"`
 	Phase       Phase  `json:"phase"`
+	// Seen is the highest coordinator epoch the node has seen (its journal may be older);
+	// Released says it was a standby its coordinator replaced. Either way a node whose
+	// journal is not of the newest epoch, or was released, cannot take over.
+	Seen     uint64 `json:"seen,omitempty"`
+	Released bool   `json:"released,omitempty"`
 }
 
 func (s *Scheduler) status() StatusReply {
@@ -331,7 +380,7 @@ func (s *Scheduler) status() StatusReply {
 			Coordinator: s.name, CoordAddr: s.addr, Phase: s.st.Phase}
 	}
 	return StatusReply{Name: s.name, Role: s.role.String(), Epoch: s.st.Epoch, Seq: s.st.Seq,
-		Coordinator: s.coordName, CoordAddr: s.coordAddr, Phase: s.st.Phase}
+		Coordinator: s.coordName, CoordAddr: s.coordAddr, Phase: s.st.Phase, Seen: s.maxEpoch, Released: s.released}
 }
 
 // Status returns this node's scheduling role and journal position.

@@ -19,6 +19,10 @@ type Peer struct {
 // Alive includes the local node.
 type Membership interface {
 	Alive() []Peer
+	// Known is how many members the view knows: alive, suspected, or failed and not yet
+	// forgotten (members that left are not counted). A node that sees at most half of
+	// them alive is in a minority (see Scheduler.majority).
+	Known() int
 }
 
 // Blobs is the replicated file store (SDFS in a node).
@@ -46,13 +50,14 @@ type Executor interface {
 type StaticMembership struct {
 	mu    sync.Mutex
 	peers map[string]Peer
+	known map[string]bool // every name ever set
 }
 
 // NewStaticMembership returns a view holding peers.
 func NewStaticMembership(peers ...Peer) *StaticMembership {
-	m := &StaticMembership{peers: map[string]Peer{}}
+	m := &StaticMembership{peers: map[string]Peer{}, known: map[string]bool{}}
 	for _, p := range peers {
-		m.peers[p.Name] = p
+		m.peers[p.Name], m.known[p.Name] = p, true
 	}
 	return m
 }
@@ -69,10 +74,18 @@ func (m *StaticMembership) Alive() []Peer {
 	return out
 }
 
+// Known counts every peer ever set, alive or not (as a detector remembers failed members).
+func (m *StaticMembership) Known() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.known)
+}
+
 // Set adds or removes a peer.
 func (m *StaticMembership) Set(p Peer, alive bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.known[p.Name] = true
 	if alive {
 		m.peers[p.Name] = p
 	} else {
@@ -131,10 +144,14 @@ type FakeExecutor struct {
 	Models   map[string]time.Duration // model name -> time per query
 	FLOPs    map[string]float64       // model name -> FLOPs per query (missing: unknown)
 	Fail     func(spec JobSpec, from int) error
+	// ProbeDelay makes Probe take this long (a slow SDFS read), for tests of requests that
+	// overlap.
+	ProbeDelay time.Duration
 }
 
 // Probe checks names against the fake's tables.
 func (f *FakeExecutor) Probe(_ context.Context, spec JobSpec) (int, error) {
+	time.Sleep(f.ProbeDelay)
 	if _, ok := f.Models[spec.Model]; !ok {
 		return 0, fmt.Errorf("sched: model %q not found in SDFS", spec.Model)
 	}

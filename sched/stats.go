@@ -36,6 +36,7 @@ type JobStats struct {
 	lastCost  time.Time               // when busySum and querySum were last decayed
 	gain      float64                 // fair-time correction carried between decisions
 	firstDone time.Time
+	times     *taskTimes    // task queue and compute times (jobtimes.go); nil until a task is done
 	costTau   time.Duration // time constant of cost (0: DefaultCostTau); SchedConfig.CostTau
 }
 
@@ -170,6 +171,9 @@ type LatencyHistogram struct {
 	Counts   []int64   `json:"counts"` // Counts[i]: queries with latency <= BoundsMS[i]
 	Count    int64     `json:"count"`  // all queries (the +Inf bucket)
 	SumMS    float64   `json:"sum_ms"`
+	// Per-task queue and compute times (jobtimes.go).
+	Queue   *TimeHistogram `json:"queue,omitempty"`
+	Compute *TimeHistogram `json:"compute,omitempty"`
 }
 
 // Histogram returns the latency distribution as cumulative counts at bounds (ms), read from

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math/bits"
+	"os"
 	"sync"
 
 	"idunno/kernel"
 	"idunno/kernel/onnx"
+	"idunno/modelcache"
 )
 
 // KernelBackend runs models through IDunno's kernel. The kernel compiles one plan per batch
@@ -17,6 +19,7 @@ import (
 // rows never evicts one. Small batches run exactly, where padding would waste the most.
 type KernelBackend struct {
 	threads int
+	cache   *modelcache.Cache // nil: each model loaded for this backend alone
 
 	mu     sync.RWMutex
 	models map[string]*kernelModel
@@ -24,6 +27,7 @@ type KernelBackend struct {
 
 type kernelModel struct {
 	m        *kernel.Model
+	h        *modelcache.Handle // the cache's hold on m (nil: m is this backend's own)
 	meta     ModelMetadata
 	outTypes map[string]onnx.DataType // declared output datatypes
 }
@@ -36,13 +40,46 @@ func NewKernelBackend(threads int) *KernelBackend {
 	return &KernelBackend{threads: threads, models: map[string]*kernelModel{}}
 }
 
+// NewKernelBackendCached is NewKernelBackend taking its models from the node's model
+// cache (shared with the jobs' executor), so a model file the node already holds is not
+// loaded again.
+func NewKernelBackendCached(threads int, cache *modelcache.Cache) *KernelBackend {
+	b := NewKernelBackend(threads)
+	b.cache = cache
+	return b
+}
+
 // LoadFile loads an ONNX file under name, replacing any model of that name.
 func (b *KernelBackend) LoadFile(name, path string) error {
-	m, err := kernel.Load(path, kernel.Options{Threads: b.threads})
+	return b.LoadFileAt(name, path, kernel.FP32)
+}
+
+// LoadFileAt is LoadFile computing at precision prec.
+func (b *KernelBackend) LoadFileAt(name, path string, prec kernel.Precision) error {
+	opt := kernel.Options{Threads: b.threads, Precision: prec}
+	if b.cache == nil {
+		m, err := kernel.Load(path, opt)
+		if err != nil {
+			return fmt.Errorf("serving: load %s: %w", name, err)
+		}
+		b.add(name, m, nil)
+		return nil
+	}
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("serving: load %s: %w", name, err)
 	}
-	b.add(name, m)
+	h, err := b.cache.Acquire(modelcache.Key(raw, b.threads, prec), func() (*kernel.Model, error) {
+		om, err := onnx.Decode(raw)
+		if err != nil {
+			return nil, err
+		}
+		return kernel.LoadModel(om, opt)
+	})
+	if err != nil {
+		return fmt.Errorf("serving: load %s: %w", name, err)
+	}
+	b.add(name, h.Model(), h)
 	return nil
 }
 
@@ -52,12 +89,12 @@ func (b *KernelBackend) LoadModel(name string, om *onnx.Model) error {
 	if err != nil {
 		return fmt.Errorf("serving: load %s: %w", name, err)
 	}
-	b.add(name, m)
+	b.add(name, m, nil)
 	return nil
 }
 
-func (b *KernelBackend) add(name string, m *kernel.Model) {
-	km := &kernelModel{m: m, meta: MetadataFromONNX(name, m.Inputs(), m.Outputs()), outTypes: map[string]onnx.DataType{}}
+func (b *KernelBackend) add(name string, m *kernel.Model, h *modelcache.Handle) {
+	km := &kernelModel{m: m, h: h, meta: MetadataFromONNX(name, m.Inputs(), m.Outputs()), outTypes: map[string]onnx.DataType{}}
 	for _, o := range m.Outputs() {
 		if o.DType != onnx.Undefined {
 			km.outTypes[o.Name] = o.DType
@@ -68,7 +105,16 @@ func (b *KernelBackend) add(name string, m *kernel.Model) {
 	b.models[name] = km
 	b.mu.Unlock()
 	if old != nil {
-		old.m.Close()
+		old.close()
+	}
+}
+
+// close lets go of the model: back to the cache, or closed if it is this backend's own.
+func (km *kernelModel) close() {
+	if km.h != nil {
+		km.h.Release()
+	} else {
+		km.m.Close()
 	}
 }
 
@@ -79,7 +125,7 @@ func (b *KernelBackend) Unload(name string) {
 	delete(b.models, name)
 	b.mu.Unlock()
 	if km != nil {
-		km.m.Close()
+		km.close()
 	}
 }
 
@@ -90,7 +136,7 @@ func (b *KernelBackend) Close() {
 	b.models = map[string]*kernelModel{}
 	b.mu.Unlock()
 	for _, km := range ms {
-		km.m.Close()
+		km.close()
 	}
 }
 

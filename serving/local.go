@@ -15,7 +15,8 @@ import (
 type ServedModel struct {
 	Name      string      `json:"name"`
 	Batch     BatchConfig `json:"batch"`
-	Instances int         `json:"instances"` // kernel calls of this model that may run at once
+	Instances int         `json:"instances"`           // kernel calls of this model that may run at once
+	Precision string      `json:"precision,omitempty"` // kernel compute precision: "" (fp32), "bf16", "int8"
 }
 
 // LocalModels is the set of models this node serves: each one's metadata comes from the
@@ -24,6 +25,8 @@ type LocalModels struct {
 	backend Backend
 	timeout time.Duration
 	onBatch atomic.Pointer[func(batchRecord)] // metrics hook
+	// onChange, if set before use, is called after a model starts or stops being served.
+	onChange func()
 
 	mu      sync.RWMutex
 	runners map[string]*modelRunner
@@ -61,6 +64,9 @@ func (l *LocalModels) Serve(m ServedModel) error {
 	if old != nil {
 		old.Close()
 	}
+	if l.onChange != nil {
+		l.onChange()
+	}
 	return nil
 }
 
@@ -73,6 +79,9 @@ func (l *LocalModels) Unserve(name string) {
 	l.mu.Unlock()
 	if r != nil {
 		r.Close()
+		if l.onChange != nil {
+			l.onChange()
+		}
 	}
 }
 

@@ -37,6 +37,8 @@ import (
 //	idunno_job_query_latency_seconds{job}             summary    exact quantiles from the scheduler's HdrHistogram
 //	idunno_job_query_latency_bucketed_seconds{job}    histogram  the same in fixed buckets (aggregatable); was
 //	                                                             idunno_job_query_latency_histogram_seconds (promlint: no type in names)
+//	idunno_job_queue_duration_seconds{job}            histogram  per task: from the job's submission to a worker starting it
+//	idunno_job_compute_duration_seconds{job}          histogram  per task: the worker time it took
 //	idunno_job_worker_share{job,worker}               gauge
 //
 // Cluster: idunno_membership_size, idunno_sdfs_bytes_stored, idunno_sdfs_replication_backlog;
@@ -195,6 +197,31 @@ func (m *Metrics) Summaries() map[string]ModelSummary {
 	return r
 }
 
+// requestHistograms returns each model's cumulative request-duration histogram (models
+// with requests at this node only).
+func (m *Metrics) requestHistograms() map[string]*dto.Histogram {
+	m.mu.Lock()
+	var names []string
+	for name, s := range m.models {
+		if s.Success.Count+s.Fail.Count > 0 {
+			names = append(names, name)
+		}
+	}
+	m.mu.Unlock()
+	r := make(map[string]*dto.Histogram, len(names))
+	for _, name := range names {
+		h, err := m.duration.GetMetricWithLabelValues(name)
+		if err != nil {
+			continue
+		}
+		var pb dto.Metric
+		if h.(prometheus.Metric).Write(&pb) == nil && pb.Histogram != nil {
+			r[name] = pb.Histogram
+		}
+	}
+	return r
+}
+
 // bucketQuantile estimates the q-quantile of a histogram by linear interpolation within
 // its bucket.
 func bucketQuantile(q float64, h *dto.Histogram) float64 {
@@ -229,6 +256,8 @@ var (
 	descJobRate      = prometheus.NewDesc("idunno_job_query_rate", "Queries per second of a job over the last 10 s, as the fair-time controller measures it.", []string{"job"}, nil)
 	descJobLatency   = prometheus.NewDesc("idunno_job_query_latency_seconds", "Per-query latency of a job (exact quantiles).", []string{"job"}, nil)
 	descJobHistogram = prometheus.NewDesc("idunno_job_query_latency_bucketed_seconds", "Per-query latency of a job, in buckets.", []string{"job"}, nil)
+	descJobQueue     = prometheus.NewDesc("idunno_job_queue_duration_seconds", "Time a job's task waited from the job's submission until a worker started it.", []string{"job"}, nil)
+	descJobCompute   = prometheus.NewDesc("idunno_job_compute_duration_seconds", "Worker time one of a job's tasks took.", []string{"job"}, nil)
 	descJobShare     = prometheus.NewDesc("idunno_job_worker_share", "Fraction of a worker's time given to a job.", []string{"job", "worker"}, nil)
 	descMembers      = prometheus.NewDesc("idunno_membership_size", "Live members of the cluster as this node sees them.", nil, nil)
 	descSDFSBytes    = prometheus.NewDesc("idunno_sdfs_bytes_stored", "Bytes of SDFS data stored on this node.", nil, nil)
@@ -282,17 +311,32 @@ func collectJob(ch chan<- prometheus.Metric, j JobStats) {
 	l := j.LatencyMs
 	ch <- prometheus.MustNewConstSummary(descJobLatency, uint64(max(j.Done, 0)), l.Mean/1000*float64(j.Done),
 		map[float64]float64{0.5: l.P50 / 1000, 0.9: l.P90 / 1000, 0.95: l.P95 / 1000, 0.99: l.P99 / 1000}, j.Job)
-	if h := j.Histogram; h != nil && len(h.BoundsMS) == len(h.Counts) {
-		buckets := make(map[float64]uint64, len(h.BoundsMS))
-		for i, b := range h.BoundsMS {
-			buckets[b/1000] = uint64(max(h.Counts[i], 0))
+	if h := j.Histogram; h != nil {
+		constHistogram(ch, descJobHistogram, h.BoundsMS, h.Counts, h.Count, h.SumMS, j.Job)
+		if q := h.Queue; q != nil {
+			constHistogram(ch, descJobQueue, q.BoundsMS, q.Counts, q.Count, q.SumMS, j.Job)
 		}
-		if m, err := prometheus.NewConstHistogram(descJobHistogram, uint64(max(h.Count, 0)), h.SumMS/1000, buckets, j.Job); err == nil {
-			ch <- m
+		if c := h.Compute; c != nil {
+			constHistogram(ch, descJobCompute, c.BoundsMS, c.Counts, c.Count, c.SumMS, j.Job)
 		}
 	}
 	for _, w := range j.Workers {
 		ch <- prometheus.MustNewConstMetric(descJobShare, prometheus.GaugeValue, w.Share, j.Job, w.Name)
+	}
+}
+
+// constHistogram exports cumulative counts at bounds in milliseconds as a histogram in
+// seconds; mismatched bounds and counts export nothing.
+func constHistogram(ch chan<- prometheus.Metric, d *prometheus.Desc, boundsMS []float64, counts []int64, count int64, sumMS float64, labels ...string) {
+	if len(boundsMS) != len(counts) {
+		return
+	}
+	buckets := make(map[float64]uint64, len(boundsMS))
+	for i, b := range boundsMS {
+		buckets[b/1000] = uint64(max(counts[i], 0))
+	}
+	if m, err := prometheus.NewConstHistogram(d, uint64(max(count, 0)), sumMS/1000, buckets, labels...); err == nil {
+		ch <- m
 	}
 }
 

@@ -28,7 +28,9 @@ func busyServer(t *testing.T) *testServer {
 	ts := startServer(t, Config{}, BatchConfig{MaxBatch: 4, MaxDelay: time.Millisecond})
 	ts.stats.SetJobs([]JobStats{{Job: "lenet", Done: 120, Total: 1000, Rate10s: 12.5,
 		LatencyMs: LatencyMs{Mean: 3, P50: 2.5, P90: 4, P95: 5, P99: 9}, Workers: []WorkerShare{{"node1", 0.5}},
-		Histogram: &LatencyHistogram{BoundsMS: []float64{2.5, 10}, Counts: []int64{60, 119}, Count: 120, SumMS: 360}}})
+		Histogram: &LatencyHistogram{BoundsMS: []float64{2.5, 10}, Counts: []int64{60, 119}, Count: 120, SumMS: 360,
+			Queue:   &TimeHistogram{BoundsMS: []float64{100, 1000}, Counts: []int64{1, 3}, Count: 4, SumMS: 1500},
+			Compute: &TimeHistogram{BoundsMS: []float64{100, 1000}, Counts: []int64{4, 4}, Count: 4, SumMS: 200}}}})
 	ts.stats.SetGauges(ClusterGauges{Members: 7, SDFSBytesStored: 123456, ReplicationBacklog: 3})
 	for range 3 {
 		if code, _, b := infer(t, ts.url, "double", `{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}`); code != 200 {
@@ -93,6 +95,8 @@ func TestMetricsFamiliesAndTypes(t *testing.T) {
 		"idunno_job_query_latency_seconds":          dto.MetricType_SUMMARY,
 		"idunno_job_query_latency_bucketed_seconds": dto.MetricType_HISTOGRAM,
 		"idunno_job_worker_share":                   dto.MetricType_GAUGE,
+		"idunno_job_queue_duration_seconds":         dto.MetricType_HISTOGRAM,
+		"idunno_job_compute_duration_seconds":       dto.MetricType_HISTOGRAM,
 		"idunno_membership_size":                    dto.MetricType_GAUGE,
 		"idunno_sdfs_bytes_stored":                  dto.MetricType_GAUGE,
 		"idunno_sdfs_replication_backlog":           dto.MetricType_GAUGE,
@@ -119,6 +123,13 @@ func TestMetricsFamiliesAndTypes(t *testing.T) {
 		}
 		if f.GetType() != dto.MetricType_COUNTER && strings.HasSuffix(name, "_total") {
 			t.Errorf("%s %s is named like a counter", f.GetType(), name)
+		}
+	}
+	// The job's 4 tasks: queue 1.5 s in all, 1 within 0.1 s; compute 0.2 s, all within 0.1 s.
+	for name, want := range map[string]string{"idunno_job_queue_duration_seconds": "4 1.5 1", "idunno_job_compute_duration_seconds": "4 0.2 4"} {
+		h := fams[name].GetMetric()[0].GetHistogram()
+		if got := fmt.Sprint(h.GetSampleCount(), h.GetSampleSum(), h.GetBucket()[0].GetCumulativeCount()); got != want || h.GetBucket()[0].GetUpperBound() != 0.1 {
+			t.Errorf("%s: count, sum, first bucket %s (bound %v), want %s", name, got, h.GetBucket()[0].GetUpperBound(), want)
 		}
 	}
 	// Three requests ran, each in a batch: queue and compute were observed once each.

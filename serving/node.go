@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"idunno/kernel"
+	"idunno/modelcache"
 	"idunno/rpc"
 )
 
@@ -34,6 +36,9 @@ type NodeOptions struct {
 	// List returns the SDFS names that start with prefix (the repository index); nil: the
 	// index shows served models only.
 	List func(ctx context.Context, prefix string) ([]string, error)
+	// Models is the node's model cache, shared with the jobs' executor; nil: served models
+	// are loaded for serving alone.
+	Models *modelcache.Cache
 }
 
 // NodeService is the HTTP subsystem of a node (a sched.Component): the HTTP server, its
@@ -46,7 +51,11 @@ type NodeService struct {
 	srv     *Server
 	logf    func(format string, args ...any)
 
-	mu       sync.Mutex // guards the served file
+	mu       sync.Mutex      // guards the served file and pending
+	pending  map[string]bool // models of the served file not loaded again yet (restore)
+	sampler  sampler         // the dashboard's history and node table (sampler.go)
+	hints    chan servedHint // peers' http.placed messages, for the placer
+	changed  chan struct{}   // this node's served models changed (capacity 1)
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
@@ -58,15 +67,25 @@ var modelNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 // NewNodeService builds the service and registers its rpc methods; call before the rpc
 // server runs.
 func NewNodeService(o NodeOptions) *NodeService {
-	s := &NodeService{o: o, backend: NewKernelBackend(o.Threads), stop: make(chan struct{})}
+	s := &NodeService{o: o, backend: NewKernelBackendCached(o.Threads, o.Models), stop: make(chan struct{}),
+		hints: make(chan servedHint, 64), changed: make(chan struct{}, 1)}
 	s.logf = o.Config.withDefaults().Logf
 	s.local = NewLocalModels(s.backend, 0)
+	s.local.onChange = s.noteChanged
 	s.srv = NewServer(o.Config, s.local)
 	s.srv.Remote = NewRouter(o.Client, o.Peers, o.Config.Limits)
 	s.srv.Stats = &RPCStats{Client: o.Client, Addr: o.SelfRPC}
 	s.srv.Gauges = o.Gauges
 	s.srv.Repo = s
-	RegisterRPCWithLoader(o.RPC, s.local, o.Config.Limits, s.load, s.unload)
+	s.srv.NotReady = s.notReady
+	registerRPC(o.RPC, s.local, o.Config.Limits, s.load, s.unload, s.sdfsName)
+	rpc.HandleJSON(o.RPC, MethodNode, func(context.Context, struct{}) (NodeFigures, error) {
+		return s.nodeFigures(), nil
+	})
+	rpc.HandleJSON(o.RPC, MethodPlaced, func(_ context.Context, h servedHint) (struct{}, error) {
+		s.hint(h)
+		return struct{}{}, nil
+	})
 	return s
 }
 
@@ -85,8 +104,16 @@ func (s *NodeService) Start(ctx context.Context) error {
 	s.served = make(chan error, 1)
 	go func() { s.served <- s.srv.Serve(ln) }()
 	s.logf("http: serving on %s", s.o.Addr)
-	s.wg.Add(1)
+	s.mu.Lock()
+	s.pending = map[string]bool{}
+	for _, r := range s.readServed() {
+		s.pending[r.Name] = true
+	}
+	s.mu.Unlock()
+	s.wg.Add(3)
 	go s.restore()
+	go s.place()
+	go s.sample()
 	return nil
 }
 
@@ -118,6 +145,10 @@ func (s *NodeService) load(ctx context.Context, req ServeRequest) error {
 	if !modelNameRE.MatchString(req.Name) {
 		return fmt.Errorf("serving: bad model name %q (letters, digits, . _ -; up to 128)", req.Name)
 	}
+	prec, err := kernel.ParsePrecision(req.Precision)
+	if err != nil {
+		return fmt.Errorf("serving: serve %s: %w", req.Name, err)
+	}
 	if s.o.Fetch == nil {
 		return errors.New("serving: this node has no SDFS client")
 	}
@@ -141,7 +172,7 @@ func (s *NodeService) load(ctx context.Context, req ServeRequest) error {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("serving: %w", err)
 	}
-	if err := s.backend.LoadFile(req.Name, path); err != nil {
+	if err := s.backend.LoadFileAt(req.Name, path, prec); err != nil {
 		return err
 	}
 	s.logf("http: loaded model %s from SDFS %s (max batch %d, max delay %v)", req.Name, req.SDFSName, req.Batch.MaxBatch, req.Batch.MaxDelay)
@@ -208,6 +239,7 @@ func (s *NodeService) restore() {
 		s.mu.Unlock()
 		for _, r := range todo {
 			if !still[r.Name] {
+				s.loaded(r.Name)
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -219,6 +251,8 @@ func (s *NodeService) restore() {
 			if err != nil {
 				s.logf("http: reload %s: %v (will retry)", r.Name, err)
 				left = append(left, r)
+			} else {
+				s.loaded(r.Name)
 			}
 		}
 		todo = left
@@ -228,6 +262,40 @@ func (s *NodeService) restore() {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// loaded notes that a model of the served file is loaded again (or no longer served).
+func (s *NodeService) loaded(name string) {
+	s.mu.Lock()
+	delete(s.pending, name)
+	s.mu.Unlock()
+}
+
+// notReady says why /v2/health/ready is false: models this node serves not loaded yet.
+func (s *NodeService) notReady() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pending) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(s.pending))
+	for n := range s.pending {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return "serving: loading " + strings.Join(names, ", ")
+}
+
+// sdfsName returns the SDFS file a served model was loaded from ("" if unknown).
+func (s *NodeService) sdfsName(model string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.readServed() {
+		if r.Name == model {
+			return r.SDFSName
+		}
+	}
+	return ""
 }
 
 // RPCStats is the StatsSource of a node: it asks the scheduler's client API, at the given

@@ -21,6 +21,7 @@ const (
 	MethodModels  = "http.models"  // the models this node serves, with metadata
 	MethodServe   = "http.serve"   // load a model from SDFS and serve it
 	MethodUnserve = "http.unserve" // stop serving a model
+	MethodPlaced  = "http.placed"  // a node says which models it serves now (for the placers)
 )
 
 // Peer is another node that may serve models.
@@ -42,8 +43,9 @@ func (p StaticPeers) Peers() []Peer { return p }
 
 // RemoteModel is one entry of a node's http.models answer.
 type RemoteModel struct {
-	Served ServedModel   `json:"served"`
-	Meta   ModelMetadata `json:"meta"`
+	Served   ServedModel   `json:"served"`
+	Meta     ModelMetadata `json:"meta"`
+	SDFSName string        `json:"sdfs_name,omitempty"` // where it was loaded from, if known
 }
 
 // wireTensor describes one tensor of an rpc message; its bytes are in the message body,
@@ -139,6 +141,12 @@ func RegisterRPC(srv *rpc.Server, local *LocalModels, lim Limits) {
 // RegisterRPCWithLoader is RegisterRPC with a loader for http.serve and an unloader for
 // http.unserve (called after the model stopped serving; either may be nil).
 func RegisterRPCWithLoader(srv *rpc.Server, local *LocalModels, lim Limits, load Loader, unload func(name string) error) {
+	registerRPC(srv, local, lim, load, unload, nil)
+}
+
+// registerRPC is RegisterRPCWithLoader with sdfsName, which tells where a served model was
+// loaded from (http.models says it, so another node can serve it again; nil: unknown).
+func registerRPC(srv *rpc.Server, local *LocalModels, lim Limits, load Loader, unload func(name string) error, sdfsName func(model string) string) {
 	rpc.HandleJSON(srv, MethodUnserve, func(ctx context.Context, a struct {
 		Name string `json:"name"`
 	}) (struct{}, error) {
@@ -155,7 +163,11 @@ func RegisterRPCWithLoader(srv *rpc.Server, local *LocalModels, lim Limits, load
 		var r []RemoteModel
 		for _, m := range local.Served() {
 			if meta, ok := local.Metadata(m.Name); ok {
-				r = append(r, RemoteModel{Served: m, Meta: meta})
+				rm := RemoteModel{Served: m, Meta: meta}
+				if sdfsName != nil {
+					rm.SDFSName = sdfsName(m.Name)
+				}
+				r = append(r, rm)
 			}
 		}
 		return r, nil

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -74,6 +75,15 @@ type Server struct {
 	Gauges  GaugeSource
 	Repo    Repository // Triton's model repository extension (repository.go); nil: 501
 	Metrics *Metrics
+	// NotReady says why the node is not ready yet ("" when it is: its models are loaded);
+	// nil: ready once serving.
+	NotReady func() string
+	Events   Events  // for the dashboard
+	History  History // for the dashboard: filled by the NodeService's sampler
+
+	liveMu sync.Mutex // guards nodes and trains
+	nodes  []NodeRow
+	trains []TrainStats
 
 	srv   *fasthttp.Server
 	auth  bearerAuth
@@ -101,6 +111,26 @@ func NewServer(cfg Config, local *LocalModels) *Server {
 		Logger:                logger(s.cfg.Logf),
 	}
 	return s
+}
+
+// setLive replaces the dashboard's node table and training jobs.
+func (s *Server) setLive(nodes []NodeRow, trains []TrainStats) {
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	s.nodes, s.trains = nodes, trains
+}
+
+func (s *Server) live() ([]NodeRow, []TrainStats) {
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	return s.nodes, s.trains
+}
+
+func (s *Server) notReady() string {
+	if s.NotReady == nil {
+		return ""
+	}
+	return s.NotReady()
 }
 
 // Serve answers requests on ln until Shutdown.
@@ -162,10 +192,12 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	case path == "/v2/health/live" && get:
 		writeJSON(ctx, 200, map[string]bool{"live": true})
 	case path == "/v2/health/ready" && get:
-		if s.ready.Load() {
-			writeJSON(ctx, 200, map[string]bool{"ready": true})
-		} else {
+		if !s.ready.Load() {
 			writeJSON(ctx, 503, map[string]any{"ready": false, "error": "serving: shutting down"})
+		} else if why := s.notReady(); why != "" {
+			writeJSON(ctx, 503, map[string]any{"ready": false, "error": why})
+		} else {
+			writeJSON(ctx, 200, map[string]bool{"ready": true})
 		}
 	case path == "/v2" && get:
 		writeJSON(ctx, 200, map[string]any{"name": "idunno", "version": "1", "extensions": serverExtensions})

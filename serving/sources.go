@@ -24,6 +24,19 @@ type LatencyHistogram struct {
 	Counts   []int64   `json:"counts"`
 	Count    int64     `json:"count"`
 	SumMS    float64   `json:"sum_ms"`
+	// Queue and Compute are the job's per-task queue and compute times, when the source
+	// has them.
+	Queue   *TimeHistogram `json:"queue,omitempty"`
+	Compute *TimeHistogram `json:"compute,omitempty"`
+}
+
+// TimeHistogram is a distribution of durations as cumulative counts at upper bounds in
+// milliseconds.
+type TimeHistogram struct {
+	BoundsMS []float64 `json:"bounds_ms"`
+	Counts   []int64   `json:"counts"`
+	Count    int64     `json:"count"`
+	SumMS    float64   `json:"sum_ms"`
 }
 
 // LatencyMs holds per-query latency statistics in milliseconds.

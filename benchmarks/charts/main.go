@@ -96,8 +96,15 @@ func group(rows []map[string]string, key, x, y, prefix string) []plot.Series {
 
 // kernelChart: images/s against batch size, one line per model (log scale: models differ 1000x).
 func kernelChart(rows []map[string]string) plot.Chart {
+	for _, r := range rows { // one line per model and precision (kernel.csv before precisions: fp32)
+		p := r["precision"]
+		if p == "" {
+			p = "fp32"
+		}
+		r["series"] = r["model"] + " " + p
+	}
 	return plot.Chart{Title: "Kernel throughput (idunno bench kernel, 2 threads)", XLabel: "batch size",
-		YLabel: "images/s (log)", LogY: true, Series: group(rows, "model", "batch", "images_per_sec", "")}
+		YLabel: "images/s (log)", LogY: true, Series: group(rows, "series", "batch", "images_per_sec", "")}
 }
 
 // latencyChart: offered load against p50 and p99 latency, one pair of lines per batching

@@ -25,8 +25,9 @@
  * Concat, Reshape, Transpose, Expand) and the integer ops (CAST, COMPARE, WHERE,
  * CUMSUM, UNARY, BINARY add/sub/mul/div/max/min) take them. Every integer and
  * boolean ONNX type is carried as int64 (booleans as 0/1); the caller converts at
- * the plan's edges. bf16 and int8 values are reserved in the same field for
- * later plans.
+ * the plan's edges. bf16 is the compute type of a bf16 plan's convolutions and
+ * matrix products (idk_plan_set_precision), never a tensor's declared type; int8
+ * is reserved in the same field.
  */
 #ifndef IDUNNO_KERNEL_H
 #define IDUNNO_KERNEL_H
@@ -58,7 +59,7 @@ typedef enum {
     IDK_F32 = 1,
     IDK_I8 = 3,   /* reserved: quantised plans */
     IDK_I64 = 7,
-    IDK_BF16 = 16 /* reserved: bf16 plans */
+    IDK_BF16 = 16 /* compute type of bf16 plans (idk_plan_set_precision) */
 } idk_dtype_t;
 
 /* Operators. Attribute layouts are listed per op: "i:" the int64 attrs array
@@ -215,6 +216,19 @@ IDK_API idk_status_t idk_plan_create(idk_plan_t **out, int32_t threads);
 /* idk_plan_destroy frees the plan, its primitives, constants and arena. NULL is a no-op. */
 IDK_API void idk_plan_destroy(idk_plan_t *p);
 
+/* idk_plan_set_precision sets the compute type of the plan's convolutions and matrix
+ * products before any op is added: IDK_F32 (the default) or IDK_BF16. A bf16 plan keeps its
+ * inputs and outputs f32 and every other op's contract; convolutions and matrix products
+ * with constant weights run oneDNN's bf16 kernels on weights and activations rounded to
+ * bf16 (accumulating in f32), and the ops between them work on bf16 activations where
+ * oneDNN has bf16 kernels. bf16 needs a CPU with AVX512_BF16 (or AMX): elsewhere the call
+ * fails with IDK_ERR_UNSUPPORTED. */
+IDK_API idk_status_t idk_plan_set_precision(idk_plan_t *p, int32_t dtype);
+
+/* idk_bf16_supported reports 1 when oneDNN runs bf16 natively on this CPU (AVX512_BF16 or
+ * AMX), 2 when it also has AMX tiles, else 0. */
+IDK_API int32_t idk_bf16_supported(void);
+
 /* idk_plan_error returns the last error message of the plan. The string is
  * owned by the plan and valid until the next call on it. */
 IDK_API const char *idk_plan_error(const idk_plan_t *p);
@@ -323,6 +337,10 @@ IDK_API idk_status_t idk_train_apply_batch_stats(idk_plan_t *p, const float *bst
  * SGD's momentum buffer starts as the first gradient). */
 IDK_API idk_status_t idk_train_optimize(idk_plan_t *p, int32_t kind, int32_t flags, double lr, double momentum,
                                         double beta1, double beta2, double eps, double weight_decay, int64_t step);
+
+/* idk_peak_bf16_gflops measures the bf16 dot-product peak (AVX512_BF16 vdpbf16ps: two
+ * multiply-adds per f32 lane, counted as 4 FLOPs) like idk_peak_gflops; 0 without AVX512_BF16. */
+IDK_API double idk_peak_bf16_gflops(int32_t threads, double seconds);
 
 /* idk_peak_gflops measures the FP32 fused multiply-add peak of this machine
  * with `threads` threads over about `seconds` seconds, in GFLOP/s. */

@@ -73,6 +73,8 @@ type Config struct {
 	Optimizer kernel.Optimizer
 	Schedule  Schedule
 	Threads   int
+	// EvalPrecision is the kernel precision of the per-epoch evaluation (zero: fp32).
+	EvalPrecision kernel.Precision
 	// Checkpoint is the file the run's state goes to after every epoch (and every
 	// CheckpointEvery steps when > 0); "" keeps none. Resume continues from it if present.
 	Checkpoint      string
@@ -256,7 +258,7 @@ func Local(ctx context.Context, m *onnx.Model, cfg Config, data Data, eval *Data
 			if err != nil {
 				return nil, reports, err
 			}
-			c, n, err := Evaluate(em, *eval, 256, cfg.Threads)
+			c, n, err := EvaluateAt(em, *eval, 256, cfg.Threads, cfg.EvalPrecision)
 			if err != nil {
 				return nil, reports, err
 			}
@@ -277,33 +279,54 @@ func Local(ctx context.Context, m *onnx.Model, cfg Config, data Data, eval *Data
 
 // Evaluate runs m over d in batches and counts right top-1 answers.
 func Evaluate(m *onnx.Model, d Data, batch, threads int) (correct, n int, err error) {
-	km, err := kernel.LoadModel(m, kernel.Options{Threads: threads})
+	return EvaluateAt(m, d, batch, threads, kernel.FP32)
+}
+
+// EvaluateAt is Evaluate with the kernel computing at precision prec.
+func EvaluateAt(m *onnx.Model, d Data, batch, threads int, prec kernel.Precision) (correct, n int, err error) {
+	pred, err := Predict(m, d, batch, threads, prec)
 	if err != nil {
 		return 0, 0, err
+	}
+	if len(d.Labels) != len(pred) {
+		return 0, 0, fmt.Errorf("train: %d labels for %d images", len(d.Labels), len(pred))
+	}
+	for i, p := range pred {
+		if p == d.Labels[i] {
+			correct++
+		}
+	}
+	return correct, len(pred), nil
+}
+
+// Predict runs m over d's images in batches at precision prec and returns each image's
+// top-1 class (d's labels are not read).
+func Predict(m *onnx.Model, d Data, batch, threads int, prec kernel.Precision) ([]int64, error) {
+	km, err := kernel.LoadModel(m, kernel.Options{Threads: threads, Precision: prec})
+	if err != nil {
+		return nil, err
 	}
 	defer km.Close()
 	ins := km.Inputs()
 	if len(ins) != 1 || len(km.Outputs()) < 1 {
-		return 0, 0, fmt.Errorf("train: evaluation needs a model with one input")
+		return nil, fmt.Errorf("train: evaluation needs a model with one input")
 	}
 	dims := ins[0].Dims
-	if len(d.Labels) != d.Images.Len() {
-		return 0, 0, fmt.Errorf("train: %d labels for %d images", len(d.Labels), d.Images.Len())
-	}
+	pred := make([]int64, 0, d.Images.Len())
 	for from := 0; from < d.Images.Len(); from += batch {
 		to := min(from+batch, d.Images.Len())
 		t, err := dataset.Batch(d.Images, from, to, d.Prep, dims)
 		if err != nil {
-			return 0, 0, err
+			return nil, err
 		}
 		t.Name = ins[0].Name
 		outs, err := km.Run([]*onnx.Tensor{t})
 		if err != nil {
-			return 0, 0, err
+			return nil, err
 		}
 		o := outs[0]
 		if len(o.Dims) != 2 || o.Dims[0] != int64(to-from) {
-			return 0, 0, fmt.Errorf("train: model output dims %v, want (batch, classes)", o.Dims)
+			return nil, fmt.Errorf("train: model output dims %v, want (batch, classes)", o.Dims)
 		}
 		k := int(o.Dims[1])
 		for i := 0; i < to-from; i++ {
@@ -314,10 +337,8 @@ func Evaluate(m *onnx.Model, d Data, batch, threads int) (correct, n int, err er
 					best = j
 				}
 			}
-			if int64(best) == d.Labels[from+i] {
-				correct++
-			}
+			pred = append(pred, int64(best))
 		}
 	}
-	return correct, d.Images.Len(), nil
+	return pred, nil
 }

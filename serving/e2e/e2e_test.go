@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	png_ "image/png"
 	"io"
 	"math"
 	"net"
@@ -85,13 +86,29 @@ const token = "e2e-http-token"
 
 // send makes one request, with the token unless auth is false.
 func send(method, url string, body []byte, auth bool) (int, []byte, error) {
+	h := map[string]string{"Content-Type": "application/json"}
+	if auth {
+		h["Authorization"] = "Bearer " + token
+	}
+	return do(method, url, body, h)
+}
+
+// sendWith posts body with the token and the given headers.
+func sendWith(url string, body []byte, headers map[string]string) (int, []byte, error) {
+	h := map[string]string{"Authorization": "Bearer " + token}
+	for k, v := range headers {
+		h[k] = v
+	}
+	return do("POST", url, body, h)
+}
+
+func do(method, url string, body []byte, headers map[string]string) (int, []byte, error) {
 	req, err := http.NewRequest(method, url, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	if auth {
-		req.Header.Set("Authorization", "Bearer "+token)
+	for k, v := range headers {
+		req.Header.Set(k, v)
 	}
 	resp, err := httpc.Do(req)
 	if err != nil {
@@ -131,6 +148,7 @@ func TestClusterEndpointAndDashboard(t *testing.T) {
 	t.Run("live metrics pass promlint", func(t *testing.T) { liveMetricsLint(t, httpAddr["node1"]) })
 	t.Run("serve, route, kill and restart", func(t *testing.T) { serveRouteRestart(t, c, dir, httpAddr) })
 	t.Run("Triton model repository", func(t *testing.T) { tritonRepository(t, dir, httpAddr) })
+	t.Run("INT64 and BOOL tensors", func(t *testing.T) { intAndBoolTensors(t, dir, httpAddr) })
 	t.Run("Prometheus answers the dashboard's queries", func(t *testing.T) { prometheusScrapes(t, dir, httpAddr) })
 }
 
@@ -399,32 +417,57 @@ func serveRouteRestart(t *testing.T, c *localcluster.Cluster, dir string, httpAd
 		t.Fatalf("node0 metrics do not count the request it forwarded:\n%s", m)
 	}
 
-	// The serving node dies: requests elsewhere fail with an error, not a hang.
+	// The only serving node dies: until the model is served again elsewhere, requests fail
+	// with an error, not a hang; then node0 (the placer, the first live name) serves it.
 	if err := c.Kill("node2"); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	code, b, err := post(httpAddr["node0"]+"/v2/models/lenet5/infer", body)
-	if err != nil || code < 400 || !strings.Contains(string(b), `"error"`) || time.Since(start) > 10*time.Second {
-		t.Fatalf("request while the only serving node is dead: %d %s %v after %v", code, b, err, time.Since(start))
-	}
-	// Restarted, it reloads the model from SDFS on its own and serves again through node0.
-	if err := c.Restart("node2"); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		err := check("node0")
-		if err == nil {
+		start := time.Now()
+		code, b, err := post(httpAddr["node1"]+"/v2/models/lenet5/infer", body)
+		if err != nil || time.Since(start) > 10*time.Second || (code != 200 && !strings.Contains(string(b), `"error"`)) {
+			t.Fatalf("request while the only serving node is dead: %d %s %v after %v", code, b, err, time.Since(start))
+		}
+		if code == 200 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("node2 never served lenet5 again after its restart: %v", err)
+			log, _ := os.ReadFile(filepath.Join(dir, "node0", "node.log"))
+			t.Fatalf("lenet5 never served again after node2 died: %d %s\nnode0's log:\n%s", code, b, grepLines(string(log), "http:"))
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
+	if err := check("node1"); err != nil {
+		t.Fatal(err)
+	}
+	// Restarted, node2 reloads the model from SDFS on its own and serves it again too.
+	if err := c.Restart("node2"); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		// Ready means its models are loaded again (before, 503 with the reason).
+		code, b, err := get(httpAddr["node2"] + "/v2/health/ready")
+		if err == nil && code == 200 {
+			if !strings.Contains(cli(t, dir, "served"), "node2") {
+				t.Fatalf("node2 ready but does not serve lenet5: %s", cli(t, dir, "served"))
+			}
+			break
+		}
+		if err == nil && (code != 503 || !strings.Contains(string(b), "loading lenet5")) {
+			t.Fatalf("node2 not ready: %d %s", code, b)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node2 never served lenet5 again after its restart: %d %s %v", code, b, err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if err := check("node2"); err != nil {
+		t.Fatal(err)
+	}
 	// Unserved, it is gone from every node's view at once.
-	if out := cli(t, dir, "unserve", "lenet5"); !strings.Contains(out, "node2 no longer serves lenet5") {
+	if out := cli(t, dir, "unserve", "lenet5"); !strings.Contains(out, "node2 no longer serves lenet5") || !strings.Contains(out, "node0 no longer serves lenet5") {
 		t.Fatalf("unserve said %q", out)
 	}
 	if code, b, err := post(httpAddr["node1"]+"/v2/models/lenet5/infer", body); err != nil || code != 404 {
@@ -457,10 +500,27 @@ func stats(t *testing.T, dir, job string) jobStats {
 // dumpDashboard loads the dashboard in headless Chromium, lets it run for budget of
 // virtual time (several one-second refreshes), and returns the DOM it ends with.
 func dumpDashboard(t *testing.T, url string, budget time.Duration) string {
+	return chromium(t, url, budget, "--dump-dom")
+}
+
+// screenshotDashboard is dumpDashboard taking a PNG of the page instead: to
+// $IDUNNO_DASHBOARD_PNG if set (to look at), else into a temporary directory.
+func screenshotDashboard(t *testing.T, url string, budget time.Duration) string {
+	path := os.Getenv("IDUNNO_DASHBOARD_PNG")
+	if path == "" {
+		path = filepath.Join(t.TempDir(), "dashboard.png")
+	}
+	chromium(t, url, budget, "--screenshot="+path, "--window-size=1500,2600", "--hide-scrollbars")
+	return path
+}
+
+// chromium runs headless Chromium on url with budget of virtual time and returns its output.
+func chromium(t *testing.T, url string, budget time.Duration, what ...string) string {
 	t.Helper()
-	cmd := exec.Command("/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+	args := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
 		"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--user-data-dir="+t.TempDir(), fmt.Sprintf("--virtual-time-budget=%d", budget.Milliseconds()), "--dump-dom", url)
+		"--user-data-dir=" + t.TempDir(), fmt.Sprintf("--virtual-time-budget=%d", budget.Milliseconds())}, what...)
+	cmd := exec.Command("/usr/bin/chromium", append(args, url)...)
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	if err := cmd.Start(); err != nil {
@@ -590,4 +650,100 @@ func dashboardMatchesJobStats(t *testing.T, dir, dashURL string) {
 	if len(after["slow"].Workers) == 0 && after["slow"].Done < after["slow"].Total {
 		t.Errorf("the running job has no workers in job stats: %+v", after["slow"])
 	}
+	dashboardViews(t, dir, dom)
+	png := screenshotDashboard(t, dashURL, 3500*time.Millisecond)
+	f, err := os.Open(png)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png_.Decode(f)
+	if err != nil || img.Bounds().Dx() < 1000 || img.Bounds().Dy() < 2000 {
+		t.Fatalf("dashboard screenshot %s: %v %v", png, err, img.Bounds())
+	}
+	t.Logf("dashboard screenshot: %s", png)
+}
+
+var (
+	nodeRowRE  = regexp.MustCompile(`(?s)<tr data-node="([^"]+)"[^>]*>(.*?)</tr>`)
+	trainRowRE = regexp.MustCompile(`<tr data-train="([^"]+)"`)
+	canvasRE   = regexp.MustCompile(`<canvas id="chart-(\w+)"[^>]*data-points="(\d+)"`)
+	eventRE    = regexp.MustCompile(`<li data-kind="([^"]+)"[^>]*>(.*?)</li>`)
+)
+
+// dashboardViews checks the dashboard's node table, training jobs, history charts and
+// events against the cluster: three live nodes with one coordinator, the training jobs of
+// `idunno train list`, charts with points, and the jobs' start and end among the events.
+func dashboardViews(t *testing.T, dir, dom string) {
+	roles := map[string]string{}
+	for _, m := range nodeRowRE.FindAllStringSubmatch(dom, -1) {
+		cells := map[string]string{}
+		for _, c := range cellRE.FindAllStringSubmatch(m[2], -1) {
+			cells[c[1]] = c[2]
+		}
+		if cells["state"] != "alive" {
+			t.Errorf("node %s shown %q", m[1], cells["state"])
+		}
+		if cpu, err := strconv.ParseFloat(cells["cpu"], 64); err != nil || cpu < 0 {
+			t.Errorf("node %s CPU shown %q", m[1], cells["cpu"])
+		}
+		if mem, err := strconv.ParseFloat(cells["memory"], 64); err != nil || mem <= 0 {
+			t.Errorf("node %s memory shown %q", m[1], cells["memory"])
+		}
+		roles[m[1]] = cells["role"]
+	}
+	coords := 0
+	for _, r := range roles {
+		if r == "coordinator" {
+			coords++
+		}
+	}
+	if len(roles) != 3 || coords != 1 {
+		t.Errorf("node table roles %v, want node0..node2 with one coordinator", roles)
+	}
+	var trains []struct {
+		Name   string    `json:"name"`
+		Losses []float32 `json:"losses"`
+	}
+	if err := json.Unmarshal([]byte(cli(t, dir, "train", "list", "--json")), &trains); err != nil {
+		t.Fatal(err)
+	}
+	shown := map[string]bool{}
+	for _, m := range trainRowRE.FindAllStringSubmatch(dom, -1) {
+		shown[m[1]] = true
+	}
+	losses := 0
+	for _, tr := range trains {
+		losses += len(tr.Losses)
+		if !shown[tr.Name] {
+			t.Errorf("training job %s not shown (shown: %v)", tr.Name, shown)
+		}
+	}
+	points := map[string]int{}
+	for _, m := range canvasRE.FindAllStringSubmatch(dom, -1) {
+		points[m[1]], _ = strconv.Atoi(m[2])
+	}
+	if points["jobrate"] < 2 || points["joblatency"] < 2 || points["loss"] != losses {
+		t.Errorf("chart points %v, want job charts drawn and %d loss points", points, losses)
+	}
+	kinds := map[string]bool{}
+	for _, m := range eventRE.FindAllStringSubmatch(dom, -1) {
+		if strings.Contains(m[2], "quick") {
+			kinds[m[1]] = true
+		}
+	}
+	if !kinds["job started"] || !kinds["job finished"] {
+		t.Errorf("events about job quick: %v, want it started and finished", kinds)
+	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var keep []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
 }

@@ -1,0 +1,59 @@
+// bench.js: ONNX Runtime's side of benchmarks/ort/compare.sh.
+// usage: node bench.js MODEL.onnx BATCH SECONDS THREADS
+// Loads MODEL with onnxruntime-node's CPU execution provider (THREADS intra-op threads, one
+// inter-op thread, sequential execution, all graph optimisations), feeds seeded random
+// inputs of batch BATCH, warms up twice, then runs for SECONDS and prints one JSON line:
+// {"images_per_sec", "p50_ms", "p99_ms", "min_ms", "images_per_cpu_second", "runs", "batch",
+// "threads"} (CPU time: the whole process, all threads).
+'use strict';
+const ort = require('onnxruntime-node');
+
+async function main() {
+  const [model, batchS, secondsS, threadsS] = process.argv.slice(2);
+  const batch = parseInt(batchS, 10), seconds = parseFloat(secondsS), threads = parseInt(threadsS, 10);
+  if (!model || !(batch >= 1) || !(seconds > 0) || !(threads >= 1)) {
+    console.error('usage: node bench.js MODEL.onnx BATCH SECONDS THREADS');
+    process.exit(2);
+  }
+  const sess = await ort.InferenceSession.create(model, {
+    executionProviders: ['cpu'],
+    intraOpNumThreads: threads,
+    interOpNumThreads: 1,
+    executionMode: 'sequential',
+    graphOptimizationLevel: 'all',
+  });
+  // seeded inputs (xorshift), the model's input shape with the batch dim replaced
+  let s = 0x9e3779b9;
+  const rnd = () => { s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0; return s / 4294967296; };
+  const feeds = {};
+  for (const name of sess.inputNames) {
+    // onnxruntime-node 1.20 exposes no input shapes: the driver's models take NCHW images
+    const size = /inception_v3/.test(model) ? 299 : 224;
+    const dims = [batch, 3, size, size];
+    const data = new Float32Array(dims.reduce((a, b) => a * b, 1));
+    for (let i = 0; i < data.length; i++) data[i] = rnd();
+    feeds[name] = new ort.Tensor('float32', data, dims);
+  }
+  for (let i = 0; i < 2; i++) await sess.run(feeds);
+  const lat = [];
+  const cpu0 = process.cpuUsage();
+  const start = process.hrtime.bigint();
+  const limit = BigInt(Math.round(seconds * 1e9));
+  while (process.hrtime.bigint() - start < limit || lat.length < 3) {
+    const t0 = process.hrtime.bigint();
+    await sess.run(feeds);
+    lat.push(Number(process.hrtime.bigint() - t0) / 1e6);
+  }
+  const total = Number(process.hrtime.bigint() - start) / 1e9;
+  const cpu = process.cpuUsage(cpu0);
+  const cpuSeconds = (cpu.user + cpu.system) / 1e6;
+  lat.sort((a, b) => a - b);
+  const pct = (p) => lat[Math.min(lat.length - 1, Math.floor(p * lat.length))];
+  console.log(JSON.stringify({
+    images_per_sec: (lat.length * batch) / total, p50_ms: pct(0.5), p99_ms: pct(0.99), min_ms: lat[0],
+    images_per_cpu_second: cpuSeconds > 0 ? (lat.length * batch) / cpuSeconds : 0,
+    runs: lat.length, batch, threads,
+  }));
+}
+
+main().catch((e) => { console.error(`bench.js: ${e.message || e}`); process.exit(1); });

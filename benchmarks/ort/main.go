@@ -1,0 +1,244 @@
+// Command ort compares IDunno's kernel with ONNX Runtime on the same torchvision models, batches and threads in one run.
+//
+// For every model it exports (export.py, cached) and every batch, it runs `idunno bench kernel`
+// at each precision asked for and ONNX Runtime's CPU execution provider (bench.js, fp32),
+// alternating the two for --rounds rounds so load changes hit both alike, and prints each
+// system's best round and the ratios: throughput, minimum batch latency (the least disturbed
+// run on a shared machine) and images per CPU-second. It writes OUT/ort.csv and
+// OUT/ort_ratio.png (IDunno / ONNX Runtime throughput per configuration).
+//
+//	go run ./benchmarks/ort --bin bin/idunno --out benchmarks/out [--models resnet50,...] [--batches 1,8]
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"idunno/benchmarks/plot"
+)
+
+// result is one run of one system; both bench.js and `idunno bench kernel --json` print these fields.
+type result struct {
+	ImagesPerSec float64 `json:"images_per_sec"`
+	P50ms        float64 `json:"p50_ms"`
+	Minms        float64 `json:"min_ms"`
+	PerCPUSecond float64 `json:"images_per_cpu_second"`
+	Precision    string  `json:"precision"`
+	Fraction     float64 `json:"fraction_of_peak_cpu"`
+}
+
+func main() {
+	bin := flag.String("bin", "bin/idunno", "idunno binary")
+	out := flag.String("out", "benchmarks/out", "output folder")
+	cache := flag.String("models-dir", "", "exported models (default: the user cache, idunno/ortbench)")
+	models := flag.String("models", "resnet50,resnet18,mobilenet_v2,alexnet,vgg11,squeezenet1_0,densenet121,googlenet,efficientnet_b0,convnext_tiny,vit_b_16", "torchvision models")
+	batches := flag.String("batches", "1,8", "batch sizes")
+	precisions := flag.String("precisions", "fp32", "IDunno precisions (fp32,bf16)")
+	threads := flag.Int("threads", 2, "threads for both")
+	seconds := flag.Float64("seconds", 5, "seconds per run")
+	rounds := flag.Int("rounds", 2, "alternating rounds per configuration")
+	flag.Parse()
+	if err := run(*bin, *out, *cache, split(*models), split(*batches), split(*precisions), *threads, *seconds, *rounds); err != nil {
+		fmt.Fprintln(os.Stderr, "ort:", err)
+		os.Exit(1)
+	}
+}
+
+func split(s string) []string {
+	var r []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			r = append(r, f)
+		}
+	}
+	return r
+}
+
+func run(bin, out, cache string, models, batches, precs []string, threads int, seconds float64, rounds int) error {
+	here, err := filepath.Abs("benchmarks/ort")
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(here, "node_modules", "onnxruntime-node")); err != nil {
+		return fmt.Errorf("onnxruntime-node missing: run `npm ci` in benchmarks/ort (make bench does)")
+	}
+	if cache == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			return err
+		}
+		cache = filepath.Join(base, "idunno", "ortbench")
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	fmt.Printf("%-16s %5s %5s %10s %10s %7s %9s %9s %7s %8s %8s %7s %6s\n", "model", "batch", "prec",
+		"idunno/s", "ort/s", "ratio", "idunno_ms", "ort_ms", "ratio", "idunnoCPU", "ortCPU", "ratio", "load")
+	var rows [][]float64
+	series := map[string]*plot.Series{}
+	x := 0.0
+	for mi, name := range models {
+		cmd := exec.Command("/usr/bin/python3", filepath.Join(here, "export.py"), cache, name)
+		cmd.Stderr = os.Stderr
+		if b, err := cmd.Output(); err != nil {
+			fmt.Fprintf(os.Stderr, "ort: export %s: %v (skipped)\n", name, err)
+			continue
+		} else if len(b) == 0 {
+			continue
+		}
+		path := filepath.Join(cache, name+".onnx")
+		for _, bs := range batches {
+			batch, err := strconv.Atoi(bs)
+			if err != nil || batch < 1 {
+				return fmt.Errorf("bad batch %q", bs)
+			}
+			x++
+			ort := result{}
+			best := map[string]result{}
+			for r := 0; r < rounds; r++ {
+				// alternate which system goes first
+				steps := []func() error{
+					func() error {
+						o, err := ortRun(here, path, batch, threads, seconds)
+						if err == nil {
+							ort = better(ort, o)
+						}
+						return err
+					},
+					func() error {
+						for _, pr := range precs {
+							o, err := idunnoRun(bin, path, pr, batch, threads, seconds)
+							if err != nil {
+								return err
+							}
+							best[pr] = better(best[pr], o)
+						}
+						return nil
+					},
+				}
+				if r%2 == 1 {
+					steps[0], steps[1] = steps[1], steps[0]
+				}
+				for _, s := range steps {
+					if err := s(); err != nil {
+						fmt.Fprintf(os.Stderr, "ort: %s batch %d: %v\n", name, batch, err)
+					}
+				}
+			}
+			load := loadAvg()
+			for pi, pr := range precs {
+				id, ok := best[pr]
+				if !ok || ort.ImagesPerSec == 0 {
+					continue
+				}
+				ratio := id.ImagesPerSec / ort.ImagesPerSec
+				latRatio := ort.Minms / id.Minms
+				cpuRatio := 0.0
+				if ort.PerCPUSecond > 0 {
+					cpuRatio = id.PerCPUSecond / ort.PerCPUSecond
+				}
+				fmt.Printf("%-16s %5d %5s %10.2f %10.2f %6.2fx %9.2f %9.2f %6.2fx %8.2f %8.2f %6.2fx %6.1f\n", name, batch, pr,
+					id.ImagesPerSec, ort.ImagesPerSec, ratio, id.Minms, ort.Minms, latRatio, id.PerCPUSecond, ort.PerCPUSecond, cpuRatio, load)
+				rows = append(rows, []float64{float64(mi), float64(batch), float64(pi), id.ImagesPerSec, ort.ImagesPerSec, ratio,
+					id.Minms, ort.Minms, latRatio, id.PerCPUSecond, ort.PerCPUSecond, cpuRatio, load})
+				s := series[pr]
+				if s == nil {
+					s = &plot.Series{Name: "IDunno " + pr + " / ONNX Runtime fp32 (min latency)"}
+					series[pr] = s
+				}
+				s.X = append(s.X, x)
+				s.Y = append(s.Y, latRatio)
+			}
+		}
+	}
+	fmt.Printf("models (index): %s; precisions (index): %s\n", strings.Join(models, ","), strings.Join(precs, ","))
+	if err := plot.WriteCSV(filepath.Join(out, "ort.csv"), []string{"model_index", "batch", "precision_index",
+		"idunno_images_per_sec", "ort_images_per_sec", "ratio", "idunno_min_ms", "ort_min_ms", "min_latency_ratio",
+		"idunno_images_per_cpu_s", "ort_images_per_cpu_s", "cpu_ratio", "load_avg"}, rows); err != nil {
+		return err
+	}
+	c := plot.Chart{Title: "IDunno / ONNX Runtime 1.20.1 (CPU EP), same run; x = model/batch in order of ort.csv",
+		XLabel: "configuration", YLabel: "speed ratio (>1: IDunno faster)"}
+	for _, pr := range precs {
+		if s := series[pr]; s != nil {
+			c.Series = append(c.Series, *s)
+		}
+	}
+	if len(c.Series) > 0 {
+		c.Series = append(c.Series, plot.Series{Name: "1.05x", X: []float64{1, x}, Y: []float64{1.05, 1.05}})
+		return c.Save(filepath.Join(out, "ort_ratio.png"))
+	}
+	return nil
+}
+
+// better keeps the run with the lower minimum latency, and the highest throughputs seen.
+func better(a, b result) result {
+	if a.ImagesPerSec == 0 {
+		return b
+	}
+	r := a
+	if b.Minms < a.Minms {
+		r = b
+	}
+	r.ImagesPerSec = max(a.ImagesPerSec, b.ImagesPerSec)
+	r.PerCPUSecond = max(a.PerCPUSecond, b.PerCPUSecond)
+	return r
+}
+
+func ortRun(dir, model string, batch, threads int, seconds float64) (result, error) {
+	return runJSON(exec.Command("node", filepath.Join(dir, "bench.js"), model, strconv.Itoa(batch),
+		fmt.Sprint(seconds), strconv.Itoa(threads)), seconds)
+}
+
+func idunnoRun(bin, model, prec string, batch, threads int, seconds float64) (result, error) {
+	return runJSON(exec.Command(bin, "bench", "kernel", "--model", model, "--batch", strconv.Itoa(batch),
+		"--threads", strconv.Itoa(threads), "--seconds", fmt.Sprint(seconds), "--precision", prec, "--json"), seconds)
+}
+
+// runJSON runs cmd with a deadline and decodes its JSON line.
+func runJSON(cmd *exec.Cmd, seconds float64) (result, error) {
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		return result{}, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	limit := time.Duration(seconds*float64(time.Second))*4 + 10*time.Minute // model load + warm-up on a loaded machine
+	select {
+	case err := <-done:
+		if err != nil {
+			return result{}, fmt.Errorf("%s: %v: %s", filepath.Base(cmd.Path), err, strings.TrimSpace(stderr.String()))
+		}
+	case <-time.After(limit):
+		cmd.Process.Kill()
+		<-done
+		return result{}, fmt.Errorf("%s: no result after %v", filepath.Base(cmd.Path), limit)
+	}
+	var r result
+	if err := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &r); err != nil {
+		return result{}, fmt.Errorf("%s: bad output %q: %v", filepath.Base(cmd.Path), stdout.String(), err)
+	}
+	return r, nil
+}
+
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
