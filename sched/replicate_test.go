@@ -287,7 +287,7 @@ func TestFencedErrorIsTyped(t *testing.T) {
 // back, and then it does, with every acknowledged job (found by the network-namespace
 // scenario "frozen-standby" in chaos/).
 func TestNoTakeoverWithoutTheNewestJournal(t *testing.T) {
-	c := newMemCluster(t, 4)
+	c := newMemCluster(t, 5)
 	if co := c.waitCoordinator(""); co.name != "node0" {
 		t.Fatalf("coordinator %s, want node0", co.name)
 	}
@@ -300,17 +300,26 @@ func TestNoTakeoverWithoutTheNewestJournal(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, w := range []string{"node2", "node3"} {
+	for _, w := range []string{"node2", "node3", "node4"} {
 		for deadline := time.Now().Add(10 * time.Second); c.nodes[w].s.Status().Seen < 1; time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s never heard of the coordinator", w)
 			}
 		}
 	}
-	c.kill("node1")
-	c.kill("node0")
-	// Well past TakeoverGrace (0.5 s): node2 and node3 answer each other and have seen
-	// epoch 1, but their journals are of epoch 0.
+	// Both stop before the view says so, so the coordinator cannot replace its standby and
+	// the standby cannot take over in between; then the detector reports both.
+	for _, n := range []string{"node0", "node1"} {
+		nd := c.nodes[n]
+		nd.srv.Close()
+		nd.s.Stop()
+		nd.cli.Close()
+		nd.running = false
+	}
+	c.mem.Set(Peer{Name: "node0"}, false)
+	c.mem.Set(Peer{Name: "node1"}, false)
+	// Well past TakeoverGrace (0.5 s): node2, node3 and node4 are a majority, answer each
+	// other and have seen epoch 1, but their journals are of epoch 0.
 	time.Sleep(4 * c.cfg.TakeoverGrace)
 	if co := c.coordinator(); co != nil {
 		t.Fatalf("%s took over without the acknowledged jobs", co.name)
