@@ -66,6 +66,7 @@ type replicator struct {
 	synced   bool      // target holds a snapshot and every entry sent since
 	acked    uint64    // every entry up to acked is held by ackedBy, or on disk if ackedBy == ""
 	ackedBy  string    //
+	held     uint64    // every entry up to held is held by the current standby (0 until it is synced)
 	replaced time.Time // when a standby was last replaced by another (or by none)
 	lastSent time.Time // last call to target (a heartbeat is due 4 ticks later)
 	retryAt  time.Time // after a failed call, wait until then
@@ -122,7 +123,7 @@ func (r *replicator) setTarget(name, addr string) {
 		if r.target != "" {
 			r.replaced = time.Now()
 		}
-		r.target, r.addr, r.synced, r.pending = name, addr, false, nil
+		r.target, r.addr, r.synced, r.pending, r.held = name, addr, false, nil, 0
 		r.retryAt = time.Time{}
 	}
 	r.mu.Unlock()
@@ -158,10 +159,42 @@ func (r *replicator) halt(why error) {
 func (r *replicator) ack(seq uint64, by string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	moved := false
 	if seq > r.acked {
-		r.acked, r.ackedBy = seq, by
+		r.acked, r.ackedBy, moved = seq, by, true
+	}
+	if by != "" && by == r.target && seq > r.held {
+		r.held, moved = seq, true
+	}
+	if moved {
 		close(r.changed)
 		r.changed = make(chan struct{})
+	}
+}
+
+// waitHeld blocks until the current standby holds every entry up to seq (not only the
+// coordinator's disk), and returns it.
+func (r *replicator) waitHeld(ctx context.Context, seq uint64) (string, error) {
+	for {
+		r.mu.Lock()
+		if r.held >= seq && r.target != "" {
+			by := r.target
+			r.mu.Unlock()
+			return by, nil
+		}
+		if r.stopped != nil {
+			why := r.stopped
+			r.mu.Unlock()
+			return "", fmt.Errorf("%w: %v", errNotConfirmed, why)
+		}
+		ch, target := r.changed, r.target
+		r.mu.Unlock()
+		r.wake()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return "", fmt.Errorf("%w: standby %q has not confirmed it (%v)", errNotConfirmed, target, ctx.Err())
+		}
 	}
 }
 
@@ -415,9 +448,26 @@ func (s *Scheduler) confirm(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("%w: the standby was just replaced (%v)", errNotConfirmed, ctx.Err())
 		}
 	}
-	if alive := s.mem.Alive(); !s.majority(alive) {
+	// While this call waited, the coordinator may have stepped down (a newer epoch took
+	// over without what it committed).
+	s.mu.Lock()
+	still := s.role == roleCoordinator && s.co != nil && s.co.repl == r
+	s.mu.Unlock()
+	if !still {
+		return "", fmt.Errorf("%w: %s stopped coordinating", errNotConfirmed, s.name)
+	}
+	alive := s.mem.Alive()
+	if !s.majority(alive) {
 		return "", fmt.Errorf("%w: %s sees %d of the %d members it knows alive (cut off in a minority?)",
 			errNotConfirmed, s.name, len(alive), s.mem.Known())
+	}
+	if standby == "" && len(alive) > 1 {
+		// Only this node's disk holds the change: it was synced while the node saw no
+		// other live one. Others are live now, and one of them could take over without
+		// it, so it counts only once a standby holds it.
+		if standby, err = r.waitHeld(ctx, seq); err != nil {
+			return "", err
+		}
 	}
 	return standby, nil
 }

@@ -87,10 +87,15 @@ func (p *cutProxy) Heal() {
 // newCutCluster starts a 3-node in-process cluster whose coordinator (node0) reaches its
 // standby (node1) only through a cutProxy.
 func newCutCluster(t *testing.T) (*memCluster, *cutProxy) {
+	return newCutClusterConfig(t, func(*SchedConfig) {})
+}
+
+func newCutClusterConfig(t *testing.T, set func(*SchedConfig)) (*memCluster, *cutProxy) {
 	cfg := DefaultSchedConfig()
 	cfg.TakeoverGrace = 500 * time.Millisecond
 	cfg.PullEvery = 50 * time.Millisecond
 	cfg.AckTimeout = time.Second
+	set(&cfg)
 	c := &memCluster{t: t, mem: NewStaticMembership(), blobs: NewMemBlobs(), cfg: cfg, nodes: map[string]*memNode{},
 		exec: &FakeExecutor{Datasets: map[string]int{"small.idx": 2000}, Models: map[string]time.Duration{"slow.onnx": 2 * time.Millisecond}}}
 	t.Cleanup(func() {
@@ -394,5 +399,92 @@ func TestConcurrentRetriesOfOneAdd(t *testing.T) {
 	}
 	if len(jobs) != 1 {
 		t.Fatalf("jobs %+v, want one", jobs)
+	}
+}
+
+// TestStandbyMayTakeOver covers the standby's check before it takes over: its detector has
+// failed the coordinator, and the live nodes' own answers must show that it is not cut off
+// and was not replaced (the flapping-link case of chaos/: a standby whose link went down
+// took over on a view that still held a majority, and its higher epoch dropped changes
+// its coordinator had confirmed through a new standby).
+func TestStandbyMayTakeOver(t *testing.T) {
+	self := StatusReply{Name: "n0", Role: "standby", Epoch: 2, Seq: 30, Coordinator: "n1", Seen: 2}
+	fol := func(name string) StatusReply {
+		return StatusReply{Name: name, Role: "follower", Epoch: 2, Seq: 30, Coordinator: "n1", Seen: 2}
+	}
+	cases := []struct {
+		name    string
+		answers []StatusReply
+		known   int
+		want    bool
+	}{
+		{"coordinator dead, the rest answer", []StatusReply{self, fol("n2"), fol("n3"), fol("n4")}, 5, true},
+		{"bare majority answers", []StatusReply{self, fol("n2"), fol("n3")}, 5, true},
+		{"cut off: nobody answers", []StatusReply{self}, 5, false},
+		{"half is no majority", []StatusReply{self, fol("n2")}, 4, false},
+		{"replaced: another standby in this epoch", []StatusReply{self,
+			{Name: "n2", Role: "standby", Epoch: 2, Seq: 33, Coordinator: "n1", Seen: 2}, fol("n3")}, 5, false},
+		{"a stale standby of an older epoch does not block", []StatusReply{self,
+			{Name: "n2", Role: "standby", Epoch: 1, Seq: 9, Coordinator: "n0", Seen: 1}, fol("n3")}, 5, true},
+		{"a coordinator answers", []StatusReply{self, {Name: "n1", Role: "coordinator", Epoch: 2, Seq: 31}, fol("n2")}, 5, false},
+		{"a newer epoch was seen", []StatusReply{self, fol("n2"), {Name: "n3", Role: "follower", Epoch: 2, Seq: 30, Seen: 3}}, 5, false},
+		{"a newer journal exists", []StatusReply{self, fol("n2"), {Name: "n3", Role: "follower", Epoch: 3, Seq: 2}}, 5, false},
+	}
+	for _, c := range cases {
+		got, why := standbyMayTakeOver("n0", 2, c.answers, c.known)
+		if got != c.want {
+			t.Errorf("%s: got %v (%s), want %v", c.name, got, why, c.want)
+		}
+		if !got && why == "" {
+			t.Errorf("%s: refused without a reason", c.name)
+		}
+	}
+}
+
+// A change synced to the coordinator's disk while it saw no other live node is not
+// acknowledged as such once the others are back (chaos/ found it on a flapping link: the
+// coordinator's view emptied for a moment, the disk "confirmed" a job add, the view came
+// back during the quiet period after the standby change, and the add was acknowledged
+// although no standby held it; the standby then took over without it). It is confirmed
+// only when a standby holds it.
+func TestDiskAckWhileAloneNeedsAStandbyOnceOthersAreBack(t *testing.T) {
+	c, proxy := newCutClusterConfig(t, func(cfg *SchedConfig) { cfg.AckTimeout = 4 * time.Second })
+	if err := c.call("node0", "sched.phase", PhaseArgs{PhaseInference}, nil); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Cut()
+	type result struct {
+		r   JobAddReply
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := addJob(c, "node0", "x")
+		done <- result{r, err}
+	}()
+	// The coordinator's view empties (its link flaps): it syncs the journal to disk.
+	time.Sleep(200 * time.Millisecond)
+	peers := map[string]Peer{}
+	for _, p := range c.mem.Alive() {
+		peers[p.Name] = p
+	}
+	for _, n := range []string{"node1", "node2"} {
+		c.mem.Set(peers[n], false)
+	}
+	time.Sleep(400 * time.Millisecond)
+	for _, n := range []string{"node1", "node2"} {
+		c.mem.Set(peers[n], true)
+	}
+	res := <-done
+	if res.err == nil {
+		t.Fatalf("the add was acknowledged (standby %q, no standby %v) although only the coordinator's disk held it and the standby was cut off",
+			res.r.Standby, res.r.NoStandby)
+	}
+	if !errors.Is(res.err, errNotConfirmed) && !strings.Contains(res.err.Error(), "not confirmed") {
+		t.Fatalf("add: %v", res.err)
+	}
+	proxy.Heal()
+	if r, err := addJob(c, "node0", "x"); err != nil || r.Standby != "node1" {
+		t.Fatalf("retry after the heal: %+v, %v", r, err)
 	}
 }

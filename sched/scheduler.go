@@ -238,7 +238,28 @@ func (s *Scheduler) tick() {
 				s.mu.Unlock()
 				return
 			}
-			s.takeOver("standby of failed coordinator " + s.standbyOf)
+			// The detector's view alone is not enough: a node whose link just went down
+			// sees every member fall silent at once, and may fail the coordinator a beat
+			// before the others, so for a moment its view still holds a majority. Ask
+			// the live nodes themselves: a majority must answer, and none may show that
+			// this standby was replaced or that a newer coordinator exists.
+			coord := s.standbyOf
+			s.lastPoll = now
+			s.mu.Unlock()
+			sts := s.pollStatus(alive)
+			s.mu.Lock()
+			if s.role == roleStandby && s.standbyOf == coord && s.coordName == "" {
+				ok, why := standbyMayTakeOver(s.name, s.st.Epoch, sts, s.mem.Known())
+				if ok {
+					s.takeOver("standby of failed coordinator " + coord)
+					s.mu.Unlock()
+					return
+				}
+				if !s.waitNoted {
+					s.waitNoted = true
+					s.logf("sched: standby of %s, not taking over: %s", coord, why)
+				}
+			}
 			s.mu.Unlock()
 			return
 		}
@@ -305,6 +326,34 @@ func (s *Scheduler) tick() {
 		}
 	}
 	s.takeOver("no coordinator among the live nodes")
+}
+
+// standbyMayTakeOver decides whether the standby self, whose journal is of epoch
+// journalEpoch and whose detector has failed its coordinator, may take over, from the
+// status answers of the nodes it sees alive (itself included) and the number of members
+// its detector knows. It may only when a majority of those members answered (it is not
+// cut off, whatever its view says), none of them coordinates (the coordinator, or a newer
+// one, is reachable after all), none has seen an epoch newer than its journal, and no
+// other node is a standby in its epoch (its coordinator replaced it: that one may hold
+// entries it lacks).
+func standbyMayTakeOver(self string, journalEpoch uint64, answers []StatusReply, known int) (bool, string) {
+	if known > 0 && 2*len(answers) <= known {
+		return false, fmt.Sprintf("only %d of the %d members it knows answered (cut off?)", len(answers), known)
+	}
+	for _, r := range answers {
+		if r.Name == self {
+			continue
+		}
+		switch {
+		case r.Role == roleCoordinator.String():
+			return false, fmt.Sprintf("%s coordinates epoch %d", r.Name, r.Epoch)
+		case r.Epoch > journalEpoch || r.Seen > journalEpoch:
+			return false, fmt.Sprintf("%s has seen epoch %d, newer than this journal's %d", r.Name, max(r.Epoch, r.Seen), journalEpoch)
+		case r.Role == roleStandby.String() && r.Epoch == journalEpoch:
+			return false, fmt.Sprintf("%s is the standby of %s now", r.Name, r.Coordinator)
+		}
+	}
+	return true, ""
 }
 
 func (s *Scheduler) follow(name, addr string, epoch uint64) {
