@@ -602,7 +602,32 @@ func dashboardMatchesJobStats(t *testing.T, dir, dashURL string) {
 		time.Sleep(time.Second)
 	}
 	before := map[string]jobStats{"quick": stats(t, dir, "quick"), "slow": stats(t, dir, "slow")}
+	// The running job's rate and latency spread move both ways, so a figure the dashboard
+	// fetched between the two snapshots need not lie between them: its job stats are also
+	// sampled all the while the dashboard runs, and each figure must lie within them.
+	stopSampling := make(chan struct{})
+	sampled := make(chan []jobStats, 1)
+	go func() {
+		var got []jobStats
+		defer func() { sampled <- got }()
+		for {
+			select {
+			case <-stopSampling:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			cmd := exec.Command(bin, "job", "stats", "slow", "--json")
+			cmd.Env = append(os.Environ(), "IDUNNO_CLUSTER="+dir)
+			out, err := cmd.Output()
+			var st jobStats
+			if err == nil && json.Unmarshal(out, &st) == nil {
+				got = append(got, st)
+			}
+		}
+	}()
 	dom := dumpDashboard(t, dashURL, 3500*time.Millisecond)
+	close(stopSampling)
+	during := map[string][]jobStats{"slow": <-sampled}
 	after := map[string]jobStats{"quick": stats(t, dir, "quick"), "slow": stats(t, dir, "slow")}
 
 	spans := map[string]string{}
@@ -634,17 +659,23 @@ func dashboardMatchesJobStats(t *testing.T, dir, dashURL string) {
 		if w := s["workers"]; w != workers(b) && w != workers(a) { // shares may move between snapshots
 			t.Errorf("%s: workers shown %q, job stats %q before and %q after", job, w, workers(b), workers(a))
 		}
-		// Each figure shown must lie between the two snapshots (equal to both once a job
-		// has finished and its 10 s rate window has passed).
-		within := func(what string, shown string, x, y float64) {
+		// Each figure shown must lie within what job stats said before, during and after
+		// the dashboard ran (equal to all of them once a job has finished and its 10 s rate
+		// window has passed).
+		within := func(what string, shown string, get func(jobStats) float64) {
 			v := num(t, shown)
-			if v < math.Min(x, y)-0.0051 || v > math.Max(x, y)+0.0051 {
-				t.Errorf("%s: %s shown %s, job stats %v before and %v after", job, what, shown, x, y)
+			lo, hi := math.Min(get(b), get(a)), math.Max(get(b), get(a))
+			for _, d := range during[job] {
+				lo, hi = math.Min(lo, get(d)), math.Max(hi, get(d))
+			}
+			if v < lo-0.0051 || v > hi+0.0051 {
+				t.Errorf("%s: %s shown %s, job stats %v before and %v after (%d samples between: %v to %v)",
+					job, what, shown, get(b), get(a), len(during[job]), lo, hi)
 			}
 		}
-		within("rate", s["rate"], b.Rate10s, a.Rate10s)
+		within("rate", s["rate"], func(j jobStats) float64 { return j.Rate10s })
 		for _, k := range []string{"mean", "stddev", "p50", "p90", "p95", "p99"} {
-			within(k, s[k], b.LatencyMs[k], a.LatencyMs[k])
+			within(k, s[k], func(j jobStats) float64 { return j.LatencyMs[k] })
 		}
 	}
 	if len(after["slow"].Workers) == 0 && after["slow"].Done < after["slow"].Total {
