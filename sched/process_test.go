@@ -80,9 +80,26 @@ func upProcCluster(t *testing.T, n int) *procCluster {
 	t.Cleanup(func() {
 		if t.Failed() {
 			c.explainUnfinished()
+		} else if os.Getenv("IDUNNO_KEEP_LOGS") != "" {
+			c.keepLogs()
 		}
 	})
 	return c
+}
+
+// keepLogs copies every node's log to IDUNNO_KEEP_LOGS/<test>/<node>.log (a failed test's
+// explainUnfinished does it too), so a passing run's logs can be compared with a failing one's.
+func (c *procCluster) keepLogs() {
+	keep := os.Getenv("IDUNNO_KEEP_LOGS")
+	for _, n := range c.lc.Nodes() {
+		b, err := os.ReadFile(filepath.Join(n.DataDir, "node.log"))
+		if err != nil {
+			continue
+		}
+		dst := filepath.Join(keep, c.t.Name(), n.Name+".log")
+		os.MkdirAll(filepath.Dir(dst), 0o755)
+		os.WriteFile(dst, b, 0o644)
+	}
 }
 
 // explainUnfinished prints, for a failed test, every node's log lines about each task that

@@ -46,10 +46,166 @@ type trainRun struct {
 	reducing bool
 }
 
-// trainTables are the coordinator's training runs.
+// trainTables are the coordinator's training runs, and the workers waiting for a shard.
+// Lock order: qmu, then mu, then a run's mu; cmu is taken alone.
 type trainTables struct {
 	mu   sync.Mutex
 	runs map[string]*trainRun
+
+	qmu     sync.Mutex
+	waiters []*pullWaiter // pulls waiting for a shard, in arrival order
+
+	cmu     sync.Mutex
+	changed chan struct{} // closed (and replaced) when a shard may have come free
+}
+
+// pullWaiter is a worker's pull waiting in the queue for a shard.
+type pullWaiter struct {
+	worker string
+	gone   bool // a newer pull of the same worker replaced it
+}
+
+// TrainPullWait is how long a pull waits on the coordinator for a shard to come free
+// before it is answered empty (with Again set), well under the worker's 5 s deadline.
+// Waiting pulls are served in arrival order: a worker that just pushed a result queues
+// behind the workers already waiting, so a worker that joins or restarts gets shards in
+// its turn instead of losing every race to the workers that finish a shard and pull again
+// at once; and a free shard goes to a waiting worker at once, not at its next poll.
+const TrainPullWait = time.Second
+
+// trainPullRecheck: a waiting pull looks again this often even without a notification
+// (shards of a dead or silent holder and straggler twins come free with time).
+const trainPullRecheck = 50 * time.Millisecond
+
+// signal returns the channel closed at the next notify.
+func (t *trainTables) signal() <-chan struct{} {
+	t.cmu.Lock()
+	defer t.cmu.Unlock()
+	if t.changed == nil {
+		t.changed = make(chan struct{})
+	}
+	return t.changed
+}
+
+// notify wakes the waiting pulls: a shard may have come free (a new step, a run ready, a
+// lease released), or the runs changed.
+func (t *trainTables) notify() {
+	t.cmu.Lock()
+	defer t.cmu.Unlock()
+	if t.changed != nil {
+		close(t.changed)
+	}
+	t.changed = make(chan struct{})
+}
+
+// enqueue adds w behind the waiting pulls; an older pull of the same worker (a worker
+// computes one shard at a time, so that pull's worker gave up on it, or restarted) is
+// dropped.
+func (t *trainTables) enqueue(w *pullWaiter) {
+	t.qmu.Lock()
+	defer t.qmu.Unlock()
+	for _, o := range t.waiters {
+		if o.worker == w.worker {
+			o.gone = true
+		}
+	}
+	t.waiters = append(t.waiters, w)
+}
+
+// dequeue removes w from the waiting pulls.
+func (t *trainTables) dequeue(w *pullWaiter) {
+	t.qmu.Lock()
+	for i, o := range t.waiters {
+		if o == w {
+			t.waiters = append(t.waiters[:i], t.waiters[i+1:]...)
+			break
+		}
+	}
+	t.qmu.Unlock()
+	t.notify() // the next in line may take a shard
+}
+
+// tryHead leases a shard to w if w is the first waiting pull (replaced pulls are skipped):
+// of the run furthest behind its fair share that has one. some reports that training runs
+// exist (without any, a pull is answered at once).
+func (t *trainTables) tryHead(w *pullWaiter, alive map[string]bool, now time.Time) (o ShardOrder, ok, some bool) {
+	t.qmu.Lock()
+	defer t.qmu.Unlock()
+	for len(t.waiters) > 0 && t.waiters[0].gone && t.waiters[0] != w {
+		t.waiters = t.waiters[1:]
+	}
+	t.mu.Lock()
+	names := make([]string, 0, len(t.runs))
+	for n := range t.runs {
+		names = append(names, n)
+	}
+	runs := t.runs
+	t.mu.Unlock()
+	if len(names) == 0 || w.gone || len(t.waiters) == 0 || t.waiters[0] != w {
+		return ShardOrder{}, false, len(names) > 0
+	}
+	busy := make(map[string]float64, len(names))
+	for _, n := range names {
+		r := runs[n]
+		r.mu.Lock()
+		busy[n] = r.busy
+		r.mu.Unlock()
+	}
+	sort.Slice(names, func(i, j int) bool {
+		return busy[names[i]] < busy[names[j]] || (busy[names[i]] == busy[names[j]] && names[i] < names[j])
+	})
+	for _, n := range names {
+		if o, ok := runs[n].lease(w.worker, alive, now); ok {
+			o.Job = n
+			return o, true, true
+		}
+	}
+	return ShardOrder{}, false, true
+}
+
+// release drops worker's leases on the shards of every run: it pulls again, so it holds
+// none (a worker computes one shard at a time). A worker killed and restarted under the
+// same name is alive to the failure detector all along; without this the shard its
+// previous life held would wait for the straggler bound (or a minute) and never go back
+// to it.
+func (t *trainTables) release(worker string) {
+	t.mu.Lock()
+	runs := make([]*trainRun, 0, len(t.runs))
+	for _, r := range t.runs {
+		runs = append(runs, r)
+	}
+	t.mu.Unlock()
+	freed := false
+	for _, r := range runs {
+		r.mu.Lock()
+		freed = r.release(worker) || freed
+		r.mu.Unlock()
+	}
+	if freed {
+		t.notify()
+	}
+}
+
+// release drops worker's leases on the current step's shards (r.mu held) and reports
+// whether it held any.
+func (r *trainRun) release(worker string) bool {
+	freed := false
+	for k, ls := range r.leases {
+		kept := ls[:0]
+		for _, l := range ls {
+			if l.worker == worker {
+				freed = true
+				continue
+			}
+			kept = append(kept, l)
+		}
+		if len(kept) == 0 {
+			delete(r.leases, k)
+		} else {
+			r.leases[k] = kept
+		}
+	}
+	return freed
 }
 
 // ShardOrder is a shard given to a worker.
@@ -58,6 +214,8 @@ type ShardOrder struct {
 	Spec  *TrainSpec `json:"spec,omitempty"`
 	Step  int        `json:"step"`
 	Shard int        `json:"shard"`
+	// Again: no shard came free while the pull waited (TrainPullWait); ask again at once.
+	Again bool `json:"again,omitempty"`
 }
 
 // TrainPullArgs asks for a shard.
@@ -207,6 +365,7 @@ func (s *Scheduler) dropRuns() {
 		r.ready = false
 		r.mu.Unlock()
 	}
+	s.tt.notify()
 }
 
 // loadRun builds a run's engine from the initial model, or from its last checkpoint.
@@ -253,10 +412,8 @@ func (s *Scheduler) loadRun(name string, r *trainRun, ckptName string, ckptStep 
 		if err == nil {
 			var ck *train.Checkpoint
 			if ck, err = train.DecodeCheckpoint(cb); err == nil {
-				if int(ck.Step) != ckptStep {
-					err = fmt.Errorf("checkpoint holds step %d, the journal says %d", ck.Step, ckptStep)
-				} else if err = eng.Restore(ck.State); err == nil {
-					step = ckptStep
+				if step, err = resumeStep(int(ck.Step), ckptStep, s.committedSteps(name)); err == nil {
+					err = eng.Restore(ck.State)
 				}
 			}
 		}
@@ -267,14 +424,70 @@ func (s *Scheduler) loadRun(name string, r *trainRun, ckptName string, ckptStep 
 		}
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.eng, r.step = eng, step
-	if err := r.snapshotParams(); err != nil {
+	err = r.snapshotParams()
+	if err != nil {
 		r.err = err
+	}
+	r.mu.Unlock()
+	if err != nil {
 		return
 	}
+	if step > ckptStep {
+		// The previous coordinator stored this checkpoint and stopped before journaling it:
+		// journal it now (with the epoch-end evaluation it may lack).
+		s.logf("sched: training job %s: checkpoint at step %d is newer than the journal's (%d): resuming from it", name, step, ckptStep)
+		if err := s.recordCheckpoint(name, r, step); err != nil {
+			s.logf("sched: training job %s: checkpoint at step %d: %v", name, step, err)
+		}
+	}
+	if step == p.TotalSteps() {
+		// Every step is committed and checkpointed: only the model is missing (the previous
+		// coordinator stopped before storing it).
+		if err := s.finishTraining(name, r); err != nil {
+			r.mu.Lock()
+			if r.eng != nil {
+				r.eng.Close()
+				r.eng = nil
+			}
+			r.mu.Unlock()
+			fail(err)
+		}
+		return
+	}
+	r.mu.Lock()
 	r.ready, r.start = true, time.Now()
+	r.mu.Unlock()
+	s.tt.notify()
 	s.logf("sched: training job %s: running from step %d of %d", name, step, p.TotalSteps())
+}
+
+// committedSteps is the number of steps of a training job the journal holds.
+func (s *Scheduler) committedSteps(name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.st.Trains[name]; t != nil {
+		return t.Step
+	}
+	return 0
+}
+
+// resumeStep decides from which step a new coordinator resumes a training job, given the
+// step of the checkpoint SDFS holds (its newest version) and the journal's last checkpoint
+// and committed steps. The journal's checkpoint is the usual answer. A newer one is what
+// the previous coordinator stored before it stopped, too soon to journal it; it holds the
+// weights after a step the journal has (a checkpoint is stored only once the standby holds
+// its step), so it is as good: those weights are the same bytes whoever computes them, and
+// the steps before it are in the epoch records. A checkpoint older than the journal's, or
+// of a step the journal lacks, cannot be used.
+func resumeStep(ck, journalCkpt, journalSteps int) (int, error) {
+	switch {
+	case ck < journalCkpt:
+		return 0, fmt.Errorf("checkpoint holds step %d, older than the journal's %d", ck, journalCkpt)
+	case ck > journalSteps:
+		return 0, fmt.Errorf("checkpoint holds step %d, beyond the %d steps the journal holds", ck, journalSteps)
+	}
+	return ck, nil
 }
 
 func (r *trainRun) snapshotParams() error {
@@ -287,50 +500,64 @@ func (r *trainRun) snapshotParams() error {
 	return nil
 }
 
-// handleTrainPull gives a worker a shard of the training job furthest behind its fair share.
+// handleTrainPull gives a worker a shard of the training job furthest behind its fair
+// share. The worker holds no shard when it pulls, so its leases are released first; then
+// the pull waits in line, up to TrainPullWait, for a shard to come free (see
+// TrainPullWait).
 func (s *Scheduler) handleTrainPull(epoch uint64, a TrainPullArgs) (ShardOrder, uint64, error) {
-	s.mu.Lock()
-	if err := s.fenced(epoch); err != nil {
-		s.mu.Unlock()
-		return ShardOrder{}, s.st.Epoch, err
-	}
-	if s.role != roleCoordinator || s.st.Phase != PhaseTraining {
+	deadline := time.Now().Add(TrainPullWait)
+	var w *pullWaiter
+	defer func() {
+		if w != nil {
+			s.tt.dequeue(w)
+		}
+	}()
+	for {
+		s.mu.Lock()
+		if err := s.fenced(epoch); err != nil {
+			s.mu.Unlock()
+			return ShardOrder{}, s.st.Epoch, err
+		}
+		if s.role != roleCoordinator || s.st.Phase != PhaseTraining {
+			e := s.st.Epoch
+			s.mu.Unlock()
+			return ShardOrder{}, e, nil
+		}
 		e := s.st.Epoch
+		alive := map[string]bool{}
+		for _, p := range s.mem.Alive() {
+			alive[p.Name] = true
+		}
 		s.mu.Unlock()
-		return ShardOrder{}, e, nil
-	}
-	e := s.st.Epoch
-	alive := map[string]bool{}
-	for _, p := range s.mem.Alive() {
-		alive[p.Name] = true
-	}
-	s.mu.Unlock()
-	s.tt.mu.Lock()
-	names := make([]string, 0, len(s.tt.runs))
-	for n := range s.tt.runs {
-		names = append(names, n)
-	}
-	runs := s.tt.runs
-	s.tt.mu.Unlock()
-	sort.Slice(names, func(i, j int) bool {
-		ri, rj := runs[names[i]], runs[names[j]]
-		ri.mu.Lock()
-		bi := ri.busy
-		ri.mu.Unlock()
-		rj.mu.Lock()
-		bj := rj.busy
-		rj.mu.Unlock()
-		return bi < bj || (bi == bj && names[i] < names[j])
-	})
-	now := time.Now()
-	for _, n := range names {
-		r := runs[n]
-		if o, ok := r.lease(a.Worker, alive, now); ok {
-			o.Job = n
+		if w == nil {
+			w = &pullWaiter{worker: a.Worker}
+			s.tt.release(a.Worker)
+			s.tt.enqueue(w)
+		}
+		ch := s.tt.signal()
+		o, ok, some := s.tt.tryHead(w, alive, time.Now())
+		if ok {
 			return o, e, nil
 		}
+		if !some || w.replaced(&s.tt) {
+			return ShardOrder{}, e, nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return ShardOrder{Again: true}, e, nil
+		}
+		select {
+		case <-ch:
+		case <-time.After(min(left, trainPullRecheck)):
+		}
 	}
-	return ShardOrder{}, e, nil
+}
+
+// replaced reports whether a newer pull of the same worker replaced w.
+func (w *pullWaiter) replaced(t *trainTables) bool {
+	t.qmu.Lock()
+	defer t.qmu.Unlock()
+	return w.gone
 }
 
 // lease picks a shard of the current step for worker: one nobody holds (or whose holder
@@ -492,6 +719,7 @@ func (s *Scheduler) handleTrainPush(epoch uint64, a ShardPush, body []byte) (str
 	r.mu.Lock()
 	r.reducing = false
 	r.mu.Unlock()
+	s.tt.notify() // the next step's shards are free
 	if err != nil {
 		s.logf("sched: training job %s: step %d: %v", a.Job, a.Step, err)
 	}
@@ -577,11 +805,12 @@ func (s *Scheduler) finishStep(name string, r *trainRun, n int) error {
 	snap := time.Since(t1)
 	t1 = time.Now()
 	s.mu.Lock()
-	if s.role != roleCoordinator {
+	if s.role != roleCoordinator || s.co == nil {
 		s.mu.Unlock()
 		return fmt.Errorf("no longer the coordinator")
 	}
 	err = s.commit(&Entry{Kind: EntryTrainStep, Name: name, Task: step, TrainStep: &facts})
+	seq, repl := s.st.Seq, s.co.repl
 	s.mu.Unlock()
 	if err != nil {
 		return err
@@ -590,7 +819,7 @@ func (s *Scheduler) finishStep(name string, r *trainRun, n int) error {
 		name, step+1, p.TotalSteps(), facts.Loss, facts.Workers, facts.Millis, snap.Milliseconds(), time.Since(t1).Milliseconds())
 	done := step+1 == p.TotalSteps()
 	if (step+1)%p.StepsPerEpoch() == 0 || (spec.CheckpointEvery > 0 && (step+1)%spec.CheckpointEvery == 0) || done {
-		if err := s.checkpoint(name, r, step+1); err != nil {
+		if err := s.checkpoint(name, r, step+1, repl, seq); err != nil {
 			s.logf("sched: training job %s: checkpoint at step %d: %v", name, step+1, err)
 		}
 	}
@@ -600,8 +829,28 @@ func (s *Scheduler) finishStep(name string, r *trainRun, n int) error {
 	return nil
 }
 
-func (s *Scheduler) checkpoint(name string, r *trainRun, step int) error {
+// checkpoint stores the weights after step to SDFS and journals it. The step's entry (seq)
+// must be held by the standby first (or be on disk when no other node is live): a new
+// coordinator resumes from the newest checkpoint SDFS holds even if its train-ckpt entry
+// was lost with the old coordinator (resumeStep), which is only sound if its journal has
+// the step.
+func (s *Scheduler) checkpoint(name string, r *trainRun, step int, repl *replicator, seq uint64) error {
+	if repl != nil {
+		wctx, wcancel := context.WithTimeout(context.Background(), s.cfg.AckTimeout)
+		by, err := repl.wait(wctx, seq)
+		if err == nil && by == "" && len(s.mem.Alive()) > 1 {
+			_, err = repl.waitHeld(wctx, seq)
+		}
+		wcancel()
+		if err != nil {
+			return fmt.Errorf("skipped, the standby does not hold step %d: %w", step, err)
+		}
+	}
 	r.mu.Lock()
+	if r.eng == nil {
+		r.mu.Unlock()
+		return fmt.Errorf("the run stopped")
+	}
 	st, err := r.eng.Snapshot()
 	r.mu.Unlock()
 	if err != nil {
@@ -616,6 +865,12 @@ func (s *Scheduler) checkpoint(name string, r *trainRun, step int) error {
 	if err := s.blobs.Put(ctx, CheckpointName(name), buf.Bytes()); err != nil {
 		return err
 	}
+	return s.recordCheckpoint(name, r, step)
+}
+
+// recordCheckpoint journals the checkpoint stored at step, with the evaluation of the
+// weights when step ends an epoch.
+func (s *Scheduler) recordCheckpoint(name string, r *trainRun, step int) error {
 	eval := s.evaluateEpoch(name, r, step)
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -155,3 +155,159 @@ func FuzzAddChunk(f *testing.F) {
 		}
 	})
 }
+
+// TestTrainResumeStep: a new coordinator resumes from the newest checkpoint SDFS holds when
+// the journal lacks its train-ckpt entry (the old coordinator stopped between storing it
+// and journaling it), as long as the journal holds its step; before, such a checkpoint was
+// refused again every 2 s and the job never resumed.
+func TestTrainResumeStep(t *testing.T) {
+	for _, c := range []struct {
+		ck, ckpt, steps, want int
+		ok                    bool
+	}{
+		{100, 100, 125, 100, true}, // the journal's checkpoint
+		{125, 100, 125, 125, true}, // stored, not journaled: its step is committed
+		{125, 100, 130, 125, true},
+		{314, 300, 314, 314, true}, // the last step: only the model is missing
+		{75, 100, 125, 0, false},   // older than the journal's
+		{150, 100, 125, 0, false},  // a step the journal does not hold
+	} {
+		got, err := resumeStep(c.ck, c.ckpt, c.steps)
+		if (err == nil) != c.ok || got != c.want {
+			t.Errorf("resumeStep(%d, journal checkpoint %d, %d steps) = %d, %v; want %d (ok %v)", c.ck, c.ckpt, c.steps, got, err, c.want, c.ok)
+		}
+	}
+}
+
+// TestTrainPullQueue drives the pull queue and the lease release: waiting pulls get free
+// shards in arrival order (a worker pulling again after a push does not jump the line), a
+// newer pull of a worker replaces its older one, and a worker that pulls again (restarted
+// under its name, alive to the detector all along) gives back the shard it held.
+func TestTrainPullQueue(t *testing.T) {
+	spec := TrainSpec{Name: "j", Epochs: 1, Batch: 4, Shards: 2, Samples: 40, LR: 0.1, Threads: 1,
+		Optimizer: kernel.Optimizer{Kind: "sgd"}, Schedule: train.Schedule{Kind: "constant"}}
+	r := &trainRun{spec: spec, ready: true, results: map[int]*ShardPush{}, leases: map[int][]shardLease{}}
+	tt := &trainTables{runs: map[string]*trainRun{"j": r}}
+	alive := map[string]bool{"a": true, "b": true, "c": true, "hot": true}
+	now := time.Unix(1000, 0)
+	wait := func(w string) *pullWaiter {
+		p := &pullWaiter{worker: w}
+		tt.release(w)
+		tt.enqueue(p)
+		return p
+	}
+	a, b, c := wait("a"), wait("b"), wait("c")
+	if _, ok, _ := tt.tryHead(c, alive, now); ok {
+		t.Fatal("the third in line took a shard before the first two")
+	}
+	if o, ok, _ := tt.tryHead(a, alive, now); !ok || o.Shard != 0 || o.Job != "j" {
+		t.Fatalf("first in line: %+v %v", o, ok)
+	}
+	tt.dequeue(a)
+	if o, ok, _ := tt.tryHead(b, alive, now); !ok || o.Shard != 1 {
+		t.Fatalf("second in line: %+v %v", o, ok)
+	}
+	tt.dequeue(b)
+	// the step's shards are out: c waits
+	if _, ok, _ := tt.tryHead(c, alive, now); ok {
+		t.Fatal("a shard with every shard of the step leased")
+	}
+	// a's push was lost and a pulls again behind c: it holds no shard now, so shard 0 is
+	// free again, and c, first in line, gets it
+	a = wait("a")
+	if len(r.leases[0]) != 0 {
+		t.Fatalf("a pulled again but still holds shard 0: %+v", r.leases)
+	}
+	if _, ok, _ := tt.tryHead(a, alive, now); ok {
+		t.Fatal("a jumped the line")
+	}
+	if o, ok, _ := tt.tryHead(c, alive, now); !ok || o.Shard != 0 {
+		t.Fatalf("c: %+v %v", o, ok)
+	}
+	tt.dequeue(c)
+	// b is killed and restarted under its name: its new life's pull frees shard 1 (no
+	// wait for the straggler bound), and the line gets it
+	b2 := wait("b")
+	if len(r.leases[1]) != 0 {
+		t.Fatalf("the restarted b's shard is still leased to its previous life: %+v", r.leases)
+	}
+	if o, ok, _ := tt.tryHead(a, alive, now); !ok || o.Shard != 1 {
+		t.Fatalf("a: %+v %v", o, ok)
+	}
+	tt.dequeue(a)
+	// a newer pull of the same worker replaces the older one in line
+	b3 := wait("b")
+	if !b2.gone {
+		t.Fatal("the older pull of b was not replaced")
+	}
+	r.step, r.leases = 1, map[int][]shardLease{} // the next step's shards
+	if _, ok, _ := tt.tryHead(b2, alive, now); ok {
+		t.Fatal("a replaced pull took a shard")
+	}
+	if o, ok, _ := tt.tryHead(b3, alive, now); !ok || o.Step != 1 {
+		t.Fatalf("b's newer pull: %+v %v", o, ok)
+	}
+	// without training runs a pull is answered at once
+	if _, ok, some := (&trainTables{}).tryHead(&pullWaiter{worker: "a"}, alive, now); ok || some {
+		t.Fatal("a shard, or a wait, without any training run")
+	}
+}
+
+// TestTrainPullWaitsInLine runs handleTrainPull: a pull that finds no free shard waits on
+// the coordinator, and when a shard comes free it goes to the worker that waited, not to a
+// worker that pulled later (one that just pushed a result); a pull that waits in vain is
+// answered with Again.
+func TestTrainPullWaitsInLine(t *testing.T) {
+	spec := TrainSpec{Name: "j", Epochs: 1, Batch: 4, Shards: 1, Samples: 40, LR: 0.1, Threads: 1,
+		Optimizer: kernel.Optimizer{Kind: "sgd"}, Schedule: train.Schedule{Kind: "constant"}}
+	r := &trainRun{spec: spec, ready: true, results: map[int]*ShardPush{}, leases: map[int][]shardLease{0: {{"x", time.Now()}}}}
+	st := NewState()
+	st.Phase = PhaseTraining
+	s := &Scheduler{st: st, role: roleCoordinator, mem: NewStaticMembership(Peer{Name: "new"}, Peer{Name: "hot"}, Peer{Name: "x"}),
+		logf: func(string, ...any) {}}
+	s.tt.runs = map[string]*trainRun{"j": r}
+	type res struct {
+		o   ShardOrder
+		err error
+	}
+	pull := func(w string) chan res {
+		ch := make(chan res, 1)
+		go func() {
+			o, _, err := s.handleTrainPull(0, TrainPullArgs{Worker: w})
+			ch <- res{o, err}
+		}()
+		return ch
+	}
+	inLine := func(n int) {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			s.tt.qmu.Lock()
+			k := len(s.tt.waiters)
+			s.tt.qmu.Unlock()
+			if k == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d pulls waiting, want %d", k, n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	newc := pull("new")
+	inLine(1)
+	hot := pull("hot")
+	inLine(2)
+	// x's shard is back and the next step's single shard is free
+	r.mu.Lock()
+	r.step, r.leases = 1, map[int][]shardLease{}
+	r.mu.Unlock()
+	s.tt.notify()
+	got := <-newc
+	if got.err != nil || got.o.Job != "j" || got.o.Step != 1 {
+		t.Fatalf("the worker waiting first: %+v", got)
+	}
+	h := <-hot
+	if h.err != nil || h.o.Job != "" || !h.o.Again {
+		t.Fatalf("the worker in line second: %+v (want no shard, Again)", h)
+	}
+}

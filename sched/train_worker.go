@@ -32,6 +32,9 @@ func (s *Scheduler) trainWorkerLoop(ctx context.Context) {
 		cancel()
 		if err != nil || o.Job == "" || o.Spec == nil {
 			idle = 200 * time.Millisecond
+			if err == nil && o.Again {
+				idle = 0 // the pull waited in line on the coordinator: back in line at once
+			}
 			continue
 		}
 		idle = 0
