@@ -65,6 +65,21 @@ func (m schedMembership) Known() int {
 	return k
 }
 
+// Failed names the members the detector holds failed and has not forgotten.
+func (m schedMembership) Failed() []string {
+	d := m.n.fd.Load()
+	if d == nil {
+		return nil
+	}
+	var out []string
+	for _, x := range d.Members() {
+		if x.State == fd.Failed {
+			out = append(out, x.Name)
+		}
+	}
+	return out
+}
+
 // sdfsPeers is the detector as an SDFS client's member source.
 func (n *Node) sdfsPeers(context.Context) ([]sdfs.Peer, error) {
 	var out []sdfs.Peer

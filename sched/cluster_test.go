@@ -38,10 +38,15 @@ type memNode struct {
 var testSecret = []byte("test-secret")
 
 func newMemCluster(t *testing.T, n int) *memCluster {
+	return newMemClusterConfig(t, n, func(*SchedConfig) {})
+}
+
+func newMemClusterConfig(t *testing.T, n int, set func(*SchedConfig)) *memCluster {
 	cfg := DefaultSchedConfig()
 	cfg.TakeoverGrace = 500 * time.Millisecond
 	cfg.PullEvery = 50 * time.Millisecond
 	cfg.ControlEvery = 200 * time.Millisecond
+	set(&cfg)
 	c := &memCluster{t: t, mem: NewStaticMembership(), blobs: NewMemBlobs(), cfg: cfg, nodes: map[string]*memNode{},
 		exec: &FakeExecutor{
 			Datasets: map[string]int{"small.idx": 2000, "big.npy": 3001},

@@ -20,10 +20,11 @@ type coordTables struct {
 	core       *dispatch.Core
 	repl       *replicator // sends the journal to the standby (see replicate.go)
 	assembling map[string]bool
+	downSince  map[string]time.Time // failed members, since when this coordinator has seen them failed
 }
 
 func newCoordTables(cfg SchedConfig) *coordTables {
-	return &coordTables{core: dispatch.New(cfg.Dispatch()), assembling: map[string]bool{}}
+	return &coordTables{core: dispatch.New(cfg.Dispatch()), assembling: map[string]bool{}, downSince: map[string]time.Time{}}
 }
 
 // jobTasks shows a journaled job's tasks to the dispatch core, which reads them live: a
@@ -85,7 +86,7 @@ func (s *Scheduler) stepDown(why string) {
 	if s.co != nil && s.co.repl != nil {
 		s.co.repl.halt(fmt.Errorf("sched: %s stepped down: %s", s.name, why))
 	}
-	s.role, s.co = roleFollower, nil
+	s.role, s.co, s.removed = roleFollower, nil, nil
 	s.coordName, s.coordAddr, s.lostSince = "", "", s.now()
 	go s.dropRuns()
 }
@@ -212,6 +213,8 @@ func (s *Scheduler) coordTick(alive []Peer, live map[string]string) {
 	}
 	// The replicator syncs a new standby, sends entries and heartbeats outside the lock.
 	s.pickStandby(alive)
+	s.removed = removals(s.co.downSince, s.mem.Failed(), s.now(), s.cfg.RemoveAfter, s.removed, len(alive), s.mem.Known())
+	s.co.repl.setRemoved(s.removed)
 	for _, n := range s.st.Order {
 		j := s.st.Jobs[n]
 		if !j.Complete && j.NDone == j.Spec.NumTasks() && !s.co.assembling[n] {

@@ -67,6 +67,7 @@ type replicator struct {
 	acked    uint64    // every entry up to acked is held by ackedBy, or on disk if ackedBy == ""
 	ackedBy  string    //
 	held     uint64    // every entry up to held is held by the current standby (0 until it is synced)
+	removed  []string  // members the coordinator no longer counts toward a majority, for the standby
 	replaced time.Time // when a standby was last replaced by another (or by none)
 	lastSent time.Time // last call to target (a heartbeat is due 4 ticks later)
 	retryAt  time.Time // after a failed call, wait until then
@@ -130,6 +131,21 @@ func (r *replicator) setTarget(name, addr string) {
 	if changed {
 		r.wake()
 	}
+}
+
+// setRemoved sets the members the standby is told not to count (Scheduler.removed).
+// Called with s.mu held.
+func (r *replicator) setRemoved(names []string) {
+	r.mu.Lock()
+	r.removed = names
+	r.mu.Unlock()
+}
+
+// removedNow returns what setRemoved last set.
+func (r *replicator) removedNow() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.removed
 }
 
 // standby returns the standby that holds the journal so far ("" if none or not synced).
@@ -327,7 +343,7 @@ func (r *replicator) sendSnapshot(target, addr string) bool {
 	r.pending = r.pending[:0] // all in the snapshot; later entries queue from here
 	r.mu.Unlock()
 	s.mu.Unlock()
-	if err := r.call(addr, ReplicateArgs{From: s.name, Snapshot: snap, Stats: stats}); err != nil {
+	if err := r.call(addr, ReplicateArgs{From: s.name, Snapshot: snap, Stats: stats, Removed: r.removedNow()}); err != nil {
 		r.failed(target, err)
 		return false
 	}
@@ -361,7 +377,7 @@ func (r *replicator) sendBatch(target, addr string) bool {
 	if n == 0 && !beat {
 		return false
 	}
-	if err := r.call(addr, ReplicateArgs{From: r.s.name, Entries: batch}); err != nil {
+	if err := r.call(addr, ReplicateArgs{From: r.s.name, Entries: batch, Removed: r.removedNow()}); err != nil {
 		r.failed(target, err)
 		return false
 	}
@@ -450,16 +466,17 @@ func (s *Scheduler) confirm(ctx context.Context) (string, error) {
 	}
 	// While this call waited, the coordinator may have stepped down (a newer epoch took
 	// over without what it committed).
+	alive := s.mem.Alive()
 	s.mu.Lock()
 	still := s.role == roleCoordinator && s.co != nil && s.co.repl == r
+	known := s.quorumKnown()
 	s.mu.Unlock()
 	if !still {
 		return "", fmt.Errorf("%w: %s stopped coordinating", errNotConfirmed, s.name)
 	}
-	alive := s.mem.Alive()
-	if !s.majority(alive) {
-		return "", fmt.Errorf("%w: %s sees %d of the %d members it knows alive (cut off in a minority?)",
-			errNotConfirmed, s.name, len(alive), s.mem.Known())
+	if !s.majorityOf(len(alive), known) {
+		return "", fmt.Errorf("%w: %s sees %d of the %d members it counts alive (cut off in a minority?)",
+			errNotConfirmed, s.name, len(alive), known)
 	}
 	if standby == "" && len(alive) > 1 {
 		// Only this node's disk holds the change: it was synced while the node saw no
@@ -490,6 +507,9 @@ type ReplicateArgs struct {
 	Entries  []json.RawMessage         `json:"entries,omitempty"`
 	// Release: the coordinator has another standby now; the receiver stops being one.
 	Release bool `json:"release,omitempty"`
+	// Removed: the members the coordinator no longer counts toward a majority
+	// (SchedConfig.RemoveAfter); the standby counts them out too while it holds them failed.
+	Removed []string `json:"removed,omitempty"`
 }
 
 func (s *Scheduler) handleReplicate(epoch uint64, a ReplicateArgs) (struct{}, uint64, error) {
@@ -505,7 +525,7 @@ func (s *Scheduler) handleReplicate(epoch uint64, a ReplicateArgs) (struct{}, ui
 	if a.Release {
 		if s.role == roleStandby && s.standbyOf == a.From {
 			s.logf("sched: no longer the standby of coordinator %s", a.From)
-			s.role, s.standbyOf, s.released = roleFollower, "", true
+			s.role, s.standbyOf, s.released, s.removed = roleFollower, "", true, nil
 		}
 		return struct{}{}, s.maxEpoch, nil
 	}
@@ -552,7 +572,7 @@ func (s *Scheduler) handleReplicate(epoch uint64, a ReplicateArgs) (struct{}, ui
 		}
 		s.observe(e)
 	}
-	s.role, s.standbyOf, s.lastBeat = roleStandby, a.From, s.now()
+	s.role, s.standbyOf, s.lastBeat, s.removed = roleStandby, a.From, s.now(), a.Removed
 	s.follow(a.From, s.lookupAddr(a.From), epoch)
 	return struct{}{}, s.maxEpoch, nil
 }

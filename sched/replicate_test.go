@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -487,4 +488,98 @@ func TestDiskAckWhileAloneNeedsAStandbyOnceOthersAreBack(t *testing.T) {
 	if r, err := addJob(c, "node0", "x"); err != nil || r.Standby != "node1" {
 		t.Fatalf("retry after the heal: %+v, %v", r, err)
 	}
+}
+
+// TestRemovals covers the coordinator's choice of failed members it no longer counts
+// toward a majority.
+func TestRemovals(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	after := 10 * time.Second
+	down := map[string]time.Time{}
+	// Two workers fail: counted until they have been down for 10 s.
+	if got := removals(down, []string{"w1", "w2"}, t0, after, nil, 4, 6); len(got) != 0 {
+		t.Fatalf("removed at once: %v", got)
+	}
+	if got := removals(down, []string{"w1", "w2"}, t0.Add(9*time.Second), after, nil, 4, 6); len(got) != 0 {
+		t.Fatalf("removed after 9 s: %v", got)
+	}
+	got := removals(down, []string{"w1", "w2"}, t0.Add(10*time.Second), after, nil, 4, 6)
+	if !reflect.DeepEqual(got, []string{"w1", "w2"}) {
+		t.Fatalf("after 10 s: %v, want w1 w2", got)
+	}
+	// w1 comes back: it counts again, and a later failure starts its clock anew.
+	got = removals(down, []string{"w2"}, t0.Add(11*time.Second), after, got, 5, 6)
+	if !reflect.DeepEqual(got, []string{"w2"}) {
+		t.Fatalf("w1 back: %v, want w2", got)
+	}
+	if got = removals(down, []string{"w1", "w2"}, t0.Add(12*time.Second), after, got, 4, 6); !reflect.DeepEqual(got, []string{"w2"}) {
+		t.Fatalf("w1 failed again: %v, want w2 only", got)
+	}
+	// Without a majority of what it counts, a coordinator removes no one new (members cut
+	// off with it in a minority are never removed), but keeps those removed before.
+	down2 := map[string]time.Time{}
+	removals(down2, []string{"a", "b", "c"}, t0, after, nil, 2, 5)
+	if got := removals(down2, []string{"a", "b", "c"}, t0.Add(time.Minute), after, nil, 2, 5); len(got) != 0 {
+		t.Fatalf("a coordinator in a minority removed %v", got)
+	}
+	if got := removals(down2, []string{"a", "b", "c"}, t0.Add(2*time.Minute), after, []string{"a"}, 2, 5); !reflect.DeepEqual(got, []string{"a"}) {
+		t.Fatalf("without a majority: %v, want the earlier removal a only", got)
+	}
+}
+
+// Two workers crash, then (after RemoveAfter) the coordinator: the standby takes over at
+// once although only half the members the detector knows are alive, because the
+// coordinator had removed the two workers from its count and told its standby. Without
+// the removals it would wait until the detector forgot them (here: never).
+func TestTakeoverAfterEarlierCrashes(t *testing.T) {
+	c := newMemClusterConfig(t, 6, func(cfg *SchedConfig) { cfg.RemoveAfter = 300 * time.Millisecond })
+	co := c.waitCoordinator("")
+	if err := c.callRetry("sched.phase", PhaseArgs{PhaseInference}, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitStandbyOf(t, c, co.name)
+	var standby string
+	if err := func() error {
+		var info ClusterInfo
+		err := c.call(co.name, "sched.info", struct{}{}, &info)
+		standby = info.Standby
+		return err
+	}(); err != nil || standby == "" {
+		t.Fatalf("no standby: %v", err)
+	}
+	var workers []string
+	for _, n := range []string{"node0", "node1", "node2", "node3", "node4", "node5"} {
+		if n != co.name && n != standby && len(workers) < 2 {
+			workers = append(workers, n)
+		}
+	}
+	c.kill(workers[0])
+	c.kill(workers[1])
+	time.Sleep(time.Second) // > RemoveAfter, and several heartbeats to the standby
+	c.kill(co.name)
+	start := time.Now()
+	nc := c.waitCoordinator(co.name)
+	if nc.name != standby {
+		t.Fatalf("%s took over, want the standby %s", nc.name, standby)
+	}
+	t.Logf("%s took over %.2f s after the coordinator was killed (3 of 6 members alive)", nc.name, time.Since(start).Seconds())
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("takeover took %v", d)
+	}
+	// The new coordinator confirms changes: it counts the two workers out too.
+	var r JobAddReply
+	if err := c.call(nc.name, "sched.job.add", JobSpec{Name: "after", Model: "fast.onnx", Data: "small.idx", Batch: 10, Request: "k"}, &r); err != nil {
+		t.Fatalf("add after the takeover: %v", err)
+	}
+}
+
+func waitStandbyOf(t *testing.T, c *memCluster, coord string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		var info ClusterInfo
+		if err := c.call(coord, "sched.info", struct{}{}, &info); err == nil && info.Standby != "" {
+			return
+		}
+	}
+	t.Fatal("no standby")
 }

@@ -28,6 +28,11 @@ type SchedConfig struct {
 	MaxBuffered      int           // completions a worker buffers while no coordinator answers (1,024)
 	ReplicateTimeout time.Duration // deadline of one replication call to the standby (300 ms)
 	AckTimeout       time.Duration // how long a client's change waits for the standby (or the disk) to hold it (5 s)
+	// RemoveAfter: a member the coordinator has seen failed this long, while it saw a
+	// majority, no longer counts toward the majority of the coordinator and its standby
+	// (3 s; see Scheduler.quorumKnown). Members that crashed one after another then do
+	// not hold up a later takeover until the detector forgets them (fd's RetainDead).
+	RemoveAfter time.Duration
 	// StandbyQuiet: after replacing its standby, a coordinator confirms no change for this
 	// long (1 s), so that if the old standby fell silent in a partition, the detector has
 	// also failed the other members cut off with it, and the majority check sees it.
@@ -58,6 +63,7 @@ func DefaultSchedConfig() SchedConfig {
 		MaxBuffered:      1024,
 		ReplicateTimeout: 300 * time.Millisecond,
 		AckTimeout:       5 * time.Second,
+		RemoveAfter:      3 * time.Second,
 		StandbyQuiet:     time.Second,
 		CallTimeout:      2 * time.Second,
 		Writers:          3,
@@ -110,8 +116,12 @@ type Scheduler struct {
 	// journal may lack changes the new standby confirmed (cleared by a new snapshot).
 	released  bool
 	waitNoted bool // the wait for a node holding the newest journal was logged
-	lastPoll  time.Time
-	co        *coordTables // non-nil while coordinator
+	// removed: members the coordinator no longer counts toward a majority (see
+	// SchedConfig.RemoveAfter): its own choice while it coordinates, as of the last
+	// replication call while this node is its standby, empty otherwise.
+	removed  []string
+	lastPoll time.Time
+	co       *coordTables // non-nil while coordinator
 	// stats holds each job's latencies, rates and costs, fed by every task-done entry this
 	// node applies (as coordinator or standby), so a standby takes over with them.
 	stats map[string]*JobStats
@@ -232,7 +242,7 @@ func (s *Scheduler) tick() {
 	if s.role == roleStandby && s.standbyOf == s.st.Coordinator && s.standbyOf != "" &&
 		now.Sub(s.lastBeat) < s.cfg.StandbyFresh {
 		if _, ok := live[s.standbyOf]; !ok {
-			if !s.majority(alive) {
+			if !s.majorityOf(len(alive), s.quorumKnown()) {
 				// Cut off in a minority (the coordinator may be alive on the majority's
 				// side): taking over would make a second coordinator.
 				s.mu.Unlock()
@@ -249,7 +259,7 @@ func (s *Scheduler) tick() {
 			sts := s.pollStatus(alive)
 			s.mu.Lock()
 			if s.role == roleStandby && s.standbyOf == coord && s.coordName == "" {
-				ok, why := standbyMayTakeOver(s.name, s.st.Epoch, sts, s.mem.Known())
+				ok, why := standbyMayTakeOver(s.name, s.st.Epoch, sts, s.quorumKnown())
 				if ok {
 					s.takeOver("standby of failed coordinator " + coord)
 					s.mu.Unlock()
@@ -373,8 +383,81 @@ func (s *Scheduler) follow(name, addr string, epoch uint64) {
 // (The detector forgets failed members after its RetainDead, so a minority cut off for
 // longer than that counts itself a majority again.)
 func (s *Scheduler) majority(alive []Peer) bool {
+	return s.majorityOf(len(alive), s.mem.Known())
+}
+
+func (s *Scheduler) majorityOf(alive, known int) bool { return known == 0 || 2*alive > known }
+
+// quorumKnown is the number of members the majority of the coordinator and its standby is
+// taken of: those the detector knows, but the ones the coordinator removed (it saw them
+// failed for SchedConfig.RemoveAfter while it saw a majority) that this node also holds
+// failed. Only the coordinator decides a removal, and only while it sees a majority, so
+// members cut off from it are never removed, and a node in a minority that lost them all at
+// once still counts them; but members that crashed one after another do not hold up a
+// later takeover until the detector forgets them. Called with s.mu held.
+func (s *Scheduler) quorumKnown() int {
 	k := s.mem.Known()
-	return k == 0 || 2*len(alive) > k
+	if len(s.removed) == 0 || s.role == roleFollower {
+		return k
+	}
+	failed := map[string]bool{}
+	for _, n := range s.mem.Failed() {
+		failed[n] = true
+	}
+	for _, n := range s.removed {
+		if failed[n] && n != s.name {
+			k--
+		}
+	}
+	return k
+}
+
+// removals decides which failed members a coordinator no longer counts toward its
+// majority: those down for at least after since it first saw them failed (downSince, kept
+// up to date here), and none while it does not see a majority of what it counts now.
+func removals(downSince map[string]time.Time, failed []string, now time.Time, after time.Duration,
+	prev []string, alive, known int) []string {
+	seen := map[string]bool{}
+	for _, n := range failed {
+		seen[n] = true
+		if _, ok := downSince[n]; !ok {
+			downSince[n] = now
+		}
+	}
+	for n := range downSince {
+		if !seen[n] {
+			delete(downSince, n)
+		}
+	}
+	removedBefore := map[string]bool{}
+	for _, n := range prev {
+		removedBefore[n] = true
+	}
+	still := 0
+	for _, n := range prev {
+		if seen[n] {
+			still++
+		}
+	}
+	if known > 0 && 2*alive <= known-still {
+		// No majority even without the members removed so far: remove no more, and
+		// keep counting none of them back in (a member that comes back alive does).
+		var keep []string
+		for _, n := range prev {
+			if seen[n] {
+				keep = append(keep, n)
+			}
+		}
+		return keep
+	}
+	var out []string
+	for n, t := range downSince {
+		if removedBefore[n] || now.Sub(t) >= after {
+			out = append(out, n)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return NameLess(out[i], out[j]) })
+	return out
 }
 
 // pollStatus asks every live node for its role and journal position, in parallel.

@@ -23,6 +23,8 @@ type Membership interface {
 	// forgotten (members that left are not counted). A node that sees at most half of
 	// them alive is in a minority (see Scheduler.majority).
 	Known() int
+	// Failed names the members the view holds failed (and has not forgotten yet).
+	Failed() []string
 }
 
 // Blobs is the replicated file store (SDFS in a node).
@@ -79,6 +81,20 @@ func (m *StaticMembership) Known() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.known)
+}
+
+// Failed names the peers set once and not alive now, in name order.
+func (m *StaticMembership) Failed() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for n := range m.known {
+		if _, ok := m.peers[n]; !ok {
+			out = append(out, n)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return NameLess(out[i], out[j]) })
+	return out
 }
 
 // Set adds or removes a peer.
