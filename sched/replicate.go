@@ -188,42 +188,38 @@ func (r *replicator) ack(seq uint64, by string) {
 	}
 }
 
-// waitHeld blocks until the current standby holds every entry up to seq (not only the
-// coordinator's disk), and returns it.
-func (r *replicator) waitHeld(ctx context.Context, seq uint64) (string, error) {
-	for {
-		r.mu.Lock()
-		if r.held >= seq && r.target != "" {
-			by := r.target
-			r.mu.Unlock()
-			return by, nil
-		}
-		if r.stopped != nil {
-			why := r.stopped
-			r.mu.Unlock()
-			return "", fmt.Errorf("%w: %v", errNotConfirmed, why)
-		}
-		ch, target := r.changed, r.target
-		r.mu.Unlock()
-		r.wake()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return "", fmt.Errorf("%w: standby %q has not confirmed it (%v)", errNotConfirmed, target, ctx.Err())
-		}
-	}
-}
-
 // errNotConfirmed wraps why a change could not be confirmed: it may still take effect.
 var errNotConfirmed = errors.New("sched: change not confirmed: it may or may not have taken effect; retry")
 
 // wait blocks until every entry up to seq is held, and returns the standby holding it (""
 // when it is only on the coordinator's disk because no other node is live).
 func (r *replicator) wait(ctx context.Context, seq uint64) (string, error) {
+	return r.waitUntil(ctx, seq, true, func() (string, bool) { return r.ackedBy, r.acked >= seq })
+}
+
+// waitHeld blocks until the current standby holds every entry up to seq (not only the
+// coordinator's disk), and returns it.
+func (r *replicator) waitHeld(ctx context.Context, seq uint64) (string, error) {
+	return r.waitUntil(ctx, seq, false, func() (string, bool) { return r.target, r.held >= seq && r.target != "" })
+}
+
+// durable finishes a wait that answered by (see wait): an entry only on this node's disk
+// counts while the node sees no other live one (alive of them, itself included);
+// otherwise one of those could take over without it, so it waits for the standby to hold
+// it too.
+func (r *replicator) durable(ctx context.Context, seq uint64, by string, alive int) (string, error) {
+	if by != "" || alive <= 1 {
+		return by, nil
+	}
+	return r.waitHeld(ctx, seq)
+}
+
+// waitUntil blocks until done (called with r.mu held) reports true, and returns what it
+// names; disk: a waiter asks for an fsync of the journal when there is no standby.
+func (r *replicator) waitUntil(ctx context.Context, seq uint64, disk bool, done func() (string, bool)) (string, error) {
 	for {
 		r.mu.Lock()
-		if r.acked >= seq {
-			by := r.ackedBy
+		if by, ok := done(); ok {
 			r.mu.Unlock()
 			return by, nil
 		}
@@ -233,7 +229,7 @@ func (r *replicator) wait(ctx context.Context, seq uint64) (string, error) {
 			return "", fmt.Errorf("%w: %v", errNotConfirmed, why)
 		}
 		ch, target := r.changed, r.target
-		if seq > r.want {
+		if disk && seq > r.want {
 			r.want = seq
 		}
 		r.mu.Unlock()
@@ -241,7 +237,7 @@ func (r *replicator) wait(ctx context.Context, seq uint64) (string, error) {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return "", fmt.Errorf("%w: standby %s has not confirmed it (%v)", errNotConfirmed, target, ctx.Err())
+			return "", fmt.Errorf("%w: standby %q has not confirmed it (%v)", errNotConfirmed, target, ctx.Err())
 		}
 	}
 }
@@ -474,19 +470,13 @@ func (s *Scheduler) confirm(ctx context.Context) (string, error) {
 	if !still {
 		return "", fmt.Errorf("%w: %s stopped coordinating", errNotConfirmed, s.name)
 	}
-	if !s.majorityOf(len(alive), known) {
+	if !majorityOf(len(alive), known) {
 		return "", fmt.Errorf("%w: %s sees %d of the %d members it counts alive (cut off in a minority?)",
 			errNotConfirmed, s.name, len(alive), known)
 	}
-	if standby == "" && len(alive) > 1 {
-		// Only this node's disk holds the change: it was synced while the node saw no
-		// other live one. Others are live now, and one of them could take over without
-		// it, so it counts only once a standby holds it.
-		if standby, err = r.waitHeld(ctx, seq); err != nil {
-			return "", err
-		}
-	}
-	return standby, nil
+	// A change synced to disk while the node saw no other live one counts only while it
+	// still sees none.
+	return r.durable(ctx, seq, standby, len(alive))
 }
 
 // isRetryOf reports whether a job add request repeats the add of job j: the same name

@@ -537,16 +537,7 @@ func TestTakeoverAfterEarlierCrashes(t *testing.T) {
 	if err := c.callRetry("sched.phase", PhaseArgs{PhaseInference}, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitStandbyOf(t, c, co.name)
-	var standby string
-	if err := func() error {
-		var info ClusterInfo
-		err := c.call(co.name, "sched.info", struct{}{}, &info)
-		standby = info.Standby
-		return err
-	}(); err != nil || standby == "" {
-		t.Fatalf("no standby: %v", err)
-	}
+	standby := waitStandbyOf(t, c, co.name)
 	var workers []string
 	for _, n := range []string{"node0", "node1", "node2", "node3", "node4", "node5"} {
 		if n != co.name && n != standby && len(workers) < 2 {
@@ -573,13 +564,15 @@ func TestTakeoverAfterEarlierCrashes(t *testing.T) {
 	}
 }
 
-func waitStandbyOf(t *testing.T, c *memCluster, coord string) {
+// waitStandbyOf returns coordinator coord's standby once it has one.
+func waitStandbyOf(t *testing.T, c *memCluster, coord string) string {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		var info ClusterInfo
 		if err := c.call(coord, "sched.info", struct{}{}, &info); err == nil && info.Standby != "" {
-			return
+			return info.Standby
 		}
 	}
 	t.Fatal("no standby")
+	return ""
 }

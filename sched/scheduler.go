@@ -242,7 +242,7 @@ func (s *Scheduler) tick() {
 	if s.role == roleStandby && s.standbyOf == s.st.Coordinator && s.standbyOf != "" &&
 		now.Sub(s.lastBeat) < s.cfg.StandbyFresh {
 		if _, ok := live[s.standbyOf]; !ok {
-			if !s.majorityOf(len(alive), s.quorumKnown()) {
+			if !majorityOf(len(alive), s.quorumKnown()) {
 				// Cut off in a minority (the coordinator may be alive on the majority's
 				// side): taking over would make a second coordinator.
 				s.mu.Unlock()
@@ -347,7 +347,7 @@ func (s *Scheduler) tick() {
 // other node is a standby in its epoch (its coordinator replaced it: that one may hold
 // entries it lacks).
 func standbyMayTakeOver(self string, journalEpoch uint64, answers []StatusReply, known int) (bool, string) {
-	if known > 0 && 2*len(answers) <= known {
+	if !majorityOf(len(answers), known) {
 		return false, fmt.Sprintf("only %d of the %d members it knows answered (cut off?)", len(answers), known)
 	}
 	for _, r := range answers {
@@ -383,10 +383,12 @@ func (s *Scheduler) follow(name, addr string, epoch uint64) {
 // (The detector forgets failed members after its RetainDead, so a minority cut off for
 // longer than that counts itself a majority again.)
 func (s *Scheduler) majority(alive []Peer) bool {
-	return s.majorityOf(len(alive), s.mem.Known())
+	return majorityOf(len(alive), s.mem.Known())
 }
 
-func (s *Scheduler) majorityOf(alive, known int) bool { return known == 0 || 2*alive > known }
+// majorityOf reports whether alive members are more than half of known (any number, when
+// the view knows no one).
+func majorityOf(alive, known int) bool { return known == 0 || 2*alive > known }
 
 // quorumKnown is the number of members the majority of the coordinator and its standby is
 // taken of: those the detector knows, but the ones the coordinator removed (it saw them
@@ -433,28 +435,20 @@ func removals(downSince map[string]time.Time, failed []string, now time.Time, af
 	for _, n := range prev {
 		removedBefore[n] = true
 	}
-	still := 0
-	for _, n := range prev {
-		if seen[n] {
-			still++
-		}
-	}
-	if known > 0 && 2*alive <= known-still {
-		// No majority even without the members removed so far: remove no more, and
-		// keep counting none of them back in (a member that comes back alive does).
-		var keep []string
-		for _, n := range prev {
-			if seen[n] {
-				keep = append(keep, n)
-			}
-		}
-		return keep
-	}
-	var out []string
+	// Members removed before stay removed while they are still failed (one that comes
+	// back alive counts again). New ones are removed only while the coordinator sees a
+	// majority of what it counts now: members cut off with it in a minority never are.
+	var out, fresh []string
 	for n, t := range downSince {
-		if removedBefore[n] || now.Sub(t) >= after {
+		switch {
+		case removedBefore[n]:
 			out = append(out, n)
+		case now.Sub(t) >= after:
+			fresh = append(fresh, n)
 		}
+	}
+	if majorityOf(alive, known-len(out)) {
+		out = append(out, fresh...)
 	}
 	sort.Slice(out, func(i, j int) bool { return NameLess(out[i], out[j]) })
 	return out

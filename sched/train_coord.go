@@ -838,8 +838,8 @@ func (s *Scheduler) checkpoint(name string, r *trainRun, step int, repl *replica
 	if repl != nil {
 		wctx, wcancel := context.WithTimeout(context.Background(), s.cfg.AckTimeout)
 		by, err := repl.wait(wctx, seq)
-		if err == nil && by == "" && len(s.mem.Alive()) > 1 {
-			_, err = repl.waitHeld(wctx, seq)
+		if err == nil {
+			_, err = repl.durable(wctx, seq, by, len(s.mem.Alive()))
 		}
 		wcancel()
 		if err != nil {
