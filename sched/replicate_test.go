@@ -425,6 +425,8 @@ func TestStandbyMayTakeOver(t *testing.T) {
 		{"half is no majority", []StatusReply{self, fol("n2")}, 4, false},
 		{"replaced: another standby in this epoch", []StatusReply{self,
 			{Name: "n2", Role: "standby", Epoch: 2, Seq: 33, Coordinator: "n1", Seen: 2}, fol("n3")}, 5, false},
+		{"a stale standby holding no more does not block (seen in make demo)", []StatusReply{self,
+			{Name: "n2", Role: "standby", Epoch: 2, Seq: 30, Seen: 2}, fol("n3")}, 5, true},
 		{"a stale standby of an older epoch does not block", []StatusReply{self,
 			{Name: "n2", Role: "standby", Epoch: 1, Seq: 9, Coordinator: "n0", Seen: 1}, fol("n3")}, 5, true},
 		{"a coordinator answers", []StatusReply{self, {Name: "n1", Role: "coordinator", Epoch: 2, Seq: 31}, fol("n2")}, 5, false},
@@ -432,7 +434,7 @@ func TestStandbyMayTakeOver(t *testing.T) {
 		{"a newer journal exists", []StatusReply{self, fol("n2"), {Name: "n3", Role: "follower", Epoch: 3, Seq: 2}}, 5, false},
 	}
 	for _, c := range cases {
-		got, why := standbyMayTakeOver("n0", 2, c.answers, c.known)
+		got, why := standbyMayTakeOver("n0", 2, 30, c.answers, c.known)
 		if got != c.want {
 			t.Errorf("%s: got %v (%s), want %v", c.name, got, why, c.want)
 		}

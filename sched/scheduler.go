@@ -259,7 +259,7 @@ func (s *Scheduler) tick() {
 			sts := s.pollStatus(alive)
 			s.mu.Lock()
 			if s.role == roleStandby && s.standbyOf == coord && s.coordName == "" {
-				ok, why := standbyMayTakeOver(s.name, s.st.Epoch, sts, s.quorumKnown())
+				ok, why := standbyMayTakeOver(s.name, s.st.Epoch, s.st.Seq, sts, s.quorumKnown())
 				if ok {
 					s.takeOver("standby of failed coordinator " + coord)
 					s.mu.Unlock()
@@ -339,14 +339,14 @@ func (s *Scheduler) tick() {
 }
 
 // standbyMayTakeOver decides whether the standby self, whose journal is of epoch
-// journalEpoch and whose detector has failed its coordinator, may take over, from the
-// status answers of the nodes it sees alive (itself included) and the number of members
-// its detector knows. It may only when a majority of those members answered (it is not
-// cut off, whatever its view says), none of them coordinates (the coordinator, or a newer
-// one, is reachable after all), none has seen an epoch newer than its journal, and no
-// other node is a standby in its epoch (its coordinator replaced it: that one may hold
-// entries it lacks).
-func standbyMayTakeOver(self string, journalEpoch uint64, answers []StatusReply, known int) (bool, string) {
+// journalEpoch up to entry journalSeq and whose detector has failed its coordinator, may
+// take over, from the status answers of the nodes it sees alive (itself included) and the
+// number of members it counts. It may only when a majority of those members answered (it
+// is not cut off, whatever its view says), none of them coordinates (the coordinator, or a
+// newer one, is reachable after all), none has seen an epoch newer than its journal, and
+// none holds more entries of its epoch (its coordinator replaced it by a standby that may
+// hold confirmed changes it lacks; a stale standby that holds no more does not count).
+func standbyMayTakeOver(self string, journalEpoch, journalSeq uint64, answers []StatusReply, known int) (bool, string) {
 	if !majorityOf(len(answers), known) {
 		return false, fmt.Sprintf("only %d of the %d members it knows answered (cut off?)", len(answers), known)
 	}
@@ -359,8 +359,8 @@ func standbyMayTakeOver(self string, journalEpoch uint64, answers []StatusReply,
 			return false, fmt.Sprintf("%s coordinates epoch %d", r.Name, r.Epoch)
 		case r.Epoch > journalEpoch || r.Seen > journalEpoch:
 			return false, fmt.Sprintf("%s has seen epoch %d, newer than this journal's %d", r.Name, max(r.Epoch, r.Seen), journalEpoch)
-		case r.Role == roleStandby.String() && r.Epoch == journalEpoch:
-			return false, fmt.Sprintf("%s is the standby of %s now", r.Name, r.Coordinator)
+		case r.Epoch == journalEpoch && r.Seq > journalSeq:
+			return false, fmt.Sprintf("%s holds entries of epoch %d up to %d, this journal only to %d (a newer standby?)", r.Name, r.Epoch, r.Seq, journalSeq)
 		}
 	}
 	return true, ""
