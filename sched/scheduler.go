@@ -619,7 +619,7 @@ func (s *Scheduler) register(srv *rpc.Server) {
 	handleEpoch(srv, "sched.replicate", s.handleReplicate)
 	handleEpoch(srv, "sched.pull", s.handlePull)
 	handleEpoch(srv, "sched.train.pull", s.handleTrainPull)
-	handleEpochBody(srv, "sched.train.params", s.handleTrainParams)
+	handleEpochBody(srv, "sched.train.state", s.handleTrainState)
 	handleEpochBody(srv, "sched.train.push", s.handleTrainPush)
 	s.registerClientAPI(srv)
 }

@@ -36,7 +36,10 @@ type trainRun struct {
 	ready    bool
 	err      error
 	step     int
-	params   []byte // float32 LE master parameters of step
+	nbytes   int    // bytes of the model's parameters (float32)
+	state    []byte // the encoded state after stateStep steps, made when a worker asks for it
+	stateAt  int
+	updateAt int // the step whose reduced update the engine holds (-1: none)
 	results  map[int]*ShardPush
 	partial  map[partKey]*partialPush // results arriving in chunks
 	leases   map[int][]shardLease
@@ -134,6 +137,22 @@ func (t *trainTables) tryHead(w *pullWaiter, alive map[string]bool, now time.Tim
 	for len(t.waiters) > 0 && t.waiters[0].gone && t.waiters[0] != w {
 		t.waiters = t.waiters[1:]
 	}
+	names, runs := t.fairOrder()
+	if len(names) == 0 || w.gone || len(t.waiters) == 0 || t.waiters[0] != w {
+		return ShardOrder{}, false, len(names) > 0
+	}
+	for _, n := range names {
+		if o, ok := runs[n].lease(w.worker, alive, now); ok {
+			o.Job = n
+			return o, true, true
+		}
+	}
+	return ShardOrder{}, false, true
+}
+
+// fairOrder is the runs' names, the one furthest behind its fair share (least worker
+// time) first, and the runs.
+func (t *trainTables) fairOrder() ([]string, map[string]*trainRun) {
 	t.mu.Lock()
 	names := make([]string, 0, len(t.runs))
 	for n := range t.runs {
@@ -141,9 +160,6 @@ func (t *trainTables) tryHead(w *pullWaiter, alive map[string]bool, now time.Tim
 	}
 	runs := t.runs
 	t.mu.Unlock()
-	if len(names) == 0 || w.gone || len(t.waiters) == 0 || t.waiters[0] != w {
-		return ShardOrder{}, false, len(names) > 0
-	}
 	busy := make(map[string]float64, len(names))
 	for _, n := range names {
 		r := runs[n]
@@ -154,13 +170,24 @@ func (t *trainTables) tryHead(w *pullWaiter, alive map[string]bool, now time.Tim
 	sort.Slice(names, func(i, j int) bool {
 		return busy[names[i]] < busy[names[j]] || (busy[names[i]] == busy[names[j]] && names[i] < names[j])
 	})
+	return names, runs
+}
+
+// leaseNext leases job's next shard to worker when job is the first run, in fair order
+// (tryHead's), with a shard free.
+func (t *trainTables) leaseNext(job, worker string, alive map[string]bool, now time.Time) (ShardOrder, bool) {
+	names, runs := t.fairOrder()
 	for _, n := range names {
-		if o, ok := runs[n].lease(w.worker, alive, now); ok {
+		if n == job {
+			o, ok := runs[n].lease(worker, alive, now)
 			o.Job = n
-			return o, true, true
+			return o, ok
+		}
+		if runs[n].free(alive, now) {
+			return ShardOrder{}, false
 		}
 	}
-	return ShardOrder{}, false, true
+	return ShardOrder{}, false
 }
 
 // release drops worker's leases on the shards of every run: it pulls again, so it holds
@@ -233,21 +260,35 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// ParamsArgs asks for a chunk of a job's parameters at a step: Limit bytes (0 or more than
-// TrainChunk: TrainChunk) from Offset.
-type ParamsArgs struct {
+// StateArgs asks for a chunk of a job's state: Kind "state" is the whole state after Step
+// steps (a checkpoint's encoding), Kind "update" the reduced update of step Step (gradient
+// sum then batch statistics, float32 LE); Limit bytes (0 or more than TrainChunk:
+// TrainChunk) from Offset.
+type StateArgs struct {
 	Job    string `json:"job"`
+	Kind   string `json:"kind"`
 	Step   int    `json:"step"`
 	Offset int    `json:"offset,omitempty"`
 	Limit  int    `json:"limit,omitempty"`
 }
 
-// ParamsReply describes the chunk in the reply's body (float32 little-endian parameters):
-// the size of all the parameters, the chunk's offset and its CRC-32C.
-type ParamsReply struct {
+// StateReply describes the chunk in the reply's body: the size of the whole, the chunk's
+// offset and its CRC-32C.
+type StateReply struct {
 	Bytes  int    `json:"bytes"`
 	Offset int    `json:"offset"`
 	CRC    uint32 `json:"crc"`
+}
+
+// TrainPushReply answers a shard result: Committed when it completed its step and the step
+// is committed; Sole when it was the step's only shard (the worker's replica then takes the
+// step itself instead of fetching the update).
+type TrainPushReply struct {
+	Committed bool `json:"committed,omitempty"`
+	Sole      bool `json:"sole,omitempty"`
+	// Next: the next step's shard, leased to the worker whose replica just took the step
+	// (see handleTrainPush).
+	Next *ShardOrder `json:"next,omitempty"`
 }
 
 // partKey names a result arriving in chunks: one per shard and worker.
@@ -277,6 +318,9 @@ type ShardPush struct {
 	Count   int64   `json:"count"`
 	Digest  uint64  `json:"digest"`
 	Millis  int64   `json:"millis"`
+	// FetchMillis: of Millis, the time the worker's replica took to catch up (an update or
+	// the whole state fetched and applied).
+	FetchMillis int64 `json:"fetch_millis,omitempty"`
 	// A result larger than TrainChunk comes in several pushes: Total bytes of body in
 	// all, this push's body at Offset, with its CRC-32C (every push carries one).
 	Offset int    `json:"offset,omitempty"`
@@ -424,15 +468,8 @@ func (s *Scheduler) loadRun(name string, r *trainRun, ckptName string, ckptStep 
 		}
 	}
 	r.mu.Lock()
-	r.eng, r.step = eng, step
-	err = r.snapshotParams()
-	if err != nil {
-		r.err = err
-	}
+	r.eng, r.step, r.nbytes, r.updateAt = eng, step, 4*eng.Master().Len(0), -1
 	r.mu.Unlock()
-	if err != nil {
-		return
-	}
 	if step > ckptStep {
 		// The previous coordinator stored this checkpoint and stopped before journaling it:
 		// journal it now (with the epoch-end evaluation it may lack).
@@ -488,16 +525,6 @@ func resumeStep(ck, journalCkpt, journalSteps int) (int, error) {
 		return 0, fmt.Errorf("checkpoint holds step %d, beyond the %d steps the journal holds", ck, journalSteps)
 	}
 	return ck, nil
-}
-
-func (r *trainRun) snapshotParams() error {
-	m := r.eng.Master()
-	v := make([]float32, m.Len(0))
-	if err := m.Get(0, v); err != nil {
-		return err
-	}
-	r.params = floatsToBytes(v)
-	return nil
 }
 
 // handleTrainPull gives a worker a shard of the training job furthest behind its fair
@@ -610,6 +637,30 @@ func (r *trainRun) lease(worker string, alive map[string]bool, now time.Time) (S
 	return ShardOrder{}, false
 }
 
+// free reports whether a shard of the run's current step is held by no live worker.
+func (r *trainRun) free(alive map[string]bool, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.spec.Plan()
+	if !r.ready || r.reducing || r.step >= p.TotalSteps() {
+		return false
+	}
+	_, from, to := p.Step(r.step)
+	for k := 0; k < p.Shards; k++ {
+		if a, b := p.ShardRange(from, to, k); a >= b || r.results[k] != nil {
+			continue
+		}
+		live := false
+		for _, l := range r.leases[k] {
+			live = live || alive[l.worker] && now.Sub(l.start) < time.Minute
+		}
+		if !live {
+			return true
+		}
+	}
+	return false
+}
+
 // A shard held by one worker for longer than StragglerFactor times the median shard time of
 // the job's recent shards, and longer than StragglerFloor, is given to a second worker too.
 // 1.5 catches DLRover's straggler at 2x the median within one shard time; the floor keeps
@@ -628,72 +679,115 @@ func median(v []float64) float64 {
 	return c[len(c)/2]
 }
 
-// handleTrainParams serves the master parameters of the current step.
-func (s *Scheduler) handleTrainParams(epoch uint64, a ParamsArgs, _ []byte) (ParamsReply, []byte, uint64, error) {
+// handleTrainState serves a worker's replica: the job's whole state at the current step,
+// or the reduced update of the step before it.
+func (s *Scheduler) handleTrainState(epoch uint64, a StateArgs, _ []byte) (StateReply, []byte, uint64, error) {
 	s.mu.Lock()
 	e := s.st.Epoch
 	err := s.fenced(epoch)
 	s.mu.Unlock()
 	if err != nil {
-		return ParamsReply{}, nil, e, err
+		return StateReply{}, nil, e, err
 	}
 	s.tt.mu.Lock()
 	r := s.tt.runs[a.Job]
 	s.tt.mu.Unlock()
 	if r == nil {
-		return ParamsReply{}, nil, e, fmt.Errorf("sched: no running training job %q", a.Job)
+		return StateReply{}, nil, e, fmt.Errorf("sched: no running training job %q", a.Job)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.ready || r.step != a.Step {
-		return ParamsReply{}, nil, e, fmt.Errorf("sched: training job %s is not at step %d", a.Job, a.Step)
-	}
-	if a.Offset < 0 || a.Offset > len(r.params) || a.Limit < 0 {
-		return ParamsReply{}, nil, e, fmt.Errorf("sched: training job %s: parameters from byte %d (limit %d) of %d", a.Job, a.Offset, a.Limit, len(r.params))
+	if !r.ready || r.eng == nil {
+		return StateReply{}, nil, e, fmt.Errorf("sched: training job %s is not running", a.Job)
 	}
 	n := a.Limit
-	if n == 0 || n > TrainChunk {
+	if n <= 0 || n > TrainChunk {
 		n = TrainChunk
 	}
-	chunk := r.params[a.Offset:min(a.Offset+n, len(r.params))]
-	return ParamsReply{Bytes: len(r.params), Offset: a.Offset, CRC: crc32.Checksum(chunk, castagnoli)}, chunk, e, nil
+	var chunk []byte
+	total := 0
+	switch a.Kind {
+	case "state":
+		if r.step != a.Step {
+			return StateReply{}, nil, e, fmt.Errorf("sched: training job %s is at step %d, not %d", a.Job, r.step, a.Step)
+		}
+		if r.state == nil || r.stateAt != r.step {
+			st, err := r.eng.Snapshot()
+			if err != nil {
+				return StateReply{}, nil, e, err
+			}
+			var buf bytes.Buffer
+			if err := (&train.Checkpoint{Step: int64(r.step), State: st}).Encode(&buf); err != nil {
+				return StateReply{}, nil, e, err
+			}
+			r.state, r.stateAt = buf.Bytes(), r.step
+		}
+		total = len(r.state)
+		if a.Offset < 0 || a.Offset > total {
+			break
+		}
+		chunk = r.state[a.Offset:min(a.Offset+n, total)] // r.state is replaced, never changed
+	case "update":
+		if r.updateAt != a.Step || r.step != a.Step+1 {
+			return StateReply{}, nil, e, fmt.Errorf("sched: training job %s holds the update of step %d, not %d", a.Job, r.updateAt, a.Step)
+		}
+		g, st := r.eng.Update()
+		gb, sb := floatsToBytes(g), floatsToBytes(st)
+		total = len(gb) + len(sb)
+		if a.Offset < 0 || a.Offset > total {
+			break
+		}
+		// copied under the lock: the engine's buffers change with the next step
+		chunk = make([]byte, min(n, total-a.Offset))
+		k := 0
+		if a.Offset < len(gb) {
+			k = copy(chunk, gb[a.Offset:])
+		}
+		copy(chunk[k:], sb[max(a.Offset-len(gb), 0):])
+	default:
+		return StateReply{}, nil, e, fmt.Errorf("sched: training job %s: no %q to send", a.Job, a.Kind)
+	}
+	if a.Offset < 0 || a.Offset > total {
+		return StateReply{}, nil, e, fmt.Errorf("sched: training job %s: %s from byte %d of %d", a.Job, a.Kind, a.Offset, total)
+	}
+	return StateReply{Bytes: total, Offset: a.Offset, CRC: crc32.Checksum(chunk, castagnoli)}, chunk, e, nil
 }
 
 // handleTrainPush takes a shard result; the last shard of a step completes the step.
-func (s *Scheduler) handleTrainPush(epoch uint64, a ShardPush, body []byte) (struct{}, []byte, uint64, error) {
+func (s *Scheduler) handleTrainPush(epoch uint64, a ShardPush, body []byte) (TrainPushReply, []byte, uint64, error) {
 	s.mu.Lock()
 	e := s.st.Epoch
 	err := s.fenced(epoch)
 	s.mu.Unlock()
 	if err != nil {
-		return struct{}{}, nil, e, err
+		return TrainPushReply{}, nil, e, err
 	}
 	if crc32.Checksum(body, castagnoli) != a.CRC {
-		return struct{}{}, nil, e, fmt.Errorf("sched: train push: shard %d from %s: checksum mismatch", a.Shard, a.Worker)
+		return TrainPushReply{}, nil, e, fmt.Errorf("sched: train push: shard %d from %s: checksum mismatch", a.Shard, a.Worker)
 	}
 	s.tt.mu.Lock()
 	r := s.tt.runs[a.Job]
 	s.tt.mu.Unlock()
 	if r == nil {
-		return struct{}{}, nil, e, nil // a job removed, or a result for another coordinator: dropped
+		return TrainPushReply{}, nil, e, nil // a job removed, or a result for another coordinator: dropped
 	}
 	r.mu.Lock()
 	p := r.spec.Plan()
 	if !r.ready || a.Step != r.step || a.Shard < 0 || a.Shard >= p.Shards || r.results[a.Shard] != nil {
 		r.mu.Unlock()
-		return struct{}{}, nil, e, nil // late or duplicate (a straggler's twin): the first answer won
+		return TrainPushReply{}, nil, e, nil // late or duplicate (a straggler's twin): the first answer won
 	}
 	if a.Total > 0 { // one chunk of a larger result
 		whole, err := r.addChunk(&a, body)
 		if err != nil || whole == nil {
 			r.mu.Unlock()
-			return struct{}{}, nil, e, err
+			return TrainPushReply{}, nil, e, err
 		}
 		body = whole
 	}
 	if a.NGrads < 0 || a.NGrads > len(body) {
 		r.mu.Unlock()
-		return struct{}{}, nil, e, fmt.Errorf("sched: train push: %d gradient bytes in a body of %d", a.NGrads, len(body))
+		return TrainPushReply{}, nil, e, fmt.Errorf("sched: train push: %d gradient bytes in a body of %d", a.NGrads, len(body))
 	}
 	a.Grads, a.Stats = body[:a.NGrads], body[a.NGrads:]
 	r.results[a.Shard] = &a
@@ -711,7 +805,7 @@ func (s *Scheduler) handleTrainPush(epoch uint64, a ShardPush, body []byte) (str
 	}
 	if len(r.results) < n {
 		r.mu.Unlock()
-		return struct{}{}, nil, e, nil
+		return TrainPushReply{}, nil, e, nil
 	}
 	r.reducing = true
 	r.mu.Unlock()
@@ -719,11 +813,29 @@ func (s *Scheduler) handleTrainPush(epoch uint64, a ShardPush, body []byte) (str
 	r.mu.Lock()
 	r.reducing = false
 	r.mu.Unlock()
-	s.tt.notify() // the next step's shards are free
 	if err != nil {
+		s.tt.notify() // the step's shards are free again
 		s.logf("sched: training job %s: step %d: %v", a.Job, a.Step, err)
+		return TrainPushReply{}, nil, e, nil
 	}
-	return struct{}{}, nil, e, nil
+	rep := TrainPushReply{Committed: true, Sole: n == 1}
+	if rep.Sole {
+		// The pusher's replica takes this step itself: the next step's shard goes to it
+		// (when the job is the one its pull would get), which spares a transfer of the
+		// update; workers waiting in line are passed over only for a job one worker at a
+		// time can work on.
+		s.mu.Lock()
+		alive := map[string]bool{}
+		for _, p := range s.mem.Alive() {
+			alive[p.Name] = true
+		}
+		s.mu.Unlock()
+		if o, ok := s.tt.leaseNext(a.Job, a.Worker, alive, time.Now()); ok {
+			rep.Next = &o
+		}
+	}
+	s.tt.notify() // the next step's shards are free
+	return rep, nil, e, nil
 }
 
 // addChunk adds one chunk of a result sent in pieces (r.mu held) and returns the whole
@@ -732,7 +844,7 @@ func (s *Scheduler) handleTrainPush(epoch uint64, a ShardPush, body []byte) (str
 // results per shard are assembled at once, each at most twice the parameters' size.
 func (r *trainRun) addChunk(a *ShardPush, body []byte) ([]byte, error) {
 	key := partKey{a.Shard, a.Worker}
-	if a.Total > 2*len(r.params)+(1<<20) || a.Offset < 0 || a.Offset+len(body) > a.Total || len(body) == 0 {
+	if a.Total > 2*r.nbytes+(1<<20) || a.Offset < 0 || a.Offset+len(body) > a.Total || len(body) == 0 {
 		return nil, fmt.Errorf("sched: train push: chunk of %d bytes at %d of a %d-byte result", len(body), a.Offset, a.Total)
 	}
 	pp := r.partial[key]
@@ -792,18 +904,13 @@ func (s *Scheduler) finishStep(name string, r *trainRun, n int) error {
 	}
 	facts.Loss = res.Loss
 	facts.Millis = time.Since(t0).Milliseconds()
-	t1 := time.Now()
 	r.step++
+	r.updateAt = step
 	r.results = map[int]*ShardPush{}
 	r.partial = map[partKey]*partialPush{}
 	r.leases = map[int][]shardLease{}
-	perr := r.snapshotParams()
 	r.mu.Unlock()
-	if perr != nil {
-		return perr
-	}
-	snap := time.Since(t1)
-	t1 = time.Now()
+	t1 := time.Now()
 	s.mu.Lock()
 	if s.role != roleCoordinator || s.co == nil {
 		s.mu.Unlock()
@@ -815,8 +922,8 @@ func (s *Scheduler) finishStep(name string, r *trainRun, n int) error {
 	if err != nil {
 		return err
 	}
-	s.logf("sched: training job %s: step %d of %d committed, loss %.4f (shards by %v; reduce %d ms, parameters %d ms, journal %d ms)",
-		name, step+1, p.TotalSteps(), facts.Loss, facts.Workers, facts.Millis, snap.Milliseconds(), time.Since(t1).Milliseconds())
+	s.logf("sched: training job %s: step %d of %d committed, loss %.4f (shards by %v; reduce %d ms, journal %d ms)",
+		name, step+1, p.TotalSteps(), facts.Loss, facts.Workers, facts.Millis, time.Since(t1).Milliseconds())
 	done := step+1 == p.TotalSteps()
 	if (step+1)%p.StepsPerEpoch() == 0 || (spec.CheckpointEvery > 0 && (step+1)%spec.CheckpointEvery == 0) || done {
 		if err := s.checkpoint(name, r, step+1, repl, seq); err != nil {

@@ -100,7 +100,7 @@ func FuzzAddChunk(f *testing.F) {
 	f.Add([]byte{0, 8, 3, 5, 8}, uint16(16))
 	f.Add([]byte{1, 0, 200, 7}, uint16(300))
 	f.Fuzz(func(t *testing.T, ops []byte, total16 uint16) {
-		r := &trainRun{params: make([]byte, 64), partial: map[partKey]*partialPush{}}
+		r := &trainRun{nbytes: 64, partial: map[partKey]*partialPush{}}
 		total := int(total16)
 		src := make([]byte, total)
 		for i := range src {
@@ -137,7 +137,7 @@ func FuzzAddChunk(f *testing.F) {
 				continue // the bound on results assembled at once
 			}
 			if err != nil {
-				if total <= 2*len(r.params)+(1<<20) {
+				if total <= 2*r.nbytes+(1<<20) {
 					t.Fatalf("chunk %d-%d of %d from a refused: %v", at, end, total, err)
 				}
 				return
@@ -309,5 +309,41 @@ func TestTrainPullWaitsInLine(t *testing.T) {
 	h := <-hot
 	if h.err != nil || h.o.Job != "" || !h.o.Again {
 		t.Fatalf("the worker in line second: %+v (want no shard, Again)", h)
+	}
+}
+
+// TestTrainLeaseNext: a worker whose result completed a one-shard step keeps the job's next
+// step (its replica holds the weights), ahead of the workers in line; not when another
+// run, further behind its fair share, has a shard free, nor when the step is out already.
+func TestTrainLeaseNext(t *testing.T) {
+	spec := func(name string) TrainSpec {
+		return TrainSpec{Name: name, Epochs: 1, Batch: 4, Shards: 1, Samples: 40, LR: 0.1, Threads: 1,
+			Optimizer: kernel.Optimizer{Kind: "sgd"}, Schedule: train.Schedule{Kind: "constant"}}
+	}
+	run := func(name string, busy float64) *trainRun {
+		return &trainRun{spec: spec(name), ready: true, busy: busy, results: map[int]*ShardPush{}, leases: map[int][]shardLease{}}
+	}
+	a, b := run("a", 5), run("b", 9)
+	tt := &trainTables{runs: map[string]*trainRun{"a": a, "b": b}}
+	alive := map[string]bool{"w1": true, "w2": true}
+	now := time.Unix(1000, 0)
+	tt.enqueue(&pullWaiter{worker: "w2"}) // waiting in line
+	o, ok := tt.leaseNext("a", "w1", alive, now)
+	if !ok || o.Job != "a" || o.Step != 0 || o.Shard != 0 || len(a.leases[0]) != 1 || a.leases[0][0].worker != "w1" {
+		t.Fatalf("the pusher did not keep its job: %+v %v %+v", o, ok, a.leases)
+	}
+	if _, ok := tt.leaseNext("a", "w2", alive, now); ok {
+		t.Fatal("a leased shard given again")
+	}
+	// b is further behind its share and has a shard free: a's pusher pulls like the others
+	b.busy = 1
+	a.leases = map[int][]shardLease{}
+	if _, ok := tt.leaseNext("a", "w1", alive, now); ok {
+		t.Fatal("the pusher kept its job while another run further behind had a shard free")
+	}
+	// b's shard is out: a is the first with a free shard again
+	b.leases[0] = []shardLease{{"w2", now}}
+	if o, ok := tt.leaseNext("a", "w1", alive, now); !ok || o.Job != "a" {
+		t.Fatalf("%+v %v", o, ok)
 	}
 }

@@ -37,6 +37,7 @@ type Engine struct {
 	stats    []float32
 	sbuf     []float32
 	params   []float32
+	ran      *kernel.Trainer // the plan Shard last ran on
 }
 
 // NewEngine compiles the model's training plan for the first shard size.
@@ -319,6 +320,78 @@ func ComputeShard(t *kernel.Trainer, s Shard, total int) (ShardGrad, error) {
 		}
 	}
 	return g, nil
+}
+
+// Shard computes one shard on the plan of its size, with the master's parameters, into g
+// (its Grads and Stats are reused when they have the right sizes): the gradient of scale
+// 1/total × the shard's summed loss. It changes no parameter.
+func (e *Engine) Shard(s Shard, total int, g *ShardGrad) error {
+	t, err := e.plan(len(s.Y))
+	if err != nil {
+		return err
+	}
+	if err := e.sync(len(s.Y), t); err != nil {
+		return err
+	}
+	np, ns := t.Len(kernel.Grads), t.Len(kernel.BatchStats)
+	if len(g.Grads) != np {
+		g.Grads = make([]float32, np)
+	}
+	if len(g.Stats) != ns {
+		g.Stats = make([]float32, ns)
+	}
+	loss, c, err := t.Run(s.X, s.Y, float32(1.0/float64(total)), s.Seed)
+	if err != nil {
+		return err
+	}
+	g.N, g.Loss, g.Correct = len(s.Y), loss, c
+	if err := t.Get(kernel.Grads, g.Grads); err != nil {
+		return err
+	}
+	if ns > 0 {
+		if err := t.Get(kernel.BatchStats, g.Stats); err != nil {
+			return err
+		}
+	}
+	e.ran = t
+	return nil
+}
+
+// ApplySole finishes a step whose only shard is g, which Shard just computed on this
+// engine: the same bytes as Reduce([]ShardGrad{g}) (a replica's step when it computed the
+// whole step itself). When g ran on the master plan its gradient and batch statistics are
+// still there, and the step is applied as a local one-shard step is, without copying them.
+func (e *Engine) ApplySole(g ShardGrad, opt kernel.Optimizer, lr float64, step int64) error {
+	if e.ran == e.master && g.N == e.master.Batch() {
+		if math.IsNaN(g.Loss) || math.IsInf(g.Loss, 0) {
+			return &DivergedError{Step: step, Loss: g.Loss / float64(g.N)}
+		}
+		return e.Apply(opt, lr, step, false)
+	}
+	_, err := e.Reduce([]ShardGrad{g}, opt, lr, step)
+	return err
+}
+
+// Update is the last Reduce's summed gradient and combined batch statistics: what another
+// engine holding the same state needs (ApplyUpdate) to take the same step. They are the
+// engine's own buffers, valid until the next Reduce or ApplyUpdate.
+func (e *Engine) Update() (grads, stats []float32) { return e.acc, e.stats }
+
+// ApplyUpdate takes a step reduced elsewhere, given its Update: the same arithmetic as the
+// end of Reduce, so a replica that started from the same state holds the same bytes after.
+func (e *Engine) ApplyUpdate(grads, stats []float32, opt kernel.Optimizer, lr float64, step int64) error {
+	np, ns := e.master.Len(kernel.Grads), e.master.Len(kernel.BatchStats)
+	if len(grads) != np || len(stats) != ns {
+		return fmt.Errorf("train: an update of %d gradients and %d statistics, the model has %d and %d", len(grads), len(stats), np, ns)
+	}
+	if len(e.stats) != ns {
+		e.stats = make([]float32, ns)
+	}
+	copy(e.stats, stats)
+	if err := e.master.Set(kernel.Grads, grads); err != nil {
+		return err
+	}
+	return e.Apply(opt, lr, step, true)
 }
 
 // Reduce finishes a step from its shards' contributions, in shard order, with exactly the

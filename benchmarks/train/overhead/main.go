@@ -36,20 +36,18 @@ type round struct {
 	Load1       float64 `json:"load1"`
 	// cluster rounds: medians from the nodes' logs of the worker's shard time (parameters
 	// in, gradients out, compute) and the coordinator's reduce and optimizer step
-	ShardMillis  float64 `json:"shard_ms,omitempty"`  // worker: ComputeShard (parameters set, batch, compute)
-	FetchMillis  float64 `json:"fetch_ms,omitempty"`  // worker: the parameters RPC
-	PushMillis   float64 `json:"push_ms,omitempty"`   // worker: the result RPC (includes the coordinator's reduce, snapshot, journal)
+	ShardMillis  float64 `json:"shard_ms,omitempty"`  // worker: ComputeShard (replica caught up, batch, compute)
+	FetchMillis  float64 `json:"fetch_ms,omitempty"`  // worker: of it, the replica catching up (0 when it took the step itself)
+	PushMillis   float64 `json:"push_ms,omitempty"`   // worker: the result RPC (includes the coordinator's reduce and journal)
 	ReduceMillis float64 `json:"reduce_ms,omitempty"` // coordinator: sum and optimizer step
-	SnapMillis   float64 `json:"snap_ms,omitempty"`   // coordinator: parameters out of the engine
 	CommitMillis float64 `json:"commit_ms,omitempty"` // coordinator: journal entry
 }
 
 var (
 	shardRE  = regexp.MustCompile(`training job (\S+): step (\d+) shard \d+ computed \((\d+) ms`)
-	fetchRE  = regexp.MustCompile(`training job (\S+): step (\d+) shard \d+ computed .*parameters in (\d+) ms`)
+	fetchRE  = regexp.MustCompile(`training job (\S+): step (\d+) shard \d+ computed .*catching up (\d+) ms`)
 	pushRE   = regexp.MustCompile(`training job (\S+): step (\d+) shard \d+ computed .*result out (\d+) ms`)
 	reduceRE = regexp.MustCompile(`training job (\S+): step (\d+) of \d+ committed.*reduce (\d+) ms`)
-	snapRE   = regexp.MustCompile(`training job (\S+): step (\d+) of \d+ committed.*parameters (\d+) ms`)
 	commitRE = regexp.MustCompile(`training job (\S+): step (\d+) of \d+ committed.*journal (\d+) ms`)
 )
 
@@ -74,7 +72,7 @@ func breakdown(d *scenario.Driver, job string, warm int, r *round) {
 		return v[len(v)/2]
 	}
 	r.ShardMillis, r.FetchMillis, r.PushMillis = med(shardRE), med(fetchRE), med(pushRE)
-	r.ReduceMillis, r.SnapMillis, r.CommitMillis = med(reduceRE), med(snapRE), med(commitRE)
+	r.ReduceMillis, r.CommitMillis = med(reduceRE), med(commitRE)
 }
 
 func main() {
