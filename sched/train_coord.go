@@ -906,6 +906,7 @@ func (s *Scheduler) finishStep(name string, r *trainRun, n int) error {
 	facts.Millis = time.Since(t0).Milliseconds()
 	r.step++
 	r.updateAt = step
+	r.state = nil // of an older step now
 	r.results = map[int]*ShardPush{}
 	r.partial = map[partKey]*partialPush{}
 	r.leases = map[int][]shardLease{}

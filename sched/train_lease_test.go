@@ -347,3 +347,34 @@ func TestTrainLeaseNext(t *testing.T) {
 		t.Fatalf("%+v %v", o, ok)
 	}
 }
+
+// TestFlightAhead: a worker computes the next step before the answer to its result only in
+// a streak of one-shard steps, and never past the job's last step.
+func TestFlightAhead(t *testing.T) {
+	spec := func(batch, shards int) *TrainSpec {
+		return &TrainSpec{Name: "j", Epochs: 1, Batch: batch, Shards: shards, Samples: 10}
+	}
+	for _, tc := range []struct {
+		name   string
+		spec   *TrainSpec
+		step   int
+		streak bool
+		want   bool
+	}{
+		{"one shard, streak", spec(4, 1), 0, true, true},
+		{"one shard, no streak", spec(4, 1), 0, false, false},
+		{"two shards", spec(4, 2), 0, true, false},
+		{"last step", spec(4, 1), 2, true, false},
+		{"next step is the last, one shard", spec(4, 1), 1, true, true},
+		{"two shards, next step of one sample", spec(3, 2), 2, true, false}, // step 3 has 1 sample: 1 shard, but step 2 has 3
+		{"no spec", nil, 0, true, false},
+	} {
+		f := &flight{o: ShardOrder{Job: "j", Spec: tc.spec, Step: tc.step}, streak: tc.streak}
+		if got := f.aheadOK(); got != tc.want {
+			t.Errorf("%s: aheadOK %v, want %v", tc.name, got, tc.want)
+		}
+		if a := f.ahead(); a.Step != tc.step+1 || a.Shard != 0 || a.Job != "j" {
+			t.Errorf("%s: ahead %+v", tc.name, a)
+		}
+	}
+}
