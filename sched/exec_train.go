@@ -75,7 +75,11 @@ func (x *KernelExecutor) labels(ctx context.Context, name string) ([]int64, erro
 }
 
 func (x *KernelExecutor) trainJob(ctx context.Context, spec TrainSpec) (*trainCache, error) {
-	kb, _ := json.Marshal(spec) // a replica serves one exact job: any setting changes its steps
+	// A replica serves one exact job: any setting changes its steps. The sample count is
+	// the data's (ProbeTrain, before the job is accepted, does not know it yet).
+	ks := spec
+	ks.Samples = 0
+	kb, _ := json.Marshal(ks)
 	key := string(kb)
 	x.mu.Lock()
 	if x.trains == nil {
