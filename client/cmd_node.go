@@ -67,9 +67,10 @@ func runNode(args []string) error {
 	if os.Getenv("IDUNNO_FD_STARVE") == c.Name {
 		starve(n.Logf("node"))
 	}
-	// IDUNNO_CPUPROFILE=FILE profiles the node's CPU until it stops (SIGTERM or SIGINT).
+	// IDUNNO_CPUPROFILE=FILE profiles the node's CPU until it stops (SIGTERM or SIGINT);
+	// "{node}" in FILE becomes the node's name, so a local cluster's nodes write one each.
 	if path := os.Getenv("IDUNNO_CPUPROFILE"); path != "" {
-		f, err := os.Create(path)
+		f, err := os.Create(strings.ReplaceAll(path, "{node}", c.Name))
 		if err != nil {
 			return fmt.Errorf("node: cpu profile: %w", err)
 		}

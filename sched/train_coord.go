@@ -44,6 +44,7 @@ type trainRun struct {
 	partial  map[partKey]*partialPush // results arriving in chunks
 	leases   map[int][]shardLease
 	durs     []float64 // recent shard seconds (straggler detection)
+	twin     float64   // the straggler bound's factor now (twinBound); 0 means StragglerFactor
 	busy     float64   // worker-seconds spent (fair share between training jobs)
 	start    time.Time
 	reducing bool
@@ -624,13 +625,13 @@ func (r *trainRun) lease(worker string, alive map[string]bool, now time.Time) (S
 			return give(k)
 		}
 	}
-	med := median(r.durs)
+	med, f := median(r.durs), max(r.twin, StragglerFactor)
 	for k := 0; k < n; k++ {
 		ls := r.leases[k]
 		if r.results[k] != nil || len(ls) != 1 || ls[0].worker == worker || med <= 0 {
 			continue
 		}
-		if age := now.Sub(ls[0].start).Seconds(); age > StragglerFactor*med && age > StragglerFloor.Seconds() {
+		if age := now.Sub(ls[0].start).Seconds(); age > f*med && age > StragglerFloor.Seconds() {
 			return give(k)
 		}
 	}
@@ -665,10 +666,37 @@ func (r *trainRun) free(alive map[string]bool, now time.Time) bool {
 // the job's recent shards, and longer than StragglerFloor, is given to a second worker too.
 // 1.5 catches DLRover's straggler at 2x the median within one shard time; the floor keeps
 // millisecond shards (whose times are mostly scheduling noise) from being computed twice.
+//
+// A twin that loses to the shard's first holder was work for nothing, and where workers
+// share CPUs (a local cluster, or a host of several nodes) it slowed the holder too, so the
+// next step's shard is late again and gets a twin again: a cycle that doubles every step's
+// work. So the factor doubles (up to StragglerMaxFactor) each time a twin loses, is back to
+// StragglerFactor when a twin wins (a frozen or much slower holder), and decays toward it
+// by twinDecay every committed step.
 const (
-	StragglerFactor = 1.5
-	StragglerFloor  = time.Second
+	StragglerFactor    = 1.5
+	StragglerMaxFactor = 16.0
+	StragglerFloor     = time.Second
+	twinDecay          = 0.95
 )
+
+// decayTwin brings the straggler bound a step closer to StragglerFactor. Called with r.mu
+// held when a step is committed.
+func (r *trainRun) decayTwin() { r.twin = max(StragglerFactor, r.twin*twinDecay) }
+
+// twinOutcome adjusts the straggler bound once shard's result from worker is taken: a
+// twinned shard's first holder answering first means the twin lost. Called with r.mu held.
+func (r *trainRun) twinOutcome(shard int, worker string) {
+	ls := r.leases[shard]
+	if len(ls) < 2 {
+		return
+	}
+	if ls[0].worker == worker {
+		r.twin = min(2*max(r.twin, StragglerFactor), StragglerMaxFactor)
+	} else {
+		r.twin = StragglerFactor
+	}
+}
 
 func median(v []float64) float64 {
 	if len(v) == 0 {
@@ -791,6 +819,7 @@ func (s *Scheduler) handleTrainPush(epoch uint64, a ShardPush, body []byte) (Tra
 	}
 	a.Grads, a.Stats = body[:a.NGrads], body[a.NGrads:]
 	r.results[a.Shard] = &a
+	r.twinOutcome(a.Shard, a.Worker)
 	r.busy += float64(a.Millis) / 1e3
 	r.durs = append(r.durs, float64(a.Millis)/1e3)
 	if len(r.durs) > 64 {
@@ -905,6 +934,7 @@ func (s *Scheduler) finishStep(name string, r *trainRun, n int) error {
 	facts.Loss = res.Loss
 	facts.Millis = time.Since(t0).Milliseconds()
 	r.step++
+	r.decayTwin()
 	r.updateAt = step
 	r.state = nil // of an older step now
 	r.results = map[int]*ShardPush{}

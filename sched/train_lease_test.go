@@ -60,6 +60,66 @@ func TestTrainLeaseStraggler(t *testing.T) {
 	}
 }
 
+// TestTrainTwinBoundAdapts: a twin that loses to the shard's first holder doubles the
+// straggler bound (two workers sharing CPUs otherwise twin every step, each slowing the
+// other), a twin that wins brings it back, and committed steps decay it.
+func TestTrainTwinBoundAdapts(t *testing.T) {
+	spec := TrainSpec{Name: "j", Epochs: 1, Batch: 4, Shards: 1, Samples: 40, LR: 0.1, Threads: 1,
+		Optimizer: kernel.Optimizer{Kind: "sgd"}, Schedule: train.Schedule{Kind: "constant"}}
+	r := &trainRun{spec: spec, ready: true, results: map[int]*ShardPush{}, leases: map[int][]shardLease{},
+		durs: []float64{2, 2, 2, 2}} // median shard time 2 s
+	alive := map[string]bool{"a": true, "b": true}
+	t0 := time.Unix(1000, 0)
+	twinAt := func(at time.Duration) bool {
+		_, ok := r.lease("b", alive, t0.Add(at))
+		return ok
+	}
+	newStep := func() {
+		r.results, r.leases = map[int]*ShardPush{}, map[int][]shardLease{}
+		if _, ok := r.lease("a", alive, t0); !ok {
+			t.Fatal("no shard for a")
+		}
+	}
+	newStep()
+	if !twinAt(3100 * time.Millisecond) { // 1.55x the median
+		t.Fatal("no twin past 1.5x the median")
+	}
+	r.twinOutcome(0, "a") // a answered first: the twin lost
+	if r.twin != 3 {
+		t.Fatalf("factor %v after a lost twin, want 3", r.twin)
+	}
+	newStep()
+	if twinAt(5 * time.Second) { // 2.5x: under the raised bound
+		t.Fatal("a twin at 2.5x the median after a twin lost")
+	}
+	if !twinAt(6100 * time.Millisecond) {
+		t.Fatal("no twin past the raised bound of 3x")
+	}
+	r.twinOutcome(0, "a")
+	if r.twin != 6 {
+		t.Fatalf("factor %v after two lost twins, want 6", r.twin)
+	}
+	for range 10 {
+		r.twinOutcome(0, "a")
+	}
+	if r.twin != StragglerMaxFactor {
+		t.Fatalf("factor %v, want the cap %v", r.twin, StragglerMaxFactor)
+	}
+	newStep()
+	if !twinAt(33 * time.Second) {
+		t.Fatal("no twin for a shard 16.5x late (a frozen holder)")
+	}
+	r.twinOutcome(0, "b") // the twin won
+	if r.twin != StragglerFactor {
+		t.Fatalf("factor %v after a twin won, want %v", r.twin, StragglerFactor)
+	}
+	r.twinOutcome(0, "a") // twin lost again (3), then committed steps bring it down
+	r.decayTwin()
+	if r.twin >= 3 || r.twin <= StragglerFactor {
+		t.Fatalf("factor %v after one decay from 3", r.twin)
+	}
+}
+
 // TestFloatBytes: the in-place views and the copying fallback (a misaligned buffer) give
 // the same little-endian bytes and floats.
 func TestFloatBytes(t *testing.T) {
