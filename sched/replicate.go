@@ -188,8 +188,9 @@ func (r *replicator) ack(seq uint64, by string) {
 	}
 }
 
-// errNotConfirmed wraps why a change could not be confirmed: it may still take effect.
-var errNotConfirmed = errors.New("sched: change not confirmed: it may or may not have taken effect; retry")
+// errNotConfirmed wraps why a change could not be confirmed: it may still take effect
+// (CodeUnconfirmed).
+var errNotConfirmed error = &codedError{CodeUnconfirmed, errors.New("sched: change not confirmed: it may or may not have taken effect; retry")}
 
 // wait blocks until every entry up to seq is held, and returns the standby holding it (""
 // when it is only on the coordinator's disk because no other node is live).
@@ -555,7 +556,10 @@ func (s *Scheduler) handleReplicate(epoch uint64, a ReplicateArgs) (struct{}, ui
 		}
 		if err := s.st.Apply(e); err != nil {
 			s.role = roleFollower
-			return struct{}{}, s.maxEpoch, fmt.Errorf("sched: %s needs a snapshot: %w", s.name, err)
+			// %v, not %w: an entry this journal cannot take (even one of an older epoch
+			// than the journal's) means this node needs a snapshot, not that the
+			// coordinator, whose epoch passed the check above, is fenced.
+			return struct{}{}, s.maxEpoch, fmt.Errorf("sched: %s needs a snapshot: %v", s.name, err)
 		}
 		if err := s.journal.AppendEncoded(raw); err != nil {
 			return struct{}{}, s.maxEpoch, err

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"idunno/rpc"
 )
 
 // cutProxy forwards TCP connections to target until Cut, which closes every connection and
@@ -161,8 +163,8 @@ func TestReplicationFailureDoesNotAcknowledge(t *testing.T) {
 	proxy.Cut()
 	if r, err := addJob(c, "node0", "during"); err == nil {
 		t.Fatalf("add while the standby is cut off was acknowledged: %+v", r)
-	} else if !errors.Is(err, errNotConfirmed) && !strings.Contains(err.Error(), "not confirmed") {
-		t.Fatalf("add while the standby is cut off: %v", err)
+	} else if !Unconfirmed(err) || !Retryable(err) || !strings.Contains(err.Error(), "not confirmed") {
+		t.Fatalf("add while the standby is cut off: %v (code %q), want CodeUnconfirmed", err, rpc.CodeOf(err))
 	}
 	proxy.Heal()
 	// The client retries the add it was not sure of (same idempotency key): it gets the job
@@ -284,6 +286,45 @@ func TestFencedErrorIsTyped(t *testing.T) {
 	var f *FencedError
 	if !errors.As(err, &f) || f.Newest == 0 {
 		t.Fatalf("got %v (%T), want a *FencedError", err, err)
+	}
+	if !Retryable(err) || rpc.CodeOf(err) != CodeFenced {
+		t.Fatalf("fencing error %v carries code %q", err, rpc.CodeOf(err))
+	}
+}
+
+// Client calls that fail tell the caller what to do by their code, through any node, not
+// by their text: send it again (CodeRetry), not sure it was made (CodeUnconfirmed, see
+// TestReplicationFailureDoesNotAcknowledge), no such job (CodeNoJob), or a refusal for good.
+func TestClientErrorCodes(t *testing.T) {
+	c := newMemCluster(t, 3)
+	co := c.waitCoordinator("")
+	var other string
+	for name := range c.nodes {
+		if name != co.name {
+			other = name
+			break
+		}
+	}
+	if err := c.callRetry("sched.phase", PhaseArgs{PhaseInference}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// A node that does not coordinate refuses a call meant for the coordinator alone.
+	err := c.call(other, "sched.job.list!", struct{}{}, nil)
+	if rpc.CodeOf(err) != CodeRetry || !Retryable(err) || Unconfirmed(err) {
+		t.Fatalf("%s: %v (code %q), want CodeRetry", other, err, rpc.CodeOf(err))
+	}
+	// Through the coordinator, and forwarded by another node: the code survives the hop.
+	for _, via := range []string{co.name, other} {
+		for _, m := range []string{"sched.job.get", "sched.job.stats", "sched.job.remove"} {
+			err := c.call(via, m, NameArgs{Name: "nope"}, nil)
+			if !IsNoJob(err) || Retryable(err) {
+				t.Errorf("%s via %s: %v (code %q), want CodeNoJob", m, via, err, rpc.CodeOf(err))
+			}
+		}
+		err := c.call(via, "sched.job.add", JobSpec{Name: "bad", Model: "slow.onnx", Data: "small.idx", Batch: 0}, nil)
+		if err == nil || rpc.CodeOf(err) != "" || Retryable(err) {
+			t.Errorf("bad add via %s: %v (code %q), want a refusal without a code", via, err, rpc.CodeOf(err))
+		}
 	}
 }
 

@@ -540,7 +540,7 @@ func handleEpoch[A, R any](srv *rpc.Server, method string, f func(epoch uint64, 
 		}
 		r, ep, err := f(req.Epoch, a)
 		if err != nil {
-			return &rpc.Message{Err: err.Error(), Epoch: ep, Args: encodeFence(err)}, nil
+			return &rpc.Message{Err: err.Error(), Code: rpc.CodeOf(err), Epoch: ep, Args: encodeFence(err)}, nil
 		}
 		raw, err := json.Marshal(r)
 		if err != nil {
@@ -560,7 +560,7 @@ func handleEpochBody[A, R any](srv *rpc.Server, method string, f func(epoch uint
 		}
 		r, body, ep, err := f(req.Epoch, a, req.Body)
 		if err != nil {
-			return &rpc.Message{Err: err.Error(), Epoch: ep}, nil
+			return &rpc.Message{Err: err.Error(), Code: rpc.CodeOf(err), Epoch: ep}, nil
 		}
 		raw, err := json.Marshal(r)
 		if err != nil {
