@@ -23,7 +23,10 @@ type KernelExecutor struct {
 	Threads int
 	Keep    int // models and datasets kept in memory (each); default 4
 	Nice    int
-	Logf    func(string, ...any) // nil: no log
+	// FetchTimeout is the deadline of reading one image of a folder dataset from the store
+	// (0: DefaultFetchTimeout).
+	FetchTimeout time.Duration
+	Logf         func(string, ...any) // nil: no log
 	// Models is the node's model cache, shared with HTTP serving; nil: models are loaded
 	// for the executor alone.
 	Models *modelcache.Cache
@@ -178,6 +181,10 @@ type Lister interface {
 // MaxImageCache bounds the bytes of image files one folder dataset keeps in memory.
 const MaxImageCache = 512 << 20
 
+// DefaultFetchTimeout is KernelExecutor.FetchTimeout's default: 30 s, the same as
+// SchedConfig.ReadTimeout's for a task's result.
+const DefaultFetchTimeout = 30 * time.Second
+
 // openImages opens a folder of PNG/JPEG files stored under an SDFS prefix; files are fetched
 // on first use and kept (up to MaxImageCache bytes).
 func (x *KernelExecutor) openImages(ctx context.Context, prefix string) (dataset.Dataset, error) {
@@ -201,7 +208,11 @@ func (x *KernelExecutor) openImages(ctx context.Context, prefix string) (dataset
 		if ok {
 			return b, nil
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		limit := x.FetchTimeout
+		if limit <= 0 {
+			limit = DefaultFetchTimeout
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), limit)
 		defer cancel()
 		b, err := x.Blobs.Get(ctx, name)
 		if err != nil {

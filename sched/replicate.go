@@ -48,8 +48,8 @@ const (
 // it). When there is no other live node to be standby, an fsync of the journal makes the
 // entries durable instead. Clients' changes wait (wait) until their entry is held; a
 // worker's task-done entry does not: losing one only means the task runs again and writes
-// the same bytes. With nothing to send, an empty batch every 4 ticks is the standby's
-// heartbeat. mu guards the fields below it.
+// the same bytes. With nothing to send, an empty batch every StandbyBeat is the
+// standby's heartbeat. mu guards the fields below it.
 type replicator struct {
 	s     *Scheduler
 	epoch uint64
@@ -69,7 +69,7 @@ type replicator struct {
 	held     uint64    // every entry up to held is held by the current standby (0 until it is synced)
 	removed  []string  // members the coordinator no longer counts toward a majority, for the standby
 	replaced time.Time // when a standby was last replaced by another (or by none)
-	lastSent time.Time // last call to target (a heartbeat is due 4 ticks later)
+	lastSent time.Time // last call to target (a heartbeat is due StandbyBeat later)
 	retryAt  time.Time // after a failed call, wait until then
 	stopped  error     // why the replicator stopped (nil while running)
 	changed  chan struct{}
@@ -369,7 +369,7 @@ func (r *replicator) sendBatch(target, addr string) bool {
 	if n > 0 {
 		lastSeq = r.pending[n-1].seq
 	}
-	beat := time.Since(r.lastSent) >= 4*r.s.cfg.Tick
+	beat := time.Since(r.lastSent) >= r.s.cfg.StandbyBeat
 	r.mu.Unlock()
 	if n == 0 && !beat {
 		return false
