@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"idunno/rpc"
 )
 
 // FencedError is an order refused because it carried an old coordinator epoch, or because
@@ -22,10 +24,11 @@ func (e *FencedError) Error() string {
 	return fmt.Sprintf("sched: fenced: epoch %d refused (%s)", e.Epoch, e.Reason)
 }
 
-// IsFenced reports whether err is (or wraps) a *FencedError.
+// IsFenced reports whether err is (or wraps) a *FencedError, or is a node's refusal that
+// carries CodeFenced (methods whose reply has no room for the *FencedError itself).
 func IsFenced(err error) bool {
 	var f *FencedError
-	return errors.As(err, &f)
+	return errors.As(err, &f) || rpc.CodeOf(err) == CodeFenced
 }
 
 // fenceReply rides in the Args of a refused epoch call, so that the caller gets the
