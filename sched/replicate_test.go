@@ -290,6 +290,11 @@ func TestFencedErrorIsTyped(t *testing.T) {
 	if !Retryable(err) || rpc.CodeOf(err) != CodeFenced {
 		t.Fatalf("fencing error %v carries code %q", err, rpc.CodeOf(err))
 	}
+	// A method whose reply carries a body: the refusal is known by its code.
+	_, _, err = co.s.callEpochBody(ctx, nd.addr, "sched.train.state", 0, StateArgs{}, nil, nil)
+	if !IsFenced(err) {
+		t.Fatalf("train.state of epoch 0: %v (code %q), want fenced", err, rpc.CodeOf(err))
+	}
 }
 
 // Client calls that fail tell the caller what to do by their code, through any node, not
