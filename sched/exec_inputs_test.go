@@ -186,9 +186,12 @@ func TestKernelExecutorCachesAreLRU(t *testing.T) {
 	// A job with more input arrays than the cache keeps still runs (each array is used as
 	// it is loaded, not looked up in the cache again).
 	y := &sched.KernelExecutor{Blobs: blobs, Threads: 1, Keep: 1}
-	ids := make([]int64, 2*5)
+	ids, ones := make([]int64, 2*5), make([]int64, 2*5)
+	for i := range ones {
+		ids[i], ones[i] = int64(i), 1
+	}
 	blobs.Put(ctx, "ids.npy", npyInt64([]int{2, 5}, ids))
-	blobs.Put(ctx, "mask.npy", npyInt64([]int{2, 5}, ids))
+	blobs.Put(ctx, "mask.npy", npyInt64([]int{2, 5}, ones))
 	spec := sched.JobSpec{Name: "j", Model: "a.onnx", Inputs: map[string]string{"ids": "ids.npy", "mask": "mask.npy"}, Batch: 2}
 	if _, _, err := y.Run(ctx, spec, 0, 2); err != nil {
 		t.Fatalf("two arrays through a cache of one: %v", err)
