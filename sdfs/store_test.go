@@ -479,11 +479,18 @@ func TestFailedPutDoesNotReappearAfterReplicaCrash(t *testing.T) {
 						hit = true
 						deadline := time.Now().Add(5 * time.Second)
 						for time.Now().Before(deadline) {
+							// the new version on the victim's disk, pending (or, were the
+							// hole open, visible)
 							victim.store.disk.mu.Lock()
 							mu.Lock()
 							for _, p := range victim.store.disk.pending {
 								if p.m.Name == "f" {
 									failed = p.m.Version
+								}
+							}
+							for _, m := range victim.store.disk.files["f"] {
+								if m.Version != v1 {
+									failed = m.Version
 								}
 							}
 							seen := failed != (Version{})
