@@ -83,11 +83,13 @@ func coordMethod[A, R any](s *Scheduler, srv *rpc.Server, method string, f func(
 			var zero R
 			return zero, retryErrorf("sched: %s is no longer the coordinator; retry", s.name)
 		}
-		return f(ctx, a)
+		r, err := f(ctx, a)
+		return r, notAuthoritative(err, s.IsCoordinator())
 	})
 	rpc.HandleJSON(srv, method, func(ctx context.Context, a A) (R, error) {
 		if s.IsCoordinator() {
-			return f(ctx, a)
+			r, err := f(ctx, a)
+			return r, notAuthoritative(err, s.IsCoordinator())
 		}
 		var r R
 		name, addr, _, _ := s.coordinator()

@@ -44,6 +44,17 @@ func noJobError(name string) error {
 	return &codedError{CodeNoJob, fmt.Errorf("sched: no job %q", name)}
 }
 
+// notAuthoritative marks an error without a code as CodeRetry when the node that answered
+// no longer coordinates (coordinating: whether it does now, asked after the answer): the
+// answer came from a state another coordinator may have moved on from, so the caller asks
+// again. Coded errors keep their code.
+func notAuthoritative(err error, coordinating bool) error {
+	if err == nil || coordinating || rpc.CodeOf(err) != "" {
+		return err
+	}
+	return &codedError{CodeRetry, err}
+}
+
 // RPCCode makes a *FencedError an rpc.Coded error.
 func (e *FencedError) RPCCode() string { return CodeFenced }
 

@@ -634,3 +634,26 @@ func waitStandbyOf(t *testing.T, c *memCluster, coord string) string {
 	t.Fatal("no standby")
 	return ""
 }
+
+// An uncoded refusal from a node that no longer coordinates is not the cluster's answer:
+// it becomes CodeRetry (so the training API's "stopped coordinating" is retried too);
+// coded errors and a coordinator's refusals stay as they are.
+func TestNotAuthoritative(t *testing.T) {
+	plain := errors.New("sched: phase is idle")
+	if err := notAuthoritative(plain, true); err != plain || Retryable(err) {
+		t.Errorf("coordinator's refusal: %v", err)
+	}
+	if err := notAuthoritative(plain, false); !Retryable(err) || err.Error() != plain.Error() || !errors.Is(err, plain) {
+		t.Errorf("former coordinator's refusal: %v (code %q)", err, rpc.CodeOf(err))
+	}
+	if err := notAuthoritative(noJobError("j"), false); !IsNoJob(err) || Retryable(err) {
+		t.Errorf("coded error: %v (code %q)", err, rpc.CodeOf(err))
+	}
+	unconfirmed := fmt.Errorf("%w: standby gone", errNotConfirmed)
+	if err := notAuthoritative(unconfirmed, false); !Unconfirmed(err) {
+		t.Errorf("unconfirmed: %v (code %q)", err, rpc.CodeOf(err))
+	}
+	if notAuthoritative(nil, false) != nil {
+		t.Error("nil")
+	}
+}
