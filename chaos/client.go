@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"sync"
 	"time"
 
@@ -132,13 +131,10 @@ func (cl *Client) AddJob(spec sched.JobSpec) Op {
 	return op
 }
 
-// retryable reports whether a node's error leaves the add worth retrying elsewhere (no
-// coordinator, stepped down, not confirmed: "retry", "may or may not").
-func retryable(err error) bool {
-	s := err.Error()
-	return strings.Contains(s, "retry") || strings.Contains(s, "may or may not") || strings.Contains(s, "unreachable") ||
-		strings.Contains(s, "no longer") || strings.Contains(s, "fenced") || strings.Contains(s, "epoch")
-}
+// retryable reports whether a node's error leaves the call worth sending again (no
+// coordinator, stepped down, not confirmed, fenced): the scheduler's error codes
+// (sched.Retryable), not the error's text.
+func retryable(err error) bool { return sched.Retryable(err) }
 
 // Call makes one scheduler call through any node that answers (reads: stats, job get).
 func (cl *Client) Call(method string, args, reply any, limit time.Duration) error {

@@ -38,7 +38,7 @@ func schedCall(t *target, method string, args, reply any) error {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			err = cl.CallJSON(ctx, a, method, args, reply)
 			cancel()
-			if err == nil || (rpc.IsRemote(err) && !strings.Contains(err.Error(), "retry")) {
+			if err == nil || (rpc.IsRemote(err) && !sched.Retryable(err)) {
 				return err
 			}
 			if !rpc.IsRemote(err) {
@@ -403,7 +403,7 @@ func waitJob(t *target, name string, timeout time.Duration) error {
 	for {
 		var js sched.JobSummary
 		err := schedCall(t, "sched.job.get", sched.NameArgs{Name: name}, &js)
-		if err != nil && rpc.IsRemote(err) && strings.Contains(err.Error(), "no job") {
+		if err != nil && sched.IsNoJob(err) {
 			return err
 		}
 		if err == nil {

@@ -27,7 +27,7 @@ func NewClient(secret []byte) *Client {
 }
 
 // Call sends req to addr and returns the response. A non-empty response Err comes back as
-// a *RemoteError. Without a deadline in ctx, DefaultWait applies.
+// a *RemoteError (with the response's Code). Without a deadline in ctx, DefaultWait applies.
 func (c *Client) Call(ctx context.Context, addr string, req *Message) (*Message, error) {
 	if netfault.Cut() {
 		return nil, fmt.Errorf("rpc: %s %s: %w", addr, req.Method, netfault.ErrCut)
@@ -53,7 +53,7 @@ func (c *Client) Call(ctx context.Context, addr string, req *Message) (*Message,
 	}
 	c.put(addr, conn)
 	if resp.Err != "" {
-		return resp, &RemoteError{Msg: resp.Err}
+		return resp, &RemoteError{Msg: resp.Err, Code: resp.Code}
 	}
 	return resp, nil
 }

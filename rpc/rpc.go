@@ -33,15 +33,42 @@ const (
 type Message struct {
 	Method string          `json:"m,omitempty"`
 	Err    string          `json:"e,omitempty"`
+	Code   string          `json:"c,omitempty"`  // with Err: what kind of failure it is (see Coded), "" if none
 	Epoch  uint64          `json:"ep,omitempty"` // coordinator epoch for fencing, 0 if unused
 	Args   json.RawMessage `json:"a,omitempty"`
 	Body   []byte          `json:"-"`
 }
 
-// RemoteError is an error returned by the handler on the other side.
-type RemoteError struct{ Msg string }
+// RemoteError is an error returned by the handler on the other side. Code is the code the
+// handler's error carried (see Coded), "" if none.
+type RemoteError struct {
+	Msg  string
+	Code string
+}
 
 func (e *RemoteError) Error() string { return e.Msg }
+
+// RPCCode returns the code the remote error carried, so that a handler that returns a
+// RemoteError it got from another node (a forwarded call) passes the code on.
+func (e *RemoteError) RPCCode() string { return e.Code }
+
+// Coded is an error that carries a machine-readable code across the wire: a handler's error
+// that is (or wraps) a Coded reaches the caller as a *RemoteError with that Code, so callers
+// branch on the code instead of matching the text. Codes are namespaced by package
+// ("sched.retry").
+type Coded interface {
+	error
+	RPCCode() string
+}
+
+// CodeOf returns the code err carries (a local Coded error, or a *RemoteError), "" if none.
+func CodeOf(err error) string {
+	var c Coded
+	if errors.As(err, &c) {
+		return c.RPCCode()
+	}
+	return ""
+}
 
 // IsRemote reports whether err came from the remote handler (as opposed to the transport).
 func IsRemote(err error) bool {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -93,4 +94,41 @@ func FuzzReadFrame(f *testing.F) {
 			}
 		}
 	})
+}
+
+type codedErr struct{ msg string }
+
+func (e codedErr) Error() string   { return e.msg }
+func (e codedErr) RPCCode() string { return "test.code" }
+
+// A handler's error that is (or wraps) a Coded reaches the caller with its code, and a
+// node that returns a RemoteError it got from another node passes the code on.
+func TestErrorCodeCrossesTheWire(t *testing.T) {
+	s1, addr1 := startServer(t, "k")
+	s2, addr2 := startServer(t, "k")
+	c := NewClient([]byte("k"))
+	defer c.Close()
+	s1.Handle("coded", func(ctx context.Context, m *Message) (*Message, error) {
+		return nil, fmt.Errorf("wrapped: %w", codedErr{"boom"})
+	})
+	s1.Handle("plain", func(ctx context.Context, m *Message) (*Message, error) { return nil, errors.New("plain") })
+	s2.Handle("forward", func(ctx context.Context, m *Message) (*Message, error) {
+		_, err := c.Call(ctx, addr1, &Message{Method: "coded"})
+		return nil, err
+	})
+	for _, tc := range []struct{ addr, method, code string }{
+		{addr1, "coded", "test.code"}, {addr2, "forward", "test.code"}, {addr1, "plain", ""},
+	} {
+		err := c.CallJSON(context.Background(), tc.addr, tc.method, nil, nil)
+		var re *RemoteError
+		if !errors.As(err, &re) || re.Code != tc.code || CodeOf(err) != tc.code {
+			t.Errorf("%s: %v (%#v), want code %q", tc.method, err, err, tc.code)
+		}
+	}
+	if err := c.CallJSON(context.Background(), addr1, "coded", nil, nil); !strings.Contains(err.Error(), "wrapped: boom") {
+		t.Errorf("text lost: %v", err)
+	}
+	if CodeOf(codedErr{"x"}) != "test.code" || CodeOf(errors.New("x")) != "" || CodeOf(nil) != "" {
+		t.Error("CodeOf of local errors")
+	}
 }

@@ -168,7 +168,7 @@ func (s *Server) dispatch(req *Message) (resp *Message) {
 	defer cancel()
 	r, err := h(ctx, req)
 	if err != nil {
-		return &Message{Err: err.Error()}
+		return &Message{Err: err.Error(), Code: CodeOf(err)}
 	}
 	if r == nil {
 		r = &Message{}

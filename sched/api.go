@@ -81,24 +81,28 @@ func coordMethod[A, R any](s *Scheduler, srv *rpc.Server, method string, f func(
 	rpc.HandleJSON(srv, method+"!", func(ctx context.Context, a A) (R, error) {
 		if !s.IsCoordinator() {
 			var zero R
-			return zero, fmt.Errorf("sched: %s is no longer the coordinator; retry", s.name)
+			return zero, retryErrorf("sched: %s is no longer the coordinator; retry", s.name)
 		}
-		return f(ctx, a)
+		r, err := f(ctx, a)
+		return r, notAuthoritative(err, s.IsCoordinator())
 	})
 	rpc.HandleJSON(srv, method, func(ctx context.Context, a A) (R, error) {
 		if s.IsCoordinator() {
-			return f(ctx, a)
+			r, err := f(ctx, a)
+			return r, notAuthoritative(err, s.IsCoordinator())
 		}
 		var r R
 		name, addr, _, _ := s.coordinator()
 		if addr == "" {
-			return r, fmt.Errorf("sched: no coordinator right now (a new one is being elected); retry shortly")
+			return r, retryErrorf("sched: no coordinator right now (a new one is being elected); retry shortly")
 		}
 		if err := s.rpc.CallJSON(ctx, addr, method+"!", a, &r); err != nil {
 			if rpc.IsRemote(err) {
 				return r, err
 			}
-			return r, fmt.Errorf("sched: coordinator %s unreachable (a new one may be taking over); retry: %w", name, err)
+			// The call may have reached the coordinator and its answer been lost: a change
+			// in it may or may not have been made.
+			return r, &codedError{CodeUnconfirmed, fmt.Errorf("sched: coordinator %s unreachable (a new one may be taking over); retry: %w", name, err)}
 		}
 		return r, nil
 	})
@@ -222,7 +226,7 @@ func (s *Scheduler) apiModelAdd(ctx context.Context, a ModelArgs) (ClusterInfo, 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.role != roleCoordinator {
-		return ClusterInfo{}, fmt.Errorf("sched: %s stopped coordinating; retry", s.name)
+		return ClusterInfo{}, retryErrorf("sched: %s stopped coordinating; retry", s.name)
 	}
 	if err := s.commit(&Entry{Kind: EntryModel, Name: a.Name, Model: a.Model}); err != nil {
 		return ClusterInfo{}, err
@@ -235,7 +239,7 @@ func (s *Scheduler) apiModelRemove(_ context.Context, a NameArgs) (ClusterInfo, 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.role != roleCoordinator {
-		return ClusterInfo{}, fmt.Errorf("sched: %s stopped coordinating; retry", s.name)
+		return ClusterInfo{}, retryErrorf("sched: %s stopped coordinating; retry", s.name)
 	}
 	if s.st.Phase != PhaseTraining {
 		return ClusterInfo{}, fmt.Errorf("sched: training jobs are removed in the training phase (idunno train start); phase is %s", s.st.Phase)
@@ -318,7 +322,7 @@ func (s *Scheduler) apiJobAdd(ctx context.Context, spec JobSpec) (JobAddReply, e
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.role != roleCoordinator {
-		return fail(fmt.Errorf("sched: %s stopped coordinating; retry", s.name))
+		return fail(retryErrorf("sched: %s stopped coordinating; retry", s.name))
 	}
 	if j, dup := s.st.Jobs[spec.Name]; dup && s.isRetryOf(j, spec) {
 		// The same add arrived twice and the other copy committed while this one probed
@@ -351,7 +355,7 @@ func (s *Scheduler) apiJobRemove(_ context.Context, a NameArgs) (struct{}, error
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.role != roleCoordinator {
-		return struct{}{}, fmt.Errorf("sched: %s stopped coordinating; retry", s.name)
+		return struct{}{}, retryErrorf("sched: %s stopped coordinating; retry", s.name)
 	}
 	if err := s.commit(&Entry{Kind: EntryJobRemove, Name: a.Name}); err != nil {
 		return struct{}{}, err
@@ -406,7 +410,7 @@ func (s *Scheduler) apiJobGet(_ context.Context, a NameArgs) (JobSummary, error)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.st.Jobs[a.Name]; !ok {
-		return JobSummary{}, fmt.Errorf("sched: no job %q", a.Name)
+		return JobSummary{}, noJobError(a.Name)
 	}
 	return s.summary(a.Name, s.now()), nil
 }
@@ -416,7 +420,7 @@ func (s *Scheduler) apiJobHistogram(_ context.Context, a NameArgs) (LatencyHisto
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.st.Jobs[a.Name]; !ok {
-		return LatencyHistogram{}, fmt.Errorf("sched: no job %q", a.Name)
+		return LatencyHistogram{}, noJobError(a.Name)
 	}
 	h := LatencyHistogram{BoundsMS: LatencyBucketsMS, Counts: make([]int64, len(LatencyBucketsMS))}
 	st := s.stats[a.Name]
@@ -453,10 +457,10 @@ func (s *Scheduler) apiJobStats(_ context.Context, a NameArgs) (JobStatsReport, 
 	defer s.mu.Unlock()
 	j, ok := s.st.Jobs[a.Name]
 	if !ok {
-		return JobStatsReport{}, fmt.Errorf("sched: no job %q", a.Name)
+		return JobStatsReport{}, noJobError(a.Name)
 	}
 	if s.role != roleCoordinator {
-		return JobStatsReport{}, fmt.Errorf("sched: %s stopped coordinating; retry", s.name)
+		return JobStatsReport{}, retryErrorf("sched: %s stopped coordinating; retry", s.name)
 	}
 	now := s.now()
 	r := JobStatsReport{Job: a.Name, Done: doneQueries(j), Total: j.Spec.Queries, Workers: []WorkerShare{}, Weight: j.Spec.RateWeight()}

@@ -153,7 +153,7 @@ func (c *memCluster) callRetry(method string, args, reply any) error {
 			if err = c.call(name, method, args, reply); err == nil {
 				return nil
 			}
-			if rpc.IsRemote(err) && !strings.Contains(err.Error(), "retry") {
+			if rpc.IsRemote(err) && !Retryable(err) {
 				return err
 			}
 			break
@@ -337,7 +337,7 @@ func TestClusterBadInput(t *testing.T) {
 	if err := add(JobSpec{Name: "a", Model: "fast.onnx", Data: "small.idx", Batch: 5}); err == nil || !strings.Contains(err.Error(), "already in use") {
 		t.Fatalf("duplicate: %v", err)
 	}
-	if err := c.callRetry("sched.job.remove", NameArgs{"zzz"}, nil); err == nil || !strings.Contains(err.Error(), "no job") {
+	if err := c.callRetry("sched.job.remove", NameArgs{"zzz"}, nil); !IsNoJob(err) || !strings.Contains(err.Error(), "no job") {
 		t.Fatalf("remove unknown: %v", err)
 	}
 	// Removing a running job stops it and frees its name.

@@ -68,6 +68,9 @@ func TestStateApply(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), b.want) {
 			t.Errorf("%+v: error %v, want %q", b.e, err, b.want)
 		}
+		if IsFenced(err) != (b.want == "fenced") {
+			t.Errorf("%+v: error %v: IsFenced %v", b.e, err, IsFenced(err))
+		}
 		if s.Seq != before.Seq || s.Jobs["a"].NDone != before.Jobs["a"].NDone {
 			t.Errorf("%+v changed the state", b.e)
 		}

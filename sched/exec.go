@@ -11,6 +11,8 @@ import (
 	"idunno/kernel/onnx"
 	"idunno/modelcache"
 	"idunno/sched/dataset"
+
+	lru "github.com/hashicorp/golang-lru/v2"
 )
 
 // KernelExecutor is the worker's Executor: models and datasets come from the store (and
@@ -23,7 +25,10 @@ type KernelExecutor struct {
 	Threads int
 	Keep    int // models and datasets kept in memory (each); default 4
 	Nice    int
-	Logf    func(string, ...any) // nil: no log
+	// FetchTimeout is the deadline of reading one image of a folder dataset from the store
+	// (0: DefaultFetchTimeout).
+	FetchTimeout time.Duration
+	Logf         func(string, ...any) // nil: no log
 	// Models is the node's model cache, shared with HTTP serving; nil: models are loaded
 	// for the executor alone.
 	Models *modelcache.Cache
@@ -31,9 +36,11 @@ type KernelExecutor struct {
 	lowOnce sync.Once
 	low     *lowThreads
 
+	// models and data are LRU caches (hashicorp/golang-lru/v2) of Keep entries each, made
+	// at first use; mu makes a lookup and the insert that follows one step.
 	mu     sync.Mutex
-	models map[string]*cachedModel
-	data   map[string]*cachedData
+	models *lru.Cache[string, *cachedModel]
+	data   *lru.Cache[string, *cachedData]
 	trains map[string]*trainCache
 }
 
@@ -43,7 +50,6 @@ type cachedModel struct {
 	h    *modelcache.Handle // Models' hold on m (nil: m is the executor's own)
 	dims []int64
 	err  error
-	used time.Time
 	buf  []float32 // reused input buffer (the worker runs one task at a time)
 	mu   sync.Mutex
 }
@@ -53,7 +59,6 @@ type cachedData struct {
 	ds   dataset.Dataset
 	arr  *dataset.Array // format "array": a named input's .npy
 	err  error
-	used time.Time
 }
 
 func (x *KernelExecutor) keep() int {
@@ -76,17 +81,21 @@ func (x *KernelExecutor) model(ctx context.Context, name, prec string) (*cachedM
 	}
 	x.mu.Lock()
 	if x.models == nil {
-		x.models = map[string]*cachedModel{}
+		// An evicted model is let go of once no run holds it (see release).
+		x.models, _ = lru.NewWithEvict(x.keep(), func(_ string, c *cachedModel) {
+			go func() {
+				c.once.Do(func() {})
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				c.release()
+			}()
+		})
 	}
-	c := x.models[key]
-	if c == nil {
+	c, ok := x.models.Get(key)
+	if !ok {
 		c = &cachedModel{}
-		x.models[key] = c
-		for len(x.models) > x.keep() {
-			x.evictModel(key)
-		}
+		x.models.Add(key, c)
 	}
-	c.used = time.Now()
 	x.mu.Unlock()
 	c.once.Do(func() {
 		b, err := x.Blobs.Get(ctx, name)
@@ -127,8 +136,8 @@ func (x *KernelExecutor) model(ctx context.Context, name, prec string) (*cachedM
 	})
 	if c.err != nil {
 		x.mu.Lock()
-		if x.models[key] == c {
-			delete(x.models, key) // a failed load is retried next time (the file may appear)
+		if cur, ok := x.models.Peek(key); ok && cur == c {
+			x.models.Remove(key) // a failed load is retried next time (the file may appear)
 		}
 		x.mu.Unlock()
 	}
@@ -139,24 +148,6 @@ func (x *KernelExecutor) model(ctx context.Context, name, prec string) (*cachedM
 func (x *KernelExecutor) lowered(f func()) {
 	x.lowOnce.Do(func() { x.low = &lowThreads{nice: x.Nice, logf: x.Logf} })
 	x.low.do(f)
-}
-
-// evictModel drops the least recently used model other than keep. Called with x.mu held.
-func (x *KernelExecutor) evictModel(keep string) {
-	var old string
-	for n, c := range x.models {
-		if n != keep && (old == "" || c.used.Before(x.models[old].used)) {
-			old = n
-		}
-	}
-	c := x.models[old]
-	delete(x.models, old)
-	go func() { // close once no run holds it
-		c.once.Do(func() {})
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.release()
-	}()
 }
 
 // release lets go of the model: back to the node's cache, or closed if it is the
@@ -177,6 +168,10 @@ type Lister interface {
 
 // MaxImageCache bounds the bytes of image files one folder dataset keeps in memory.
 const MaxImageCache = 512 << 20
+
+// DefaultFetchTimeout is KernelExecutor.FetchTimeout's default: 30 s, the same as
+// SchedConfig.ReadTimeout's for a task's result.
+const DefaultFetchTimeout = 30 * time.Second
 
 // openImages opens a folder of PNG/JPEG files stored under an SDFS prefix; files are fetched
 // on first use and kept (up to MaxImageCache bytes).
@@ -201,7 +196,11 @@ func (x *KernelExecutor) openImages(ctx context.Context, prefix string) (dataset
 		if ok {
 			return b, nil
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		limit := x.FetchTimeout
+		if limit <= 0 {
+			limit = DefaultFetchTimeout
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), limit)
 		defer cancel()
 		b, err := x.Blobs.Get(ctx, name)
 		if err != nil {
@@ -217,26 +216,26 @@ func (x *KernelExecutor) openImages(ctx context.Context, prefix string) (dataset
 }
 
 func (x *KernelExecutor) dataset(ctx context.Context, name, format string) (dataset.Dataset, error) {
+	c, err := x.cachedDataset(ctx, name, format)
+	if err != nil {
+		return nil, err
+	}
+	return c.ds, nil
+}
+
+// cachedDataset returns the dataset stored as name in format, loaded once and kept in the
+// LRU cache of datasets; a failed load is not kept.
+func (x *KernelExecutor) cachedDataset(ctx context.Context, name, format string) (*cachedData, error) {
 	key := format + "|" + name
 	x.mu.Lock()
 	if x.data == nil {
-		x.data = map[string]*cachedData{}
+		x.data, _ = lru.New[string, *cachedData](x.keep())
 	}
-	c := x.data[key]
-	if c == nil {
+	c, ok := x.data.Get(key)
+	if !ok {
 		c = &cachedData{}
-		x.data[key] = c
-		for len(x.data) > x.keep() {
-			var old string
-			for n, d := range x.data {
-				if n != key && (old == "" || d.used.Before(x.data[old].used)) {
-					old = n
-				}
-			}
-			delete(x.data, old)
-		}
+		x.data.Add(key, c)
 	}
-	c.used = time.Now()
 	x.mu.Unlock()
 	c.once.Do(func() {
 		if format == "array" {
@@ -270,12 +269,13 @@ func (x *KernelExecutor) dataset(ctx context.Context, name, format string) (data
 	})
 	if c.err != nil {
 		x.mu.Lock()
-		if x.data[key] == c {
-			delete(x.data, key)
+		if cur, ok := x.data.Peek(key); ok && cur == c {
+			x.data.Remove(key)
 		}
 		x.mu.Unlock()
+		return nil, c.err
 	}
-	return c.ds, c.err
+	return c, nil
 }
 
 // arrays loads a multi-input job's arrays in the model's input order and checks them
@@ -291,14 +291,9 @@ func (x *KernelExecutor) arrays(ctx context.Context, spec JobSpec, c *cachedMode
 		if !ok {
 			return nil, nil, fmt.Errorf("sched: model %s input %q is not bound (--input %s=ARRAY.npy)", spec.Model, in.Name, in.Name)
 		}
-		if _, err := x.dataset(ctx, name, "array"); err != nil {
+		a, err := x.cachedDataset(ctx, name, "array")
+		if err != nil {
 			return nil, nil, err
-		}
-		x.mu.Lock()
-		a := x.data["array|"+name]
-		x.mu.Unlock()
-		if a == nil || a.arr == nil {
-			return nil, nil, fmt.Errorf("sched: input array %q was evicted; retry", name)
 		}
 		arr := a.arr
 		if len(in.Dims) != len(arr.Dims) {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"idunno/kernel"
@@ -121,5 +122,78 @@ func TestJobSpecInputsJournalCompatible(t *testing.T) {
 	var s sched.JobSpec
 	if err := json.Unmarshal([]byte(`{"name":"j","model":"m","data":"d","format":"","batch":1,"pre":{},"queries":3,"task_size":1,"id":4}`), &s); err != nil || s.Inputs != nil {
 		t.Fatalf("old entry: %v, inputs %v", err, s.Inputs)
+	}
+}
+
+// countingBlobs counts the reads of each name.
+type countingBlobs struct {
+	*sched.MemBlobs
+	mu    sync.Mutex
+	reads map[string]int
+}
+
+func (b *countingBlobs) Get(ctx context.Context, name string) ([]byte, error) {
+	b.mu.Lock()
+	b.reads[name]++
+	b.mu.Unlock()
+	return b.MemBlobs.Get(ctx, name)
+}
+
+func (b *countingBlobs) count(name string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.reads[name]
+}
+
+// The executor's caches of models and of input arrays are LRU caches of Keep entries: a
+// use moves an entry to the front, the least recently used leaves first, and what left is
+// read from the store again when asked for.
+func TestKernelExecutorCachesAreLRU(t *testing.T) {
+	if err := kernel.Available(); err != nil {
+		t.Fatalf("the kernel library is needed: %v", err)
+	}
+	blobs := &countingBlobs{MemBlobs: sched.NewMemBlobs(), reads: map[string]int{}}
+	ctx := context.Background()
+	for i, name := range []string{"a.onnx", "b.onnx", "c.onnx"} {
+		m, err := zoo.BuildText(zoo.TextOptions{Vocab: 50, Length: 5, Layers: 1, Heads: 2, Width: 8, Classes: 4, Seed: uint64(i + 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		blobs.Put(ctx, name, onnx.Encode(m))
+	}
+	x := &sched.KernelExecutor{Blobs: blobs, Threads: 1, Keep: 2}
+	for _, name := range []string{"a.onnx", "b.onnx", "a.onnx", "c.onnx", "a.onnx", "b.onnx"} {
+		if err := x.ProbeModel(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// a: read once (used again before each eviction); b: evicted by c (a was used after
+	// it), read again; c: once.
+	for name, want := range map[string]int{"a.onnx": 1, "b.onnx": 2, "c.onnx": 1} {
+		if got := blobs.count(name); got != want {
+			t.Errorf("%s read %d times, want %d", name, got, want)
+		}
+	}
+	// A failed load is not kept: the file may appear later.
+	if err := x.ProbeModel(ctx, "late.onnx"); err == nil {
+		t.Fatal("missing model loaded")
+	}
+	m, _ := blobs.MemBlobs.Get(ctx, "c.onnx")
+	blobs.Put(ctx, "late.onnx", m)
+	if err := x.ProbeModel(ctx, "late.onnx"); err != nil {
+		t.Fatalf("model stored after a failed load: %v", err)
+	}
+	// A job with more input arrays than the cache keeps still runs (each array is used as
+	// it is loaded, not looked up in the cache again).
+	y := &sched.KernelExecutor{Blobs: blobs, Threads: 1, Keep: 1}
+	ids, ones := make([]int64, 2*5), make([]int64, 2*5)
+	for i := range ones {
+		ids[i], ones[i] = int64(i), 1
+	}
+	blobs.Put(ctx, "ids.npy", npyInt64([]int{2, 5}, ids))
+	blobs.Put(ctx, "mask.npy", npyInt64([]int{2, 5}, ones))
+	spec := sched.JobSpec{Name: "j", Model: "a.onnx", Inputs: map[string]string{"ids": "ids.npy", "mask": "mask.npy"}, Batch: 2}
+	if _, _, err := y.Run(ctx, spec, 0, 2); err != nil {
+		t.Fatalf("two arrays through a cache of one: %v", err)
 	}
 }

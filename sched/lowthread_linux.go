@@ -62,10 +62,15 @@ func (p *lowThreads) put(w chan func()) {
 	close(w) // its goroutine exits, and its locked thread with it
 }
 
-// serve runs work on a locked thread at the lowered priority until w is closed.
+// serve runs work on a locked thread at the lowered priority until w is closed. A thread
+// that already runs at nice p.nice or above (a node started with nice 15) is left as it is:
+// compute never runs ahead of the rest of its node, even where the process could raise it.
 func (p *lowThreads) serve(w chan func()) {
 	runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
-	if err := syscall.Setpriority(syscall.PRIO_PROCESS, syscall.Gettid(), p.nice); err != nil {
+	tid := syscall.Gettid()
+	if cur, err := threadNice(tid); err == nil && cur >= p.nice {
+		// already as low as asked
+	} else if err := syscall.Setpriority(syscall.PRIO_PROCESS, tid, p.nice); err != nil {
 		p.mu.Lock()
 		warn := !p.warned
 		p.warned = true
@@ -77,4 +82,14 @@ func (p *lowThreads) serve(w chan func()) {
 	for f := range w {
 		f()
 	}
+}
+
+// threadNice returns the nice value of thread tid (the raw getpriority system call returns
+// 20 - nice, so that it is never negative).
+func threadNice(tid int) (int, error) {
+	prio, err := syscall.Getpriority(syscall.PRIO_PROCESS, tid)
+	if err != nil {
+		return 0, err
+	}
+	return 20 - prio, nil
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"idunno/rpc"
 )
 
 // FencedError is an order refused because it carried an old coordinator epoch, or because
@@ -22,10 +24,11 @@ func (e *FencedError) Error() string {
 	return fmt.Sprintf("sched: fenced: epoch %d refused (%s)", e.Epoch, e.Reason)
 }
 
-// IsFenced reports whether err is (or wraps) a *FencedError.
+// IsFenced reports whether err is (or wraps) a *FencedError, or is a node's refusal that
+// carries CodeFenced (methods whose reply has no room for the *FencedError itself).
 func IsFenced(err error) bool {
 	var f *FencedError
-	return errors.As(err, &f)
+	return errors.As(err, &f) || rpc.CodeOf(err) == CodeFenced
 }
 
 // fenceReply rides in the Args of a refused epoch call, so that the caller gets the
@@ -48,8 +51,8 @@ const (
 // it). When there is no other live node to be standby, an fsync of the journal makes the
 // entries durable instead. Clients' changes wait (wait) until their entry is held; a
 // worker's task-done entry does not: losing one only means the task runs again and writes
-// the same bytes. With nothing to send, an empty batch every 4 ticks is the standby's
-// heartbeat. mu guards the fields below it.
+// the same bytes. With nothing to send, an empty batch every StandbyBeat is the
+// standby's heartbeat. mu guards the fields below it.
 type replicator struct {
 	s     *Scheduler
 	epoch uint64
@@ -69,7 +72,7 @@ type replicator struct {
 	held     uint64    // every entry up to held is held by the current standby (0 until it is synced)
 	removed  []string  // members the coordinator no longer counts toward a majority, for the standby
 	replaced time.Time // when a standby was last replaced by another (or by none)
-	lastSent time.Time // last call to target (a heartbeat is due 4 ticks later)
+	lastSent time.Time // last call to target (a heartbeat is due StandbyBeat later)
 	retryAt  time.Time // after a failed call, wait until then
 	stopped  error     // why the replicator stopped (nil while running)
 	changed  chan struct{}
@@ -188,8 +191,9 @@ func (r *replicator) ack(seq uint64, by string) {
 	}
 }
 
-// errNotConfirmed wraps why a change could not be confirmed: it may still take effect.
-var errNotConfirmed = errors.New("sched: change not confirmed: it may or may not have taken effect; retry")
+// errNotConfirmed wraps why a change could not be confirmed: it may still take effect
+// (CodeUnconfirmed).
+var errNotConfirmed error = &codedError{CodeUnconfirmed, errors.New("sched: change not confirmed: it may or may not have taken effect; retry")}
 
 // wait blocks until every entry up to seq is held, and returns the standby holding it (""
 // when it is only on the coordinator's disk because no other node is live).
@@ -368,7 +372,7 @@ func (r *replicator) sendBatch(target, addr string) bool {
 	if n > 0 {
 		lastSeq = r.pending[n-1].seq
 	}
-	beat := time.Since(r.lastSent) >= 4*r.s.cfg.Tick
+	beat := time.Since(r.lastSent) >= r.s.cfg.StandbyBeat
 	r.mu.Unlock()
 	if n == 0 && !beat {
 		return false
@@ -555,7 +559,10 @@ func (s *Scheduler) handleReplicate(epoch uint64, a ReplicateArgs) (struct{}, ui
 		}
 		if err := s.st.Apply(e); err != nil {
 			s.role = roleFollower
-			return struct{}{}, s.maxEpoch, fmt.Errorf("sched: %s needs a snapshot: %w", s.name, err)
+			// %v, not %w: an entry this journal cannot take (even one of an older epoch
+			// than the journal's) means this node needs a snapshot, not that the
+			// coordinator, whose epoch passed the check above, is fenced.
+			return struct{}{}, s.maxEpoch, fmt.Errorf("sched: %s needs a snapshot: %v", s.name, err)
 		}
 		if err := s.journal.AppendEncoded(raw); err != nil {
 			return struct{}{}, s.maxEpoch, err

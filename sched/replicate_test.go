@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"idunno/rpc"
 )
 
 // cutProxy forwards TCP connections to target until Cut, which closes every connection and
@@ -161,8 +163,8 @@ func TestReplicationFailureDoesNotAcknowledge(t *testing.T) {
 	proxy.Cut()
 	if r, err := addJob(c, "node0", "during"); err == nil {
 		t.Fatalf("add while the standby is cut off was acknowledged: %+v", r)
-	} else if !errors.Is(err, errNotConfirmed) && !strings.Contains(err.Error(), "not confirmed") {
-		t.Fatalf("add while the standby is cut off: %v", err)
+	} else if !Unconfirmed(err) || !Retryable(err) || !strings.Contains(err.Error(), "not confirmed") {
+		t.Fatalf("add while the standby is cut off: %v (code %q), want CodeUnconfirmed", err, rpc.CodeOf(err))
 	}
 	proxy.Heal()
 	// The client retries the add it was not sure of (same idempotency key): it gets the job
@@ -284,6 +286,60 @@ func TestFencedErrorIsTyped(t *testing.T) {
 	var f *FencedError
 	if !errors.As(err, &f) || f.Newest == 0 {
 		t.Fatalf("got %v (%T), want a *FencedError", err, err)
+	}
+	if !Retryable(err) || rpc.CodeOf(err) != CodeFenced {
+		t.Fatalf("fencing error %v carries code %q", err, rpc.CodeOf(err))
+	}
+	// A method whose reply carries a body: the refusal is known by its code.
+	_, _, err = co.s.callEpochBody(ctx, nd.addr, "sched.train.state", 0, StateArgs{}, nil, nil)
+	if !IsFenced(err) {
+		t.Fatalf("train.state of epoch 0: %v (code %q), want fenced", err, rpc.CodeOf(err))
+	}
+}
+
+// Client calls that fail tell the caller what to do by their code, through any node, not
+// by their text: send it again (CodeRetry), not sure it was made (CodeUnconfirmed, see
+// TestReplicationFailureDoesNotAcknowledge), no such job (CodeNoJob), or a refusal for good.
+func TestClientErrorCodes(t *testing.T) {
+	c := newMemCluster(t, 3)
+	co := c.waitCoordinator("")
+	var other string
+	for name := range c.nodes {
+		if name != co.name {
+			other = name
+			break
+		}
+	}
+	if err := c.callRetry("sched.phase", PhaseArgs{PhaseInference}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// A node that does not coordinate refuses a call meant for the coordinator alone.
+	err := c.call(other, "sched.job.list!", struct{}{}, nil)
+	if rpc.CodeOf(err) != CodeRetry || !Retryable(err) || Unconfirmed(err) {
+		t.Fatalf("%s: %v (code %q), want CodeRetry", other, err, rpc.CodeOf(err))
+	}
+	// Through the coordinator, and forwarded by another node: the code survives the hop.
+	// (Until the other node has learned who coordinates, it answers CodeRetry.)
+	settled := func(via, method string, args any) error {
+		var err error
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if err = c.call(via, method, args, nil); rpc.CodeOf(err) != CodeRetry {
+				break
+			}
+		}
+		return err
+	}
+	for _, via := range []string{co.name, other} {
+		for _, m := range []string{"sched.job.get", "sched.job.stats", "sched.job.remove"} {
+			err := settled(via, m, NameArgs{Name: "nope"})
+			if !IsNoJob(err) || Retryable(err) {
+				t.Errorf("%s via %s: %v (code %q), want CodeNoJob", m, via, err, rpc.CodeOf(err))
+			}
+		}
+		err := settled(via, "sched.job.add", JobSpec{Name: "bad", Model: "slow.onnx", Data: "small.idx", Batch: 0})
+		if err == nil || rpc.CodeOf(err) != "" || Retryable(err) {
+			t.Errorf("bad add via %s: %v (code %q), want a refusal without a code", via, err, rpc.CodeOf(err))
+		}
 	}
 }
 
@@ -577,4 +633,27 @@ func waitStandbyOf(t *testing.T, c *memCluster, coord string) string {
 	}
 	t.Fatal("no standby")
 	return ""
+}
+
+// An uncoded refusal from a node that no longer coordinates is not the cluster's answer:
+// it becomes CodeRetry (so the training API's "stopped coordinating" is retried too);
+// coded errors and a coordinator's refusals stay as they are.
+func TestNotAuthoritative(t *testing.T) {
+	plain := errors.New("sched: phase is idle")
+	if err := notAuthoritative(plain, true); err != plain || Retryable(err) {
+		t.Errorf("coordinator's refusal: %v", err)
+	}
+	if err := notAuthoritative(plain, false); !Retryable(err) || err.Error() != plain.Error() || !errors.Is(err, plain) {
+		t.Errorf("former coordinator's refusal: %v (code %q)", err, rpc.CodeOf(err))
+	}
+	if err := notAuthoritative(noJobError("j"), false); !IsNoJob(err) || Retryable(err) {
+		t.Errorf("coded error: %v (code %q)", err, rpc.CodeOf(err))
+	}
+	unconfirmed := fmt.Errorf("%w: standby gone", errNotConfirmed)
+	if err := notAuthoritative(unconfirmed, false); !Unconfirmed(err) {
+		t.Errorf("unconfirmed: %v (code %q)", err, rpc.CodeOf(err))
+	}
+	if notAuthoritative(nil, false) != nil {
+		t.Error("nil")
+	}
 }

@@ -23,6 +23,7 @@ type SchedConfig struct {
 	PollEvery        time.Duration // a node without a coordinator asks the others for theirs this often (200 ms)
 	StatusTimeout    time.Duration // deadline of one such status call (500 ms)
 	StandbyFresh     time.Duration // the standby takes over at once only if the coordinator replicated to it this recently (3 s)
+	StandbyBeat      time.Duration // with nothing to replicate, the coordinator sends the standby an empty batch this often (200 ms; well under StandbyFresh)
 	PullEvery        time.Duration // a worker asks for work (and reports) at least this often (200 ms)
 	Depth            int           // tasks a worker holds: one running, the rest prefetched (2)
 	MaxBuffered      int           // completions a worker buffers while no coordinator answers (1,024)
@@ -58,6 +59,7 @@ func DefaultSchedConfig() SchedConfig {
 		PollEvery:        200 * time.Millisecond,
 		StatusTimeout:    500 * time.Millisecond,
 		StandbyFresh:     3 * time.Second,
+		StandbyBeat:      200 * time.Millisecond,
 		PullEvery:        200 * time.Millisecond,
 		Depth:            2,
 		MaxBuffered:      1024,
@@ -540,7 +542,7 @@ func handleEpoch[A, R any](srv *rpc.Server, method string, f func(epoch uint64, 
 		}
 		r, ep, err := f(req.Epoch, a)
 		if err != nil {
-			return &rpc.Message{Err: err.Error(), Epoch: ep, Args: encodeFence(err)}, nil
+			return &rpc.Message{Err: err.Error(), Code: rpc.CodeOf(err), Epoch: ep, Args: encodeFence(err)}, nil
 		}
 		raw, err := json.Marshal(r)
 		if err != nil {
@@ -560,7 +562,7 @@ func handleEpochBody[A, R any](srv *rpc.Server, method string, f func(epoch uint
 		}
 		r, body, ep, err := f(req.Epoch, a, req.Body)
 		if err != nil {
-			return &rpc.Message{Err: err.Error(), Epoch: ep}, nil
+			return &rpc.Message{Err: err.Error(), Code: rpc.CodeOf(err), Epoch: ep}, nil
 		}
 		raw, err := json.Marshal(r)
 		if err != nil {

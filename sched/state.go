@@ -116,7 +116,7 @@ func (s *State) Check(e *Entry) error {
 		return fmt.Errorf("sched: journal: entry %d out of order (state at %d)", e.Seq, s.Seq)
 	}
 	if e.Epoch < s.Epoch || (e.Kind == EntryEpoch && e.Epoch == s.Epoch && s.Epoch != 0) {
-		return fmt.Errorf("sched: journal: entry of epoch %d fenced by epoch %d", e.Epoch, s.Epoch)
+		return &FencedError{Epoch: e.Epoch, Newest: s.Epoch, Reason: fmt.Sprintf("journal entry %d: the journal is at epoch %d", e.Seq, s.Epoch)}
 	}
 	if e.Kind != EntryEpoch && e.Epoch != s.Epoch {
 		return fmt.Errorf("sched: journal: %s entry of epoch %d without its epoch entry", e.Kind, e.Epoch)
@@ -160,7 +160,7 @@ func (s *State) Check(e *Entry) error {
 		}
 	case EntryJobRemove, EntryJobComplete, EntryJobSplit:
 		if _, ok := s.Jobs[e.Name]; !ok {
-			return fmt.Errorf("sched: no job %q", e.Name)
+			return noJobError(e.Name)
 		}
 	case EntryJobResize:
 		return s.checkResize(e)
@@ -169,7 +169,7 @@ func (s *State) Check(e *Entry) error {
 	case EntryTaskDone:
 		j, ok := s.Jobs[e.Name]
 		if !ok {
-			return fmt.Errorf("sched: no job %q", e.Name)
+			return noJobError(e.Name)
 		}
 		if e.Task < 0 || e.Task >= j.Spec.NumTasks() {
 			return fmt.Errorf("sched: job %s has no task %d", e.Name, e.Task)
@@ -239,7 +239,7 @@ func (s *State) Apply(e *Entry) error {
 func (s *State) checkResize(e *Entry) error {
 	j, ok := s.Jobs[e.Name]
 	if !ok {
-		return fmt.Errorf("sched: no job %q", e.Name)
+		return noJobError(e.Name)
 	}
 	sp := j.Spec
 	if j.Complete || len(sp.splits()) >= MaxSplits {

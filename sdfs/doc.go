@@ -29,8 +29,14 @@ package sdfs
 // one "sdfs.write" call per replica carries the manifest and the bytes, and the replica
 // stages, fsyncs and commits them (pending) in one step; the confirm follows as above. A
 // replica that crashed holding a pending version drops it when it restarts (and a live
-// one after TxnIdle without a confirm), so a failed put's version cannot reappear after a
-// replica crash. Repair copies (already acknowledged versions) commit directly.
+// one after TxnIdle without a confirm), so a put that failed before every replica
+// committed cannot leave its version behind, even on a replica that crashed holding it
+// (TestFailedPutDoesNotReappearAfterReplicaCrash). One window remains: when a confirm
+// fails (a replica died between its commit and its confirm), the writer drops the version
+// where it was confirmed, but a replica that confirmed and crashed before that drop reached
+// it still holds it, visible, when it restarts, and repair copies it like any other. The
+// put's error leaves its outcome open in that case, as for any write whose answer was
+// lost. Repair copies (already acknowledged versions) commit directly.
 //
 // Reads (R = ReadQuorum, W+R > N). A read asks the first 2N nodes of the rendezvous
 // order for their versions (where copies may still sit after membership changes; if none
