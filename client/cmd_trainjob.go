@@ -162,7 +162,7 @@ func runTrainJobCmd(sub string, args []string) (handled bool, err error) {
 			return false, nil
 		}
 		err := schedCall(t, "sched.train.remove", sched.NameArgs{Name: *name}, nil)
-		if err != nil && strings.Contains(err.Error(), "no training job") {
+		if sched.IsNoJob(err) {
 			return false, nil // a registered model: the older meaning
 		}
 		if err == nil {

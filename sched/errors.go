@@ -39,6 +39,11 @@ func retryErrorf(format string, args ...any) error {
 	return &codedError{CodeRetry, fmt.Errorf(format, args...)}
 }
 
+// noTrainJobError is the CodeNoJob error for training job name.
+func noTrainJobError(name string) error {
+	return &codedError{CodeNoJob, fmt.Errorf("sched: no training job %q", name)}
+}
+
 // noJobError is the CodeNoJob error for job name.
 func noJobError(name string) error {
 	return &codedError{CodeNoJob, fmt.Errorf("sched: no job %q", name)}

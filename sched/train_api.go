@@ -89,7 +89,7 @@ func (s *Scheduler) apiTrainAdd(ctx context.Context, spec TrainSpec) (TrainSumma
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.role != roleCoordinator {
-		return fail(fmt.Errorf("sched: %s stopped coordinating; retry", s.name))
+		return fail(retryErrorf("sched: %s stopped coordinating; retry", s.name))
 	}
 	if err := s.commit(&Entry{Kind: EntryTrainAdd, Train: &spec}); err != nil {
 		return fail(err)
@@ -104,7 +104,7 @@ func (s *Scheduler) apiTrainRemove(_ context.Context, a NameArgs) (struct{}, err
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.st.Trains[a.Name]; !ok {
-		return struct{}{}, fmt.Errorf("sched: no training job %q", a.Name)
+		return struct{}{}, noTrainJobError(a.Name)
 	}
 	if err := s.commit(&Entry{Kind: EntryTrainRemove, Name: a.Name}); err != nil {
 		return struct{}{}, err
@@ -146,7 +146,7 @@ func (s *Scheduler) apiTrainGet(_ context.Context, a NameArgs) (TrainSummary, er
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.st.Trains[a.Name]; !ok {
-		return TrainSummary{}, fmt.Errorf("sched: no training job %q", a.Name)
+		return TrainSummary{}, noTrainJobError(a.Name)
 	}
 	return s.trainSummary(a.Name), nil
 }
