@@ -148,6 +148,9 @@ func TestEinsumForms(t *testing.T) {
 		{"ijk->kji", [][]int64{{2, 3, 4}}},
 		{"ij,ij->i", [][]int64{{3, 4}, {3, 4}}},
 		{"bn,anm,bm->ba", [][]int64{{2, 3}, {4, 3, 5}, {2, 5}}},
+		// torch passes the equation through as written: MaxViT's, upper case and spaces
+		{"B G H I D, B G H J D -> B G H I J", [][]int64{{1, 2, 2, 3, 4}, {1, 2, 2, 5, 4}}},
+		{"Ab,bC", [][]int64{{3, 4}, {4, 2}}},
 	}
 	for _, c := range cases {
 		t.Run(c.eq, func(t *testing.T) {
