@@ -165,6 +165,13 @@ func loadModel(m *onnx.Model, opt Options, eager bool) (*Model, error) {
 	if err := checkPrecision(m, opt.Precision); err != nil {
 		return nil, err
 	}
+	if eager {
+		// every operator, whatever the shapes (the compile below is skipped for models
+		// whose plans depend on input values)
+		if err := graph.CheckOperators(m); err != nil {
+			return nil, fmt.Errorf("kernel: %w", err)
+		}
+	}
 	threads := opt.Threads
 	if threads <= 0 {
 		threads = runtime.NumCPU()
