@@ -217,3 +217,41 @@ func TestGeluOperator(t *testing.T) {
 		}
 	}
 }
+
+// TestMishOperator runs the Mish operator (opset 18) and the form torch 1.13 exports
+// before it (x * Tanh(Softplus(x))) against x * tanh(log(1 + e^x)) in float64; the backend
+// test data of ONNX 1.12 has no Mish case.
+func TestMishOperator(t *testing.T) {
+	x := &onnx.Tensor{DType: onnx.Float, Dims: []int64{4, 16}, F32: make([]float32, 64)}
+	for i := range x.F32 {
+		x.F32[i] = float32(i-40) / 4 // -10 .. 5.75
+	}
+	for _, opset := range []int64{17, 18} {
+		b := newOpsetModel(opset)
+		b.input("x", 4, 16)
+		if opset >= 18 {
+			b.node("Mish", "mish", []string{"x"}, []string{"y"})
+		} else {
+			b.node("Softplus", "sp", []string{"x"}, []string{"s"})
+			b.node("Tanh", "th", []string{"s"}, []string{"h"})
+			b.node("Mul", "mul", []string{"x", "h"}, []string{"y"})
+		}
+		b.output("y")
+		md, err := LoadModel(b.m, Options{Threads: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs, err := md.Run([]*onnx.Tensor{x})
+		md.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range x.F32 {
+			f := float64(v)
+			w := f * math.Tanh(math.Log1p(math.Exp(f)))
+			if d := math.Abs(float64(outs[0].F32[i]) - w); d > 1e-5*math.Max(1, math.Abs(w)) {
+				t.Fatalf("opset %d: mish(%v) = %v, want %v", opset, v, outs[0].F32[i], w)
+			}
+		}
+	}
+}
