@@ -155,7 +155,9 @@ func peakName(r *benchResult) string {
 	return "FP32 FMA peak"
 }
 
-// benchInputs makes seeded inputs of the model's shapes at this batch size.
+// benchInputs makes seeded inputs of the model's shapes at this batch size: uniform
+// floats, and 1 in every integer or boolean input (a valid token id of any vocabulary, a
+// mask of real tokens everywhere: masks of zeros would time fully padded rows).
 func benchInputs(m *kernel.Model, batch int) ([]*onnx.Tensor, error) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	var ins []*onnx.Tensor
@@ -180,6 +182,9 @@ func benchInputs(m *kernel.Model, batch int) ([]*onnx.Tensor, error) {
 			}
 		} else {
 			t.I64 = make([]int64, n)
+			for i := range t.I64 {
+				t.I64[i] = 1
+			}
 		}
 		ins = append(ins, t)
 	}

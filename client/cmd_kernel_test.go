@@ -79,3 +79,28 @@ func TestBenchKernelJSON(t *testing.T) {
 		t.Errorf("batch/threads %v %v", r["batch"], r["threads"])
 	}
 }
+
+// TestBenchKernelTextModel: bench kernel runs a model with int64 ids and mask inputs (the
+// zoo's transformer_encoder) and reports its work.
+func TestBenchKernelTextModel(t *testing.T) {
+	bin := kernelBinary(t)
+	model := filepath.Join(t.TempDir(), "text.onnx")
+	if b, err := exec.Command(bin, "zoo", "transformer_encoder", "--vocab", "1000", "--length", "32", "--layers", "1",
+		"--heads", "4", "--width", "64", "--out", model).CombinedOutput(); err != nil {
+		t.Fatalf("zoo: %v\n%s", err, b)
+	}
+	b, err := exec.Command(bin, "bench", "kernel", "--model", model, "--batch", "2", "--threads", "1",
+		"--seconds", "0.2", "--json").CombinedOutput()
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, b)
+	}
+	var r map[string]any
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("%v: %s", err, b)
+	}
+	for _, k := range []string{"images_per_sec", "p50_ms", "gflop_per_image"} {
+		if v, ok := r[k].(float64); !ok || v <= 0 {
+			t.Errorf("key %s = %v", k, r[k])
+		}
+	}
+}

@@ -95,3 +95,78 @@ func TestZooCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestZooTransformerEncoderCommand: `idunno zoo transformer_encoder` sizes the model by its
+// flags (vocabulary, length, layers, heads, width, classes), deterministically by seed,
+// and refuses flags that do not fit.
+func TestZooTransformerEncoderCommand(t *testing.T) {
+	bin := testBinary(t)
+	dir := t.TempDir()
+	run := func(args ...string) (string, error) {
+		out, err := exec.Command(bin, append([]string{"zoo"}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	a, b := filepath.Join(dir, "a.onnx"), filepath.Join(dir, "b.onnx")
+	args := []string{"--vocab", "300", "--length", "24", "--layers", "3", "--heads", "4", "--width", "32", "--classes", "7", "--seed", "11"}
+	out, err := run(append([]string{"transformer_encoder", "--out", a}, args...)...)
+	if err != nil || !strings.Contains(out, "inputs ids and mask (N,24) int64, 7 classes") {
+		t.Fatalf("zoo transformer_encoder: %v\n%s", err, out)
+	}
+	if out, err := run(append(append([]string{"--out", b}, args...), "transformer_encoder")...); err != nil {
+		t.Fatalf("zoo with the name last: %v\n%s", err, out)
+	}
+	ab, _ := os.ReadFile(a)
+	bb, _ := os.ReadFile(b)
+	if len(ab) == 0 || !bytes.Equal(ab, bb) {
+		t.Error("the same flags and seed wrote different files")
+	}
+	m, err := onnx.ReadFile(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	g := m.Graph
+	if len(g.Inputs) != 2 || g.Inputs[0].Name != "ids" || g.Inputs[1].Name != "mask" {
+		t.Fatalf("inputs %+v", g.Inputs)
+	}
+	for _, in := range g.Inputs {
+		if in.DType != onnx.Int64 || len(in.Dims) != 2 || in.Dims[0] != -1 || in.Dims[1] != 24 {
+			t.Errorf("input %s: %v %v, want int64 (N, 24)", in.Name, in.DType, in.Dims)
+		}
+	}
+	if o := g.Outputs[0]; o.Dims[1] != 7 || m.Opset != 17 {
+		t.Errorf("output %v at opset %d, want (N, 7) at 17", o.Dims, m.Opset)
+	}
+	if w := g.Initializers["tok.weight"]; w == nil || w.Dims[0] != 300 || w.Dims[1] != 32 {
+		t.Errorf("token embedding %v, want 300 x 32", w)
+	}
+	if s := g.Initializers["shape_heads"]; s == nil || s.I64[2] != 4 || s.I64[3] != 8 {
+		t.Errorf("head shape %v, want 4 heads of 8", s)
+	}
+	norms := 0
+	for _, n := range g.Nodes {
+		if n.OpType == "LayerNormalization" {
+			norms++
+		}
+	}
+	if norms != 2*3+1 {
+		t.Errorf("%d LayerNormalization nodes, want 7 (2 per layer of 3, and the last)", norms)
+	}
+	if out, err := run("transformer_encoder", "--out", a, "--seed", "12"); err != nil || !strings.Contains(out, "(N,128)") {
+		t.Errorf("defaults: %v\n%s", err, out)
+	} else if c, _ := os.ReadFile(a); bytes.Equal(c, ab) {
+		t.Error("another seed and size wrote the same file")
+	}
+	for _, bad := range [][]string{
+		{"transformer_encoder", "--out", a, "--heads", "3", "--width", "32"},
+		{"transformer_encoder", "--out", a, "--input-shape", "3,32,32"},
+		{"transformer_encoder", "--out", a, "--vocab", "1"},
+		{"resnet18", "--out", a, "--vocab", "100"},
+	} {
+		if out, err := run(bad...); err == nil || !strings.Contains(out, "zoo") {
+			t.Errorf("zoo %v: want an error, got %v\n%s", bad, err, out)
+		}
+	}
+}

@@ -32,6 +32,7 @@ var supportedOps = map[string]bool{
 	"Sqrt": true, "Reciprocal": true, "Exp": true, "Log": true, "Erf": true, "Gelu": true, "Floor": true,
 	"Ceil": true, "Round": true, "Softplus": true, "Mish": true, "Max": true, "Min": true,
 	"LayerNormalization": true, "ReduceSum": true, "ReduceMax": true, "ReduceMin": true, "ArgMax": true,
+	"ReduceL1": true, "ReduceL2": true, "ReduceSumSquare": true, "ReduceProd": true,
 	"ArgMin": true, "Split": true, "Mod": true,
 	"TopK": true, "Resize": true, "Upsample": true, "Einsum": true,
 	// issue 12: int8
@@ -184,7 +185,8 @@ func runCase(m *onnx.Model, dir string) error {
 	return nil
 }
 
-// compare checks |got-want| <= 1e-5 + 1e-3*|want| elementwise; NaN must match NaN.
+// compare checks the element type, then |got-want| <= 1e-5 + 1e-3*|want| elementwise for
+// floats (NaN must match NaN) and equality for integers and booleans.
 func compare(got, want *onnx.Tensor) error {
 	if volume(got.Dims) != volume(want.Dims) {
 		return fmt.Errorf("dims %v, want %v", got.Dims, want.Dims)
@@ -196,6 +198,21 @@ func compare(got, want *onnx.Tensor) error {
 		if got.Dims[i] != want.Dims[i] {
 			return fmt.Errorf("dims %v, want %v", got.Dims, want.Dims)
 		}
+	}
+	if got.DType != want.DType {
+		return fmt.Errorf("type %v, want %v", got.DType, want.DType)
+	}
+	if want.DType != onnx.Float {
+		// integers and booleans: exactly (as float32 they would differ only above 2^24)
+		if len(got.I64) != len(want.I64) {
+			return fmt.Errorf("%d values, want %d", len(got.I64), len(want.I64))
+		}
+		for i := range want.I64 {
+			if got.I64[i] != want.I64[i] {
+				return fmt.Errorf("value %d: %d, want %d", i, got.I64[i], want.I64[i])
+			}
+		}
+		return nil
 	}
 	wf := want.F32
 	if want.DType == onnx.Int64 || want.I64 != nil {

@@ -1,6 +1,8 @@
 package kernel
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"idunno/kernel/onnx"
@@ -22,6 +24,14 @@ func FuzzLoadAndRun(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(onnx.Encode(text))
+	// integer arithmetic that wraps (uint8), and the L1/L2/sum-square/product reductions
+	for _, c := range []string{"node/test_mul_uint8", "node/test_sub_uint8", "node/test_reduce_l2_keep_dims_random",
+		"node/test_reduce_sum_square_do_not_keepdims_random", "node/test_reduce_prod_negative_axes_keepdims_random",
+		"node/test_reduce_l1_default_axes_keepdims_random"} {
+		if b, err := os.ReadFile(filepath.Join(testDataRoot, c, "model.onnx")); err == nil {
+			f.Add(b)
+		}
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := onnx.Decode(b)
 		if err != nil || m.Graph == nil {
@@ -54,10 +64,17 @@ func FuzzLoadAndRun(f *testing.F) {
 				}
 				n *= d[i]
 			}
-			if n > 1<<20 || vi.DType != onnx.Float {
+			if n > 1<<20 {
 				return
 			}
-			ins = append(ins, &onnx.Tensor{DType: onnx.Float, Dims: d, F32: make([]float32, n)})
+			switch _, ok := kernelDType(vi.DType); {
+			case vi.DType == onnx.Float:
+				ins = append(ins, &onnx.Tensor{DType: onnx.Float, Dims: d, F32: make([]float32, n)})
+			case ok: // integers and booleans: zeros (a valid token id, a padding mask)
+				ins = append(ins, &onnx.Tensor{DType: vi.DType, Dims: d, I64: make([]int64, n)})
+			default:
+				return
+			}
 		}
 		md.Run(ins)
 	})

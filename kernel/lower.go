@@ -336,7 +336,11 @@ func (b *builder) build() (*plan, error) {
 	}
 	for _, n := range b.g.Nodes {
 		b.node = n
-		if err := b.lowerNode(n); err != nil {
+		lower := b.lowerNode
+		if code, ok := b.wrapsNarrow(n); ok {
+			lower = func(n *onnx.Node) error { return b.lowerWrapped(n, code) }
+		}
+		if err := lower(n); err != nil {
 			return nil, err
 		}
 		p.flops += nodeFLOPs(b.g, n)

@@ -18,11 +18,12 @@ func (b *builder) lowerModern(n *onnx.Node) (handled bool, err error) {
 	}
 	switch n.OpType {
 	case "Cast":
-		toBool := int64(0)
-		if attrInt(n, "to", 0) == int64(onnx.Bool) {
-			toBool = 1
+		to := onnx.DataType(attrInt(n, "to", 0))
+		code, narrow := castCode(to)
+		if !narrow && to != onnx.Float && to != onnx.Int64 && to != onnx.Bool {
+			return true, b.errf("Cast to %v at run time is not supported", to)
 		}
-		return true, b.unary(opCast, n, []int64{toBool}, nil)
+		return true, b.unary(opCast, n, []int64{code}, nil)
 	case "Equal":
 		return true, b.nary(opCompare, n, []int64{cmpEq})
 	case "Less":
@@ -110,8 +111,9 @@ func (b *builder) lowerModern(n *onnx.Node) (handled bool, err error) {
 		return true, b.lowerTile(n)
 	case "LayerNormalization":
 		return true, b.lowerLayerNorm(n)
-	case "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin":
-		alg := map[string]int64{"ReduceMean": redMean, "ReduceSum": redSum, "ReduceMax": redMax, "ReduceMin": redMin}[n.OpType]
+	case "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceProd":
+		alg := map[string]int64{"ReduceMean": redMean, "ReduceSum": redSum, "ReduceMax": redMax, "ReduceMin": redMin,
+			"ReduceL1": redL1, "ReduceL2": redL2, "ReduceSumSquare": redSumSquare, "ReduceProd": redProd}[n.OpType]
 		return true, b.lowerReduce(n, alg)
 	case "ArgMax", "ArgMin":
 		return true, b.lowerArgMax(n)
@@ -285,6 +287,11 @@ func (b *builder) reduceKeepDims(n *onnx.Node, xd []int64) ([]int64, error) {
 
 // viaKeepDims runs one op into a tensor of dims kd and views it as the node's output.
 func (b *builder) viaKeepDims(n *onnx.Node, kind int32, x int32, kd []int64, ia []int64, dt int32) error {
+	return b.viaKeepDimsF(n, kind, x, kd, ia, nil, dt)
+}
+
+// viaKeepDimsF is viaKeepDims with float attributes.
+func (b *builder) viaKeepDimsF(n *onnx.Node, kind int32, x int32, kd []int64, ia []int64, fa []float32, dt int32) error {
 	yd, err := b.dims(n.Outputs[0])
 	if err != nil {
 		return err
@@ -297,13 +304,13 @@ func (b *builder) viaKeepDims(n *onnx.Node, kind int32, x int32, kd []int64, ia 
 		if err != nil {
 			return err
 		}
-		return b.op(kind, []int32{x}, []int32{y}, ia, nil)
+		return b.op(kind, []int32{x}, []int32{y}, ia, fa)
 	}
 	t, err := b.addTensor(dt, kd, nil, nil)
 	if err != nil {
 		return err
 	}
-	if err := b.op(kind, []int32{x}, []int32{t}, ia, nil); err != nil {
+	if err := b.op(kind, []int32{x}, []int32{t}, ia, fa); err != nil {
 		return err
 	}
 	y, err := b.out(n.Outputs[0])
@@ -328,6 +335,13 @@ func (b *builder) lowerReduce(n *onnx.Node, alg int64) error {
 	}
 	if alg == redMean {
 		return b.viaKeepDims(n, opReduceMean, x, kd, nil, dtF32)
+	}
+	if (alg == redL1 || alg == redL2 || alg == redSumSquare) && equalDims(kd, xd) && volume(xd) > 0 {
+		// nothing reduced (every reduced dim has size 1): |x|, or x^2, element-wise
+		if alg == redSumSquare {
+			return b.viaKeepDimsF(n, opEltwise, x, kd, []int64{eltPow}, []float32{1, 2}, dtF32)
+		}
+		return b.viaKeepDims(n, opUnary, x, kd, []int64{unAbs}, dtF32)
 	}
 	return b.viaKeepDims(n, opReduce, x, kd, []int64{alg}, dtF32)
 }
@@ -418,7 +432,7 @@ func (b *builder) lowerPow(n *onnx.Node) error {
 		if err != nil {
 			return err
 		}
-		if err := b.op(opCast, []int32{e}, []int32{f}, []int64{0}, nil); err != nil {
+		if err := b.op(opCast, []int32{e}, []int32{f}, []int64{castPlain}, nil); err != nil {
 			return err
 		}
 		e = f
@@ -503,4 +517,74 @@ func broadcastDims(a, c []int64) ([]int64, error) {
 		}
 	}
 	return out, nil
+}
+
+// castCode is IDK_OP_CAST's target code for an ONNX type; narrow reports an integer type
+// narrower than int64 (whose values the kernel carries as int64 and must wrap).
+func castCode(t onnx.DataType) (code int64, narrow bool) {
+	switch t {
+	case onnx.Bool:
+		return castBool, false
+	case onnx.Int32:
+		return castI32, true
+	case onnx.Int16:
+		return castI16, true
+	case onnx.Int8:
+		return castI8, true
+	case onnx.Uint8:
+		return castU8, true
+	}
+	return castPlain, false
+}
+
+// wrapsNarrow reports whether n is integer arithmetic whose exact int64 result can leave
+// the range of its narrower integer output type: Add, Sub, Mul, Div (min / -1), Neg, Abs
+// and CumSum. The others (Max, Min, Mod, Sign, comparisons, data movement) stay in range.
+func (b *builder) wrapsNarrow(n *onnx.Node) (int64, bool) {
+	switch n.OpType {
+	case "Add", "Sub", "Mul", "Div", "Neg", "Abs", "CumSum":
+	default:
+		return 0, false
+	}
+	if len(n.Outputs) != 1 {
+		return 0, false
+	}
+	v, ok := b.g.Values[n.Outputs[0]]
+	if !ok || v == nil {
+		return 0, false
+	}
+	code, narrow := castCode(v.DType)
+	return code, narrow
+}
+
+// lowerWrapped lowers integer arithmetic on a type narrower than int64 into an int64
+// intermediate, then wraps it into the output (IDK_OP_CAST to the narrow type), so the
+// run gives what ONNX's two's-complement arithmetic gives (the graph compiler's constant
+// folding wraps the same way).
+func (b *builder) lowerWrapped(n *onnx.Node, code int64) error {
+	out := n.Outputs[0]
+	v := b.g.Values[out]
+	wide := out
+	for i := 0; ; i++ {
+		wide = fmt.Sprintf("%s#wide%d", out, i)
+		if _, taken := b.g.Values[wide]; !taken {
+			break
+		}
+	}
+	b.g.Values[wide] = &onnx.ValueInfo{Name: wide, DType: onnx.Int64, Dims: v.Dims}
+	n.Outputs[0] = wide
+	err := b.lowerNode(n)
+	n.Outputs[0] = out
+	if err != nil {
+		return err
+	}
+	x, err := b.in(wide)
+	if err != nil {
+		return err
+	}
+	y, err := b.out(out)
+	if err != nil {
+		return err
+	}
+	return b.op(opCast, []int32{x}, []int32{y}, []int64{code}, nil)
 }

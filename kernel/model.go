@@ -165,6 +165,13 @@ func loadModel(m *onnx.Model, opt Options, eager bool) (*Model, error) {
 	if err := checkPrecision(m, opt.Precision); err != nil {
 		return nil, err
 	}
+	if eager {
+		// every operator, whatever the shapes (the compile below is skipped for models
+		// whose plans depend on input values)
+		if err := graph.CheckOperators(m); err != nil {
+			return nil, fmt.Errorf("kernel: %w", err)
+		}
+	}
 	threads := opt.Threads
 	if threads <= 0 {
 		threads = runtime.NumCPU()
@@ -378,8 +385,33 @@ func (m *Model) checkInput(i int, t *onnx.Tensor) error {
 		if int64(len(t.I64)) != n {
 			return fmt.Errorf("kernel: input %s: %d values for dims %v", decl.Name, len(t.I64), t.Dims)
 		}
+		if lo, hi, narrow := narrowRange(t.DType); narrow {
+			for j, v := range t.I64 {
+				if v < lo || v > hi {
+					return fmt.Errorf("kernel: input %s: value %d at %d is outside %v's range [%d, %d]", decl.Name, v, j, t.DType, lo, hi)
+				}
+			}
+		}
 	}
 	return nil
+}
+
+// narrowRange is the value range of an integer or boolean type the kernel carries as
+// int64 but that is narrower (int32, int16, int8, uint8, bool).
+func narrowRange(t onnx.DataType) (lo, hi int64, ok bool) {
+	switch t {
+	case onnx.Int32:
+		return math.MinInt32, math.MaxInt32, true
+	case onnx.Int16:
+		return math.MinInt16, math.MaxInt16, true
+	case onnx.Int8:
+		return math.MinInt8, math.MaxInt8, true
+	case onnx.Uint8:
+		return 0, math.MaxUint8, true
+	case onnx.Bool:
+		return 0, 1, true
+	}
+	return 0, 0, false
 }
 
 // run executes one plan; inputs are already checked against the model.

@@ -211,8 +211,9 @@ idk_status_t idk_check_op(idk_plan_t *p, const idk_op_t *op) {
     case IDK_OP_CAST:
         if (op->nin != 1 || op->nout != 1 || op->ni != 1 || !same_dims(T(0), o) ||
             (T(0)->dtype != IDK_F32 && T(0)->dtype != IDK_I64) || (o->dtype != IDK_F32 && o->dtype != IDK_I64) ||
-            (op->ia[0] != 0 && op->ia[0] != 1))
-            return bad(p, "cast takes x, to_bool");
+            op->ia[0] < IDK_CAST_PLAIN || op->ia[0] > IDK_CAST_U8 ||
+            (op->ia[0] > IDK_CAST_BOOL && o->dtype != IDK_I64))
+            return bad(p, "cast takes x, to (idk_cast_to_t; narrow integer targets write i64)");
         return IDK_OK;
     case IDK_OP_COMPARE:
     case IDK_OP_WHERE:
@@ -270,7 +271,7 @@ idk_status_t idk_check_op(idk_plan_t *p, const idk_op_t *op) {
     }
     case IDK_OP_REDUCE:
         if (op->nin != 1 || op->nout != 1 || op->ni != 1 || T(0)->ndims != o->ndims || !f32 || op->ia[0] < 0 ||
-            op->ia[0] > IDK_RED_MEAN)
+            op->ia[0] > IDK_RED_PROD)
             return bad(p, "reduce takes x, alg");
         for (int i = 0; i < o->ndims; i++)
             if (o->dims[i] != 1 && o->dims[i] != T(0)->dims[i]) return bad(p, "reduce dims");
@@ -920,13 +921,27 @@ static idk_status_t bcast_step(idk_plan_t *p, const idk_op_t *op, idk_step_fn fn
     return IDK_OK;
 }
 
+/* wrap_int reduces v modulo 2^bits of the narrow integer type `to` (idk_cast_to_t) and
+ * returns it sign- or zero-extended, as a C conversion to that type does on two's
+ * complement machines (ONNX and numpy integer arithmetic wrap). */
+static int64_t wrap_int(int64_t v, int to) {
+    uint64_t u = (uint64_t)v;
+    switch (to) {
+    case IDK_CAST_I32: return (int64_t)(int32_t)(uint32_t)u;
+    case IDK_CAST_I16: return (int64_t)(int16_t)(uint16_t)u;
+    case IDK_CAST_I8: return (int64_t)(int8_t)(uint8_t)u;
+    case IDK_CAST_U8: return (int64_t)(uint8_t)u;
+    }
+    return v;
+}
+
 static idk_status_t fn_cast(idk_plan_t *p, idk_step_t *s) {
     const void *x = idk_buf_ptr(p, s->bufs[0]);
     void *o = idk_buf_ptr(p, s->bufs[1]);
     int64_t n = s->n1;
-    int fin = s->esz == 4, fout = s->alg & 2, tobool = s->alg & 1;
+    int fin = s->esz == 4, fout = s->alg & 1, to = s->alg >> 1;
     for (int64_t i = 0; i < n; i++) {
-        if (tobool) {
+        if (to == IDK_CAST_BOOL) {
             int v = truthy(x, s->esz, i);
             if (fout) ((float *)o)[i] = (float)v;
             else ((int64_t *)o)[i] = v;
@@ -934,11 +949,12 @@ static idk_status_t fn_cast(idk_plan_t *p, idk_step_t *s) {
             ((float *)o)[i] = ((const float *)x)[i];
         } else if (fin) {
             float v = ((const float *)x)[i];
-            ((int64_t *)o)[i] = (v >= -9.2233720368547758e18f && v < 9.2233720368547758e18f) ? (int64_t)v : INT64_MIN;
+            int64_t w = (v >= -9.2233720368547758e18f && v < 9.2233720368547758e18f) ? (int64_t)v : INT64_MIN;
+            ((int64_t *)o)[i] = wrap_int(w, to);
         } else if (fout) {
             ((float *)o)[i] = (float)((const int64_t *)x)[i];
         } else {
-            ((int64_t *)o)[i] = ((const int64_t *)x)[i];
+            ((int64_t *)o)[i] = wrap_int(((const int64_t *)x)[i], to);
         }
     }
     return IDK_OK;
@@ -1689,9 +1705,12 @@ static idk_status_t lower_reduce(idk_plan_t *p, const idk_op_t *op) {
     idk_plain_md(&dmd, OUT->ndims, OUT->dims);
     int sb;
     if (idk_get_plain(p, op->in[0], &sb) != 0) return IDK_ERR_DNNL;
+    int norm = op->ia[0] == IDK_RED_L1 || op->ia[0] == IDK_RED_L2 || op->ia[0] == IDK_RED_SUM_SQUARE;
+    if (norm && same_dims(T(0), OUT) && idk_tensor_volume(T(0)) != 0)
+        return idk_fail(p, IDK_ERR_UNSUPPORTED, "op %d: L1/L2/sum-square reduction reduces no dim (lower it element-wise)", p->cur_op);
     if (same_dims(T(0), OUT) || idk_tensor_volume(T(0)) == 0) {
-        if (idk_tensor_volume(T(0)) == 0 && op->ia[0] != IDK_RED_SUM && idk_tensor_volume(OUT) != 0)
-            return idk_fail(p, IDK_ERR_UNSUPPORTED, "op %d: max/min of an empty tensor", p->cur_op);
+        if (idk_tensor_volume(T(0)) == 0 && op->ia[0] != IDK_RED_SUM && !norm && idk_tensor_volume(OUT) != 0)
+            return idk_fail(p, IDK_ERR_UNSUPPORTED, "op %d: max/min/prod of an empty tensor", p->cur_op);
         int db = new_out(p, op->out[0], &dmd);
         idk_step_t *s = db < 0 ? NULL : idk_new_step(p);
         if (!s) return IDK_ERR_NOMEM;
@@ -1702,10 +1721,18 @@ static idk_status_t lower_reduce(idk_plan_t *p, const idk_op_t *op) {
         s->bytes = OUT->nbytes;
         return IDK_OK;
     }
-    dnnl_alg_kind_t alg = op->ia[0] == IDK_RED_SUM ? dnnl_reduction_sum
-                          : op->ia[0] == IDK_RED_MAX ? dnnl_reduction_max : dnnl_reduction_min;
+    dnnl_alg_kind_t alg = dnnl_reduction_min;
+    float pw = 0.f;
+    switch (op->ia[0]) {
+    case IDK_RED_SUM: alg = dnnl_reduction_sum; break;
+    case IDK_RED_MAX: alg = dnnl_reduction_max; break;
+    case IDK_RED_PROD: alg = dnnl_reduction_mul; break;
+    case IDK_RED_L1: alg = dnnl_reduction_norm_lp_sum, pw = 1.f; break;          /* sum |x| */
+    case IDK_RED_L2: alg = dnnl_reduction_norm_lp_sum, pw = 2.f; break;          /* sqrt(sum x^2) */
+    case IDK_RED_SUM_SQUARE: alg = dnnl_reduction_norm_lp_power_p_sum, pw = 2.f; break; /* sum x^2 */
+    }
     dnnl_reduction_desc_t d;
-    dnnl_status_t ds = dnnl_reduction_desc_init(&d, alg, &smd, &dmd, 0.f, 0.f);
+    dnnl_status_t ds = dnnl_reduction_desc_init(&d, alg, &smd, &dmd, pw, 0.f);
     if (ds != dnnl_success) return dnnl_err(p, "reduction desc", ds);
     return simple_prim(p, op, &d, &smd, sb, &dmd);
 }
@@ -1752,7 +1779,7 @@ idk_status_t idk_lower_op(idk_plan_t *p, int opi) {
     case IDK_OP_REDUCE_MEAN: return lower_reduce_mean(p, op);
     case IDK_OP_COPY:
     case IDK_OP_DROPOUT: return lower_copy(p, op); /* inference: dropout is the identity */
-    case IDK_OP_CAST: return elem_step(p, op, fn_cast, (int)op->ia[0] | (OUT->dtype == IDK_F32 ? 2 : 0));
+    case IDK_OP_CAST: return elem_step(p, op, fn_cast, (int)op->ia[0] << 1 | (OUT->dtype == IDK_F32 ? 1 : 0));
     case IDK_OP_COMPARE: return bcast_step(p, op, fn_compare, 2);
     case IDK_OP_WHERE: return bcast_step(p, op, fn_where, 3);
     case IDK_OP_EXPAND: return lower_expand(p, op);

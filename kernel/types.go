@@ -125,6 +125,16 @@ const (
 	cmpXor = 7
 )
 
+// idk_cast_to_t
+const (
+	castPlain = 0
+	castBool  = 1
+	castI32   = 2
+	castI16   = 3
+	castI8    = 4
+	castU8    = 5
+)
+
 // idk_unary_alg_t
 const (
 	unErf   = 0
@@ -138,8 +148,12 @@ const (
 
 // idk_reduce_alg_t
 const (
-	redSum  = 0
-	redMax  = 1
-	redMin  = 2
-	redMean = 3
+	redSum       = 0
+	redMax       = 1
+	redMin       = 2
+	redMean      = 3
+	redL1        = 4
+	redL2        = 5
+	redSumSquare = 6
+	redProd      = 7
 )

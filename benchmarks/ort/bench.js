@@ -1,15 +1,21 @@
-// bench.js: ONNX Runtime's side of benchmarks/ort/compare.sh.
-// usage: node bench.js MODEL.onnx BATCH SECONDS THREADS
+// bench.js: ONNX Runtime's side of benchmarks/ort (main.go runs it).
+// usage: node bench.js MODEL.onnx BATCH SECONDS THREADS [INPUTS]
 // Loads MODEL with onnxruntime-node's CPU execution provider (THREADS intra-op threads, one
 // inter-op thread, sequential execution, all graph optimisations), feeds seeded random
 // inputs of batch BATCH, warms up twice, then runs for SECONDS and prints one JSON line:
 // {"images_per_sec", "p50_ms", "p99_ms", "min_ms", "images_per_cpu_second", "runs", "batch",
-// "threads"} (CPU time: the whole process, all threads).
+// "threads"} (CPU time: the whole process, all threads). INPUTS describes the inputs, which
+// onnxruntime-node 1.20 does not expose: NAME:TYPE:DIMS[,NAME:TYPE:DIMS...] with TYPE
+// float32 or int64 and DIMS the dims after the batch joined by commas, e.g.
+// "ids:int64:128,mask:int64:128" (entries split at each NAME:TYPE: ...). float32 inputs get
+// uniform random values, int64 ones 1 (a valid token id, a mask of real tokens), as
+// `idunno bench kernel` feeds them. Without INPUTS every input is a 3x224x224 image
+// (299x299 for inception_v3).
 'use strict';
 const ort = require('onnxruntime-node');
 
 async function main() {
-  const [model, batchS, secondsS, threadsS] = process.argv.slice(2);
+  const [model, batchS, secondsS, threadsS, inputsS] = process.argv.slice(2);
   const batch = parseInt(batchS, 10), seconds = parseFloat(secondsS), threads = parseInt(threadsS, 10);
   if (!model || !(batch >= 1) || !(seconds > 0) || !(threads >= 1)) {
     console.error('usage: node bench.js MODEL.onnx BATCH SECONDS THREADS');
@@ -25,14 +31,30 @@ async function main() {
   // seeded inputs (xorshift), the model's input shape with the batch dim replaced
   let s = 0x9e3779b9;
   const rnd = () => { s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0; return s / 4294967296; };
+  const specs = {};
+  if (inputsS) {
+    // "ids:int64:128,mask:int64:128": an entry starts at each NAME:TYPE:
+    const re = /([^,:]+):(float32|int64):([0-9,]*?)(?=,[^,:]+:(?:float32|int64):|$)/g;
+    let m;
+    while ((m = re.exec(inputsS)) !== null) {
+      specs[m[1]] = { type: m[2], dims: m[3] === '' ? [] : m[3].split(',').map((d) => parseInt(d, 10)) };
+    }
+  }
   const feeds = {};
   for (const name of sess.inputNames) {
-    // onnxruntime-node 1.20 exposes no input shapes: the driver's models take NCHW images
+    // onnxruntime-node 1.20 exposes no input shapes: INPUTS gives them, else NCHW images
     const size = /inception_v3/.test(model) ? 299 : 224;
-    const dims = [batch, 3, size, size];
-    const data = new Float32Array(dims.reduce((a, b) => a * b, 1));
-    for (let i = 0; i < data.length; i++) data[i] = rnd();
-    feeds[name] = new ort.Tensor('float32', data, dims);
+    const spec = inputsS ? specs[name] : { type: 'float32', dims: [3, size, size] };
+    if (!spec) throw new Error(`input ${name} is not described in ${inputsS}`);
+    const dims = [batch, ...spec.dims];
+    const n = dims.reduce((a, b) => a * b, 1);
+    if (spec.type === 'int64') {
+      feeds[name] = new ort.Tensor('int64', new BigInt64Array(n).fill(1n), dims);
+    } else {
+      const data = new Float32Array(n);
+      for (let i = 0; i < data.length; i++) data[i] = rnd();
+      feeds[name] = new ort.Tensor('float32', data, dims);
+    }
   }
   for (let i = 0; i < 2; i++) await sess.run(feeds);
   const lat = [];

@@ -1,8 +1,9 @@
-"""Exports torchvision classifiers to ONNX for benchmarks/ort/compare.sh (run with /usr/bin/python3).
+"""Exports torchvision classifiers to ONNX for benchmarks/ort (run with /usr/bin/python3).
 
 usage: export.py OUTDIR NAME [NAME ...]
 
-Each NAME is a torchvision.models constructor (resnet50, mobilenet_v2, vit_b_16, ...). The
+Each NAME is a torchvision.models constructor (resnet50, mobilenet_v2, vit_b_16, swin_v2_t,
+...; the driver writes the zoo's transformer_encoder itself with `idunno zoo`). The
 model gets seeded random weights (torch.manual_seed(0); BatchNorm running statistics made
 non-trivial so BN folding is exercised like a trained model's), is put in eval mode and
 exported at 224x224 (299x299 for inception_v3) with opset 17, constant folding and a
@@ -20,6 +21,15 @@ import torch.nn as nn
 import torchvision.models as tvm
 
 torch.set_num_threads(2)
+
+
+# Swin V2 zeroes the key's third of its qkv bias inside forward, which torch 1.13 cannot
+# export ('aten::zero'): zeros of the tensor's shape (as kernel/torchcheck/export.py does).
+def _zero_symbolic(g, self):
+    return g.op("ConstantOfShape", g.op("Shape", self), value_t=torch.tensor([0.0]))
+
+
+torch.onnx.register_custom_op_symbolic("aten::zero", _zero_symbolic, 9)
 
 
 def export(outdir, name):

@@ -1,4 +1,5 @@
-// Command ort compares IDunno's kernel with ONNX Runtime on the same torchvision models, batches and threads in one run.
+// Command ort compares IDunno's kernel with ONNX Runtime on the same models (torchvision's
+// classifiers and the zoo's text encoder), batches and threads in one run.
 //
 // For every model it exports (export.py, cached) and every batch, it runs `idunno bench kernel`
 // at each precision asked for and ONNX Runtime's CPU execution provider (bench.js, fp32),
@@ -39,7 +40,7 @@ func main() {
 	bin := flag.String("bin", "bin/idunno", "idunno binary")
 	out := flag.String("out", "benchmarks/out", "output folder")
 	cache := flag.String("models-dir", "", "exported models (default: the user cache, idunno/ortbench)")
-	models := flag.String("models", "resnet50,resnet18,mobilenet_v2,alexnet,vgg11,squeezenet1_0,densenet121,googlenet,efficientnet_b0,convnext_tiny,vit_b_16", "torchvision models")
+	models := flag.String("models", strings.Join(defaultModels, ","), "torchvision models, and "+textModel+" (the zoo's, BERT-base sized)")
 	batches := flag.String("batches", "1,8", "batch sizes")
 	precisions := flag.String("precisions", "fp32", "IDunno precisions (fp32,bf16)")
 	threads := flag.Int("threads", 2, "threads for both")
@@ -51,6 +52,19 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// defaultModels is one or more classifiers of every torchvision family, then the text model.
+var defaultModels = []string{"resnet50", "resnet18", "resnext50_32x4d", "wide_resnet50_2", "mobilenet_v2",
+	"mobilenet_v3_large", "mnasnet1_0", "shufflenet_v2_x1_0", "alexnet", "vgg11", "squeezenet1_0", "densenet121",
+	"googlenet", "inception_v3", "efficientnet_b0", "efficientnet_v2_s", "regnet_y_400mf", "convnext_tiny",
+	"vit_b_16", "swin_t", "swin_v2_t", textModel}
+
+// textModel is `idunno zoo transformer_encoder` at BERT-base's size (vocabulary 30522, 128
+// tokens, 12 layers of width 768 with 12 heads), int64 ids and mask inputs.
+const textModel = "transformer_encoder"
+
+// textInputs is the text model's inputs for bench.js (onnxruntime-node shows no shapes).
+const textInputs = "ids:int64:128,mask:int64:128"
 
 func split(s string) []string {
 	var r []string
@@ -86,15 +100,27 @@ func run(bin, out, cache string, models, batches, precs []string, threads int, s
 	series := map[string]*plot.Series{}
 	x := 0.0
 	for mi, name := range models {
-		cmd := exec.Command("/usr/bin/python3", filepath.Join(here, "export.py"), cache, name)
-		cmd.Stderr = os.Stderr
-		if b, err := cmd.Output(); err != nil {
-			fmt.Fprintf(os.Stderr, "ort: export %s: %v (skipped)\n", name, err)
-			continue
-		} else if len(b) == 0 {
-			continue
-		}
 		path := filepath.Join(cache, name+".onnx")
+		inputs := "input:float32:3,224,224"
+		if name == "inception_v3" {
+			inputs = "input:float32:3,299,299"
+		}
+		if name == textModel {
+			inputs = textInputs
+			if err := writeTextModel(bin, path); err != nil {
+				fmt.Fprintf(os.Stderr, "ort: %s: %v (skipped)\n", name, err)
+				continue
+			}
+		} else {
+			cmd := exec.Command("/usr/bin/python3", filepath.Join(here, "export.py"), cache, name)
+			cmd.Stderr = os.Stderr
+			if b, err := cmd.Output(); err != nil {
+				fmt.Fprintf(os.Stderr, "ort: export %s: %v (skipped)\n", name, err)
+				continue
+			} else if len(b) == 0 {
+				continue
+			}
+		}
 		for _, bs := range batches {
 			batch, err := strconv.Atoi(bs)
 			if err != nil || batch < 1 {
@@ -107,7 +133,7 @@ func run(bin, out, cache string, models, batches, precs []string, threads int, s
 				// alternate which system goes first
 				steps := []func() error{
 					func() error {
-						o, err := ortRun(here, path, batch, threads, seconds)
+						o, err := ortRun(here, path, inputs, batch, threads, seconds)
 						if err == nil {
 							ort = better(ort, o)
 						}
@@ -193,9 +219,24 @@ func better(a, b result) result {
 	return r
 }
 
-func ortRun(dir, model string, batch, threads int, seconds float64) (result, error) {
+func ortRun(dir, model, inputs string, batch, threads int, seconds float64) (result, error) {
 	return runJSON(exec.Command("node", filepath.Join(dir, "bench.js"), model, strconv.Itoa(batch),
-		fmt.Sprint(seconds), strconv.Itoa(threads)), seconds)
+		fmt.Sprint(seconds), strconv.Itoa(threads), inputs), seconds)
+}
+
+// writeTextModel writes the text model with `idunno zoo` unless the cache has it (the zoo
+// is deterministic).
+func writeTextModel(bin, path string) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	tmp := path + ".tmp"
+	out, err := exec.Command(bin, "zoo", textModel, "--vocab", "30522", "--length", "128", "--layers", "12",
+		"--heads", "12", "--width", "768", "--classes", "2", "--seed", "1", "--out", tmp).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("zoo: %v: %s", err, out)
+	}
+	return os.Rename(tmp, path)
 }
 
 func idunnoRun(bin, model, prec string, batch, threads int, seconds float64) (result, error) {

@@ -10,10 +10,11 @@ import (
 	"idunno/kernel/onnx"
 )
 
-// Opset range the compiler accepts for the default domain.
+// Opset range the compiler accepts for the default domain: the one onnx.Validate checks
+// (a model the validator refused could never reach the compiler's wider range).
 const (
-	MinOpset = 7
-	MaxOpset = 21
+	MinOpset = onnx.MinOpset
+	MaxOpset = onnx.MaxOpset
 )
 
 // compiler holds one compilation; it is used by one goroutine.
@@ -31,6 +32,27 @@ type compiler struct {
 	foldBudget int64                      // elements folding may still create
 	training   bool                       // CompileTraining: keep BatchNormalization and Dropout, fuse nothing
 	dq         map[string]*dqSource       // folded DequantizeLinear outputs: their integer source (quant.go)
+}
+
+// CheckOperators reports the first node of m whose operator the compiler does not know,
+// whatever the input shapes: a loader calls it so that such a model fails at load even
+// when it cannot compile the model before it sees real shapes or input values.
+func CheckOperators(m *onnx.Model) error {
+	if m == nil || m.Graph == nil {
+		return fmt.Errorf("graph: no graph")
+	}
+	for _, n := range m.Graph.Nodes {
+		if n == nil {
+			continue
+		}
+		if n.Domain != "" && n.Domain != "ai.onnx" {
+			return fmt.Errorf("graph: node %s (%s): operator domain %q not supported", n.Name, n.OpType, n.Domain)
+		}
+		if _, ok := ops[n.OpType]; !ok {
+			return fmt.Errorf("graph: node %s (%s): operator not supported", n.Name, n.OpType)
+		}
+	}
+	return nil
 }
 
 // Compile returns a graph ready for the kernel, for these exact input shapes.

@@ -10,7 +10,8 @@
 //   - everything computable from constants is folded into g.Initializers (Constant, Shape,
 //     and any node whose inputs are all constant, for the ops this package can evaluate);
 //   - Identity, Dropout and Cast to the input's own type are removed by renaming (a Cast at
-//     run time to float32, int64 or bool stays a node; other targets are an error). One exception: when
+//     run time to float32, an integer type or bool stays a node; other targets are an
+//     error). One exception: when
 //     both the input and the output of an Identity/Dropout are graph inputs or outputs
 //     (e.g. a graph that is only an Identity), an Identity node is kept;
 //   - a graph output may be a constant (it is then in g.Initializers) or a graph input:

@@ -19,7 +19,9 @@ func FuzzCompile(f *testing.F) {
 		"node/test_top_k", "node/test_resize_upsample_scales_cubic", "node/test_resize_tf_crop_and_resize",
 		"node/test_resize_downsample_sizes_nearest", "node/test_upsample_nearest",
 		"node/test_qlinearconv", "node/test_qlinearmatmul_3D", "node/test_convinteger_with_padding", "node/test_matmulinteger",
-		"node/test_dequantizelinear_axis", "node/test_quantizelinear_axis"} {
+		"node/test_dequantizelinear_axis", "node/test_quantizelinear_axis",
+		"node/test_reduce_l2_do_not_keepdims_example", "node/test_reduce_prod_default_axes_keepdims_example",
+		"node/test_mul_uint8"} {
 		if b, err := os.ReadFile(filepath.Join(backendData, c, "model.onnx")); err == nil {
 			f.Add(b)
 		}

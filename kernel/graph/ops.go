@@ -998,8 +998,8 @@ func castThrough(x *nodeCtx) (bool, error) {
 	if to == from && runtimeType(to) {
 		return true, nil
 	}
-	if !runtimeType(from) || (to != onnx.Float && to != onnx.Int64 && to != onnx.Bool) {
-		return false, x.errf("Cast from %s to %s at run time is not supported (float32, int64 and bool targets only)", dtypeName(from), dtypeName(to))
+	if !runtimeType(from) || !runtimeType(to) {
+		return false, x.errf("Cast from %s to %s at run time is not supported (float32, integer and bool targets only)", dtypeName(from), dtypeName(to))
 	}
 	return false, nil
 }

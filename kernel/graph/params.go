@@ -16,6 +16,7 @@ var paramSlots = map[string][]int{
 	"CumSum":    {1},
 	"Split":     {1},
 	"ReduceSum": {1}, "ReduceMean": {1}, "ReduceMax": {1}, "ReduceMin": {1},
+	"ReduceL1": {1}, "ReduceL2": {1}, "ReduceSumSquare": {1}, "ReduceProd": {1},
 	"ConstantOfShape": {0},
 	"Range":           {0, 1, 2},
 	"TopK":            {1},

@@ -309,8 +309,8 @@ func inferUpsample(x *nodeCtx) ([]onnx.ValueInfo, error) {
 	return inferResize(x)
 }
 
-// Einsum is an equation resolved for given operand ranks: each operand's letters (an
-// ellipsis expanded into upper-case letters) and the output's.
+// Einsum is an equation resolved for given operand ranks: each operand's letters (a-z and
+// A-Z; an ellipsis expanded into bytes from ellipsisLetter on) and the output's.
 type Einsum struct {
 	In  [][]byte
 	Out []byte
@@ -354,12 +354,13 @@ func ParseEinsum(eq string, ranks []int) (*Einsum, error) {
 		}
 		e.Out = out
 	} else {
-		// implicit: the ellipsis letters, then the letters used once, alphabetically
-		for c := byte('A'); c < 'A'+byte(max(ell, 0)); c++ {
-			e.Out = append(e.Out, c)
+		// implicit: the ellipsis letters, then the letters used once in ASCII order
+		// (A-Z before a-z, as numpy orders them)
+		for i := 0; i < max(ell, 0); i++ {
+			e.Out = append(e.Out, ellipsisLetter+byte(i))
 		}
-		for c := byte('a'); c <= 'z'; c++ {
-			if count[c] == 1 {
+		for c := byte('A'); c <= 'z'; c++ {
+			if isEinsumLetter(c) && count[c] == 1 {
 				e.Out = append(e.Out, c)
 			}
 		}
@@ -367,14 +368,20 @@ func ParseEinsum(eq string, ranks []int) (*Einsum, error) {
 	return e, nil
 }
 
-// einsumTerm returns one term's letters; an ellipsis becomes upper-case letters A, B, ...
-// (right-aligned, as numpy broadcasts). rank -1: the output (the ellipsis rank is known).
+// ellipsisLetter is the first of the bytes an ellipsis expands into (outside a-z, A-Z).
+const ellipsisLetter = 0x80
+
+func isEinsumLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+
+// einsumTerm returns one term's letters; an ellipsis becomes the bytes ellipsisLetter,
+// ellipsisLetter+1, ... (right-aligned, as numpy broadcasts). rank -1: the output (the
+// ellipsis rank is known).
 func einsumTerm(t string, rank int, ell *int) ([]byte, error) {
 	pre, post, has := strings.Cut(t, "...")
 	for _, s := range []string{pre, post} {
 		for i := 0; i < len(s); i++ {
-			if s[i] < 'a' || s[i] > 'z' {
-				return nil, fmt.Errorf("letter %q not supported (a-z and one ellipsis)", s[i])
+			if !isEinsumLetter(s[i]) {
+				return nil, fmt.Errorf("letter %q not supported (a-z, A-Z and one ellipsis)", s[i])
 			}
 		}
 	}
@@ -391,9 +398,12 @@ func einsumTerm(t string, rank int, ell *int) ([]byte, error) {
 	} else {
 		n = max(*ell, 0)
 	}
+	if n > 64 {
+		return nil, fmt.Errorf("ellipsis of rank %d", n)
+	}
 	out := []byte(pre)
 	for i := 0; i < n; i++ {
-		out = append(out, byte('A'+i))
+		out = append(out, ellipsisLetter+byte(i))
 	}
 	return append(out, post...), nil
 }

@@ -116,7 +116,7 @@ func TestBackendData(t *testing.T) {
 			key := dir + "/" + c.Name()
 			m, shapes, consts, outs, err := loadCase(filepath.Join(backendData, dir, c.Name()))
 			if err != nil {
-				// The decoder and validator reject opsets outside 7..17, sequence and
+				// The decoder and validator reject opsets outside 7..21, sequence and
 				// optional types, training domains: a clear error, not the compiler's.
 				rejected++
 				if !strings.HasPrefix(err.Error(), "onnx: ") {

@@ -25,7 +25,8 @@
  * Concat, Reshape, Transpose, Expand) and the integer ops (CAST, COMPARE, WHERE,
  * CUMSUM, UNARY, BINARY add/sub/mul/div/max/min) take them. Every integer and
  * boolean ONNX type is carried as int64 (booleans as 0/1); the caller converts at
- * the plan's edges. bf16 is the compute type of a bf16 plan's convolutions and
+ * the plan's edges, and wraps the result of arithmetic on a narrower type with
+ * IDK_OP_CAST (to I32, I16, I8 or U8). bf16 is the compute type of a bf16 plan's convolutions and
  * matrix products (idk_plan_set_precision), never a tensor's declared type; IDK_I8 is
  * accepted for constants only (the weights of IDK_OP_QCONV).
  */
@@ -109,9 +110,11 @@ typedef enum {
      * (a mask drawn from the run's seed) and scale the rest by 1/(1-ratio); inference
      * plans copy x. */
     IDK_OP_DROPOUT = 17,
-    /* in: x (f32 or i64). Output: the out tensor's dtype (f32 or i64). i: to_bool (1: the
-     * output is 1 where x != 0, else 0). f32 -> i64 truncates toward zero (NaN and values
-     * outside int64 give INT64_MIN, as x86 does). */
+    /* in: x (f32 or i64). Output: the out tensor's dtype (f32 or i64). i: to
+     * (idk_cast_to_t): PLAIN converts to the output's dtype; BOOL writes 1 where x != 0,
+     * else 0; I32/I16/I8/U8 write i64 holding x wrapped to that narrow type (two's
+     * complement, as ONNX's integer arithmetic and Cast do). f32 -> i64 truncates toward
+     * zero (NaN and values outside int64 give INT64_MIN, as x86 does), then wraps. */
     IDK_OP_CAST = 18,
     /* in: a, b (one dtype, numpy broadcasting to the output). Output i64 0/1.
      * i: alg (idk_compare_alg_t). AND/OR/XOR treat non-zero as true. */
@@ -185,7 +188,25 @@ typedef enum {
     IDK_UN_SIGN = 6   /* f32 or i64 */
 } idk_unary_alg_t;
 
-typedef enum { IDK_RED_SUM = 0, IDK_RED_MAX = 1, IDK_RED_MIN = 2, IDK_RED_MEAN = 3 } idk_reduce_alg_t;
+typedef enum {
+    IDK_CAST_PLAIN = 0,
+    IDK_CAST_BOOL = 1,
+    IDK_CAST_I32 = 2,
+    IDK_CAST_I16 = 3,
+    IDK_CAST_I8 = 4,
+    IDK_CAST_U8 = 5
+} idk_cast_to_t;
+
+typedef enum {
+    IDK_RED_SUM = 0,
+    IDK_RED_MAX = 1,
+    IDK_RED_MIN = 2,
+    IDK_RED_MEAN = 3,
+    IDK_RED_L1 = 4,         /* sum |x|; the output must reduce at least one dim of size > 1 */
+    IDK_RED_L2 = 5,         /* sqrt(sum x^2); same */
+    IDK_RED_SUM_SQUARE = 6, /* sum x^2; same */
+    IDK_RED_PROD = 7
+} idk_reduce_alg_t;
 
 typedef enum { IDK_POOL_MAX = 0, IDK_POOL_AVG_INCLUDE_PAD = 1, IDK_POOL_AVG_EXCLUDE_PAD = 2 } idk_pool_alg_t;
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -207,4 +208,44 @@ func FuzzReadExternal(f *testing.F) {
 			return nil
 		})
 	})
+}
+
+// TestExternalDataBeyond4GiB reads a tensor stored past 2 GiB and 4 GiB into its data
+// file (a sparse file, so the test writes a few bytes): what a model over protobuf's 2 GiB
+// limit needs, offsets that do not fit 32 bits.
+func TestExternalDataBeyond4GiB(t *testing.T) {
+	dir := t.TempDir()
+	f, err := os.Create(filepath.Join(dir, "big.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []float32{1.5, -2, 3.25, 1e-3}
+	var raw []byte
+	for _, v := range want {
+		b := math.Float32bits(v)
+		raw = append(raw, byte(b), byte(b>>8), byte(b>>16), byte(b>>24))
+	}
+	offsets := []int64{2<<30 + 4, 4<<30 + 8}
+	for _, off := range offsets {
+		if _, err := f.WriteAt(raw, off); err != nil {
+			t.Skipf("cannot write a sparse file at %d here: %v", off, err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range offsets {
+		p := filepath.Join(dir, "m.onnx")
+		tensor := extTensor("w", []int64{4}, "location", "big.bin", "offset", strconv.FormatInt(off, 10), "length", "16")
+		if err := os.WriteFile(p, extModel(tensor), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		m, err := ReadFile(p)
+		if err != nil {
+			t.Fatalf("offset %d: %v", off, err)
+		}
+		if w := m.Graph.Initializers["w"]; w == nil || !reflect.DeepEqual(w.F32, want) {
+			t.Fatalf("offset %d: tensor %+v, want %v", off, w, want)
+		}
+	}
 }

@@ -2,10 +2,11 @@ package onnx
 
 import "fmt"
 
-// The opset versions of the default domain IDunno accepts.
+// The opset versions of the default domain IDunno accepts (the graph compiler's range:
+// it checks the attributes and inputs whose meaning changed between them, node by node).
 const (
 	MinOpset = 7
-	MaxOpset = 17
+	MaxOpset = 21
 )
 
 // Validate checks what the compiler relies on: a supported opset of the default domain

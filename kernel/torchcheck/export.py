@@ -31,11 +31,23 @@ import torchvision.models as tvm
 
 torch.set_num_threads(2)
 
+
+# torchvision's Swin V2 zeroes the key's third of its qkv bias inside forward (zero_ on a
+# slice of a clone of the parameter), which torch 1.13 cannot export ('aten::zero' has no
+# symbolic): export it as zeros of the tensor's shape. The slice assignment becomes
+# ScatterND on constants, which IDunno's compiler folds. No other model calls zero_.
+def _zero_symbolic(g, self):
+    return g.op("ConstantOfShape", g.op("Shape", self), value_t=torch.tensor([0.0]))
+
+
+torch.onnx.register_custom_op_symbolic("aten::zero", _zero_symbolic, 9)
+
 # (case name, torchvision constructor, kwargs, input shape NCHW, opset, constant folding
-# [, "dynbatch"]). With constant folding torch folds BatchNormalization into Conv itself;
-# without it the file keeps BatchNormalization (and more constant subgraphs) for IDunno's
-# compiler to fold. A "dynbatch" case is exported at batch 1 with a symbolic batch
-# dimension and checked at the batch of its input shape.
+# [, "dynbatch"] [, "bnrandom"]). With constant folding torch folds BatchNormalization
+# into Conv itself; without it the file keeps BatchNormalization (and more constant
+# subgraphs) for IDunno's compiler to fold. A "dynbatch" case is exported at batch 1 with a
+# symbolic batch dimension and checked at the batch of its input shape. A "bnrandom" case
+# gets mild random BatchNorm statistics (randomize_bn) instead of calibrated ones.
 CASES = [
     ("resnet18_op11_nofold", "resnet18", {}, (1, 3, 64, 64), 11, False),
     ("resnet18_op17_b2", "resnet18", {}, (2, 3, 64, 64), 17, True),
@@ -63,12 +75,20 @@ CASES = [
     ("convnext_tiny_op17", "convnext_tiny", {}, (1, 3, 64, 64), 17, True),
     ("convnext_tiny_op14", "convnext_tiny", {}, (1, 3, 64, 64), 14, True),
     ("swin_t_op17", "swin_t", {}, (1, 3, 64, 64), 17, True),
+    ("swin_v2_t_op17", "swin_v2_t", {}, (1, 3, 64, 64), 17, True),  # cosine attention: ReduceL2
+    ("efficientnet_v2_s_op16", "efficientnet_v2_s", {}, (1, 3, 64, 64), 16, True, "bnrandom"),
     # torchvision's VisionTransformer class at a small size (vit_b_16 is the same code
     # with 12 layers of width 768 at 224x224)
     ("vit_small_op17", "VisionTransformer", {"image_size": 32, "patch_size": 8, "num_layers": 2, "num_heads": 4,
                                              "hidden_dim": 64, "mlp_dim": 128, "num_classes": 10}, (2, 3, 32, 32), 17, True),
     ("vit_small_op14", "VisionTransformer", {"image_size": 32, "patch_size": 8, "num_layers": 2, "num_heads": 4,
                                              "hidden_dim": 64, "mlp_dim": 128, "num_classes": 10}, (1, 3, 32, 32), 14, True),
+    # torchvision's MaxVit class at a small size (maxvit_t is the same code at 224x224 with
+    # partitions of 7): block and grid attention through Einsum, relative position bias
+    ("maxvit_small_op17", "MaxVit", {"input_size": (64, 64), "stem_channels": 32, "partition_size": 2,
+                                     "block_channels": [32, 64, 128, 256], "block_layers": [1, 1, 1, 1],
+                                     "head_dim": 16, "stochastic_depth_prob": 0.0, "num_classes": 10},
+     (1, 3, 64, 64), 17, True),
 ]
 
 # BERT-style text classifiers (name, opset, batch, length, vocab, layers, heads, width):
@@ -144,6 +164,21 @@ def calibrate_bn(model, shape, gen):
         m.bias.data = torch.randn(c, generator=gen) * 0.1
 
 
+def randomize_bn(model, gen):
+    """Sets mild random BatchNorm statistics and affine parameters (mean ~0.1, variance
+    0.5-1.5): for the deep nets whose calibrated statistics let eval activations grow
+    until float32 itself cannot give a reference (efficientnet_v2_s: logits of 1e5, torch's
+    fp32 and fp64 outputs 64% apart)."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                c = m.num_features
+                m.running_mean.copy_(torch.randn(c, generator=gen) * 0.1)
+                m.running_var.copy_(torch.empty(c).uniform_(0.5, 1.5, generator=gen))
+                m.weight.data = torch.empty(c).uniform_(0.5, 1.5, generator=gen)
+                m.bias.data = torch.randn(c, generator=gen) * 0.1
+
+
 def save_tensor(arr, path, name):
     t = numpy_helper.from_array(np.ascontiguousarray(arr), name=name)
     with open(path, "wb") as f:
@@ -152,19 +187,25 @@ def save_tensor(arr, path, name):
 
 def export_case(outdir, case, seed):
     name, ctor, kwargs, shape, opset, fold = case[:6]
-    dynbatch = case[6:] == ("dynbatch",)
+    dynbatch = "dynbatch" in case[6:]
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     if ctor == "VisionTransformer":
         from torchvision.models.vision_transformer import VisionTransformer
         model = VisionTransformer(**kwargs)
+    elif ctor == "MaxVit":
+        from torchvision.models.maxvit import MaxVit
+        model = MaxVit(**kwargs)
     else:
         model = getattr(tvm, ctor)(weights=None, **kwargs)
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() >= 2 and float(p.abs().max()) == 0:
                 p.normal_(0, 0.05, generator=gen)  # zero-initialised heads (ViT) would give all-zero outputs
-    calibrate_bn(model, shape, gen)
+    if "bnrandom" in case[6:]:
+        randomize_bn(model, gen)
+    else:
+        calibrate_bn(model, shape, gen)
     model.eval()
     x = torch.randn(*shape, generator=gen)
     d = os.path.join(outdir, name)
@@ -213,7 +254,55 @@ ZOO_TO_TORCH = {
 }
 
 
+# The zoo text model's initializers that are constants of its graph, not weights.
+TEXT_CONSTANTS = ("one", "half", "sqrt2", "neg_big", "inv_sqrt_dh")
+
+
+def zoo_text_case(zoodir, name):
+    """Runs the zoo's transformer_encoder in the TextEncoder above: its weights are the
+    torch module's, Linear weights stored transposed (weight_t) and the attention's q, k, v
+    projections separate where torch stacks them (in_proj_weight, in_proj_bias)."""
+    d = os.path.join(zoodir, name)
+    m = onnx.load(os.path.join(d, "model.onnx"))
+    w = {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in m.graph.initializer}
+    ids = numpy_helper.to_array(onnx.load_tensor(os.path.join(d, "input_0.pb")))
+    mask = numpy_helper.to_array(onnx.load_tensor(os.path.join(d, "input_1.pb")))
+    vocab, width = w["tok.weight"].shape
+    length = w["pos.weight"].shape[0]
+    heads = int(w["shape_heads"][2])
+    layers = len({k.split(".")[2] for k in w if k.startswith("enc.layers.")})
+    classes = w["head.weight_t"].shape[1]
+    model = TextEncoder(vocab, length, layers, heads, width, classes).eval()
+    state, used = {}, set()
+    for k in model.state_dict():
+        if k.endswith("in_proj_weight") or k.endswith("in_proj_bias"):
+            p = k.rsplit(".", 1)[0]
+            kind = "weight_t" if k.endswith("weight") else "bias"
+            parts = [w[f"{p}.{q}.{kind}"] for q in "qkv"]
+            used.update(f"{p}.{q}.{kind}" for q in "qkv")
+            state[k] = torch.cat([t.T for t in parts]) if kind == "weight_t" else torch.cat(parts)
+        elif k.endswith(".weight") and k[:-len("weight")] + "weight_t" in w:
+            state[k] = w[k[:-len("weight")] + "weight_t"].T
+            used.add(k[:-len("weight")] + "weight_t")
+        elif k in w:
+            state[k] = w[k]
+            used.add(k)
+        else:
+            raise SystemExit(f"zoo {name}: no weight for torch's {k}")
+    unused = [k for k in w if k not in used and k not in TEXT_CONSTANTS and not k.startswith(("axes_", "shape_"))]
+    if unused:
+        raise SystemExit(f"zoo {name}: initializers torch does not use: {unused[:5]}")
+    model.load_state_dict(state)
+    with torch.no_grad():
+        y = model(torch.from_numpy(ids), torch.from_numpy(mask))
+    save_tensor(y.numpy(), os.path.join(d, "output_0.pb"), "output")
+    return {"name": "zoo_" + name, "dir": d, "source": "zoo", "model": name, "opset": m.opset_import[0].version,
+            "input_shape": list(ids.shape), "max_abs_output": float(y.abs().max())}
+
+
 def zoo_case(zoodir, name):
+    if name == "transformer_encoder":
+        return zoo_text_case(zoodir, name)
     d = os.path.join(zoodir, name)
     m = onnx.load(os.path.join(d, "model.onnx"))
     weights = {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in m.graph.initializer}
@@ -258,18 +347,19 @@ def main():
             zoodir, args = args[1], args[2:]
         else:
             raise SystemExit(__doc__)
-    only = os.environ.get("TORCHCHECK_ONLY", "")
+    # TORCHCHECK_ONLY: comma-separated substrings; only the cases whose name has one
+    only = [o for o in os.environ.get("TORCHCHECK_ONLY", "").split(",") if o]
     if outdir:
         os.makedirs(outdir, exist_ok=True)
         done = []
         for i, case in enumerate(CASES):
-            if only and only not in case[0]:
+            if only and not any(o in case[0] for o in only):
                 continue
             t0 = time.time()
             done.append(export_case(outdir, case, seed=100 + i))
             print(f"exported {case[0]} in {time.time() - t0:.1f}s", file=sys.stderr)
         for i, case in enumerate(TEXT_CASES):
-            if only and only not in case[0]:
+            if only and not any(o in case[0] for o in only):
                 continue
             t0 = time.time()
             done.append(export_text_case(outdir, case, seed=300 + i))

@@ -44,6 +44,18 @@ var zooCases = []struct {
 	{"inception_v3", []int64{3, 96, 96}, 1},
 }
 
+// zooText is the zoo's transformer_encoder checked against export.py's TextEncoder
+// (torch.nn.TransformerEncoder) holding the same weights; zooTextBatch rows of ids, some
+// padded.
+var zooText = zoo.TextOptions{Vocab: 200, Length: 12, Layers: 2, Heads: 4, Width: 32, Classes: 5, Seed: 6}
+
+const zooTextBatch = 3
+
+// onlyEnv names the export cases to make (comma-separated substrings of their names;
+// empty: all). A filtered set is cached apart from the full one, and the tests that count
+// cases or opsets skip those checks.
+const onlyEnv = "TORCHCHECK_ONLY"
+
 type manifestCase struct {
 	Name         string  `json:"name"`
 	Dir          string  `json:"dir"`
@@ -77,19 +89,99 @@ func TestMain(m *testing.M) {
 func TestTorchvisionExports(t *testing.T) {
 	dir, _ := references(t)
 	cases := readManifest(t, dir)
-	if len(cases) < 29 {
-		t.Fatalf("manifest lists %d exports, want 29", len(cases))
+	only := os.Getenv(onlyEnv)
+	if only != "" {
+		t.Logf("%s=%q: %d exports; the count and opset checks are skipped", onlyEnv, only, len(cases))
+		if len(cases) == 0 {
+			t.Fatalf("no export case matches %s=%q", onlyEnv, only)
+		}
+	} else if len(cases) < 32 {
+		t.Fatalf("manifest lists %d exports, want 32", len(cases))
 	}
 	opsets := map[int64]bool{}
 	for _, c := range cases {
 		opsets[c.Opset] = true
 		t.Run(c.Name, func(t *testing.T) { checkCase(t, filepath.Join(dir, c.Dir), c.MaxAbsOutput) })
 	}
-	for v := int64(11); v <= 17; v++ {
+	for v := int64(11); v <= 17 && only == ""; v++ {
 		if !opsets[v] {
 			t.Errorf("no export at opset %d", v)
 		}
 	}
+}
+
+// newerOpsetCases are exports rewritten to opsets 18 to 21 by TestTorchExportsAtNewerOpsets:
+// a layer-norm decomposition with ReduceMean axes (ViT at 14), LayerNormalization,
+// attention and int64 inputs (the text encoder at 17), ReduceL2 and shifted windows (Swin
+// v2 at 17).
+var newerOpsetCases = []string{"vit_small_op14", "text_encoder_op17", "swin_v2_t_op17"}
+
+// TestTorchExportsAtNewerOpsets rewrites torch's exports as opsets 18 to 21 write them
+// (torch 1.13 exports up to 17): Reduce* axes move from the attribute to an input, and
+// Split without sizes names its output count. What the operators compute did not change,
+// so each must still give torch's output.
+func TestTorchExportsAtNewerOpsets(t *testing.T) {
+	dir, _ := references(t)
+	byName := map[string]manifestCase{}
+	for _, c := range readManifest(t, dir) {
+		byName[c.Name] = c
+	}
+	ran := 0
+	for _, name := range newerOpsetCases {
+		c, ok := byName[name]
+		if !ok {
+			if os.Getenv(onlyEnv) != "" {
+				continue
+			}
+			t.Fatalf("export %s missing from the manifest", name)
+		}
+		for v := int64(18); v <= 21; v++ {
+			t.Run(fmt.Sprintf("%s_as_op%d", name, v), func(t *testing.T) {
+				m, err := onnx.ReadFile(filepath.Join(dir, c.Dir, "model.onnx"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				moved := upgradeOpset(m, v)
+				t.Logf("%d Reduce*/Split nodes rewritten", moved)
+				checkModel(t, m, filepath.Join(dir, c.Dir), c.MaxAbsOutput)
+			})
+			ran++
+		}
+	}
+	if ran == 0 {
+		t.Fatalf("none of %v exported (%s=%q)", newerOpsetCases, onlyEnv, os.Getenv(onlyEnv))
+	}
+}
+
+// upgradeOpset rewrites m (opset 13 to 17) as opset v >= 18 writes it and returns how many
+// nodes changed: every Reduce* takes its axes as an int64 input instead of an attribute,
+// and a Split without a sizes input gets num_outputs.
+func upgradeOpset(m *onnx.Model, v int64) int {
+	changed := 0
+	g := m.Graph
+	for i, n := range g.Nodes {
+		switch {
+		case strings.HasPrefix(n.OpType, "Reduce") && n.OpType != "ReduceSum":
+			a, ok := n.Attrs["axes"]
+			if !ok {
+				continue
+			}
+			name := fmt.Sprintf("upgrade_axes_%d", i)
+			g.Initializers[name] = &onnx.Tensor{Name: name, DType: onnx.Int64, Dims: []int64{int64(len(a.Ints))}, I64: a.Ints}
+			n.Inputs = append(n.Inputs[:1], name)
+			delete(n.Attrs, "axes")
+			changed++
+		case n.OpType == "Split" && (len(n.Inputs) < 2 || n.Inputs[1] == ""):
+			if _, ok := n.Attrs["split"]; ok {
+				continue // opset < 13 form: not an export this test takes
+			}
+			n.Attrs["num_outputs"] = &onnx.Attribute{Name: "num_outputs", Type: onnx.AttrInt, I: int64(len(n.Outputs))}
+			changed++
+		}
+	}
+	m.Opset = v
+	m.Opsets[""] = v
+	return changed
 }
 
 // TestZooAgainstTorchvision runs zoo models whose outputs torch computed with the same
@@ -97,8 +189,8 @@ func TestTorchvisionExports(t *testing.T) {
 func TestZooAgainstTorchvision(t *testing.T) {
 	_, dir := references(t)
 	cases := readManifest(t, dir)
-	if len(cases) != len(zooCases) {
-		t.Fatalf("torch ran %d zoo models, want %d", len(cases), len(zooCases))
+	if len(cases) != len(zooCases)+1 {
+		t.Fatalf("torch ran %d zoo models, want %d (and %s)", len(cases), len(zooCases), zoo.TransformerEncoder)
 	}
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) { checkCase(t, filepath.Join(dir, c.Dir), c.MaxAbsOutput) })
@@ -131,7 +223,7 @@ func makeReferences(t *testing.T) (string, string, error) {
 	if err != nil {
 		return "", "", err
 	}
-	cached, tmp, err := exportCache(script)
+	cached, tmp, err := exportCache(script, os.Getenv(onlyEnv))
 	if err != nil {
 		return "", "", err
 	}
@@ -175,13 +267,46 @@ func writeZooCases(dir string) error {
 			return err
 		}
 	}
-	return nil
+	m, err := zoo.BuildText(zooText)
+	if err != nil {
+		return err
+	}
+	d := filepath.Join(dir, zoo.TransformerEncoder)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return err
+	}
+	if err := onnx.WriteFile(filepath.Join(d, "model.onnx"), m); err != nil {
+		return err
+	}
+	dims := []int64{zooTextBatch, zooText.Length}
+	ids := &onnx.Tensor{Name: "ids", DType: onnx.Int64, Dims: dims, I64: make([]int64, volume(dims))}
+	mask := &onnx.Tensor{Name: "mask", DType: onnx.Int64, Dims: dims, I64: make([]int64, volume(dims))}
+	for i := range ids.I64 {
+		ids.I64[i] = rng.Int64N(zooText.Vocab)
+		row, col := int64(i)/zooText.Length, int64(i)%zooText.Length
+		if col < zooText.Length-3*row { // row r ends in 3r padding tokens
+			mask.I64[i] = 1
+		}
+	}
+	if err := onnx.WriteTensorFile(filepath.Join(d, "input_0.pb"), ids); err != nil {
+		return err
+	}
+	return onnx.WriteTensorFile(filepath.Join(d, "input_1.pb"), mask)
 }
 
 // checkCase loads dir/model.onnx in the kernel, runs dir/input_0.pb and compares with dir/output_0.pb.
 func checkCase(t *testing.T, dir string, maxAbs float64) {
+	src, err := onnx.ReadFile(filepath.Join(dir, "model.onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkModel(t, src, dir, maxAbs)
+}
+
+// checkModel loads src in the kernel, runs dir/input_*.pb and compares with dir/output_0.pb.
+func checkModel(t *testing.T, src *onnx.Model, dir string, maxAbs float64) {
 	start := time.Now()
-	m, err := kernel.Load(filepath.Join(dir, "model.onnx"), kernel.Options{Threads: 2})
+	m, err := kernel.LoadModel(src, kernel.Options{Threads: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,18 +432,25 @@ func runPython(t *testing.T, limit time.Duration, args ...string) error {
 	return nil
 }
 
-// exportCache returns the cache directory of torch's exports for this script, and a
-// fresh temporary directory to export into (to be renamed to it) when it is not there
-// yet. Exports are deterministic, so they are cached across runs under the user cache
-// dir, keyed by the export script's hash.
-func exportCache(script []byte) (dir, tmp string, err error) {
+// exportCache returns the cache directory of torch's exports for this script (and case
+// filter), and a fresh temporary directory to export into (to be renamed to it) when it
+// is not there yet. Exports are deterministic, so they are cached across runs under the
+// user cache dir, keyed by the export script's hash; a filtered set gets its own
+// directory, so it never stands in for the full one.
+func exportCache(script []byte, only string) (dir, tmp string, err error) {
 	sum := sha256.Sum256(script)
+	key := hex.EncodeToString(sum[:8])
 	base, err := os.UserCacheDir()
 	if err != nil {
 		base = os.TempDir()
 	}
 	root := filepath.Join(base, "idunno", "torchcheck")
-	dir = filepath.Join(root, hex.EncodeToString(sum[:8]))
+	name := key
+	if only != "" {
+		f := sha256.Sum256([]byte(only))
+		name += "-only-" + hex.EncodeToString(f[:4])
+	}
+	dir = filepath.Join(root, name)
 	if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err == nil {
 		return dir, "", nil
 	}
@@ -326,12 +458,13 @@ func exportCache(script []byte) (dir, tmp string, err error) {
 		return "", "", err
 	}
 	// Older scripts' exports are stale, and so are temporary dirs of runs that died:
-	// remove them so the cache holds one set.
+	// remove them so the cache holds one script's sets.
 	old, _ := os.ReadDir(root)
 	for _, o := range old {
 		info, err := o.Info()
-		if err != nil || strings.HasPrefix(o.Name(), "tmp-") && time.Since(info.ModTime()) < time.Hour {
-			continue // maybe a concurrent run's export in progress
+		if err != nil || strings.HasPrefix(o.Name(), "tmp-") && time.Since(info.ModTime()) < time.Hour ||
+			strings.HasPrefix(o.Name(), key) {
+			continue // maybe a concurrent run's export in progress, or this script's
 		}
 		os.RemoveAll(filepath.Join(root, o.Name()))
 	}
