@@ -34,7 +34,13 @@ func main() {
 	flag.DurationVar(&o.sample, "sample", 250*time.Millisecond, "sampling interval")
 	which := flag.String("run", "fairtime,manyjobs,recovery", "scenarios to run (fairtime, manyjobs, recovery)")
 	many := flag.String("many", "2,4,8", "manyjobs: job counts to run (2: ResNet-50 and LeNet-5 added together; multiples of 4: the four jobs, each n/4 times, added 3 s apart)")
+	lenetBatch := flag.Int("many-lenet-batch", 64, "manyjobs: LeNet-5's batch (a task is at least one batch, so at a low rate one LeNet-5 task moves its 10 s rate by batch / (10 s x rate))")
 	flag.Parse()
+	for i := range manyConfigs {
+		if manyConfigs[i].model == "lenet5" {
+			manyConfigs[i].batch = *lenetBatch
+		}
+	}
 	for _, s := range strings.Split(*which, ",") {
 		var err error
 		switch s {
