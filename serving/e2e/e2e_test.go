@@ -145,7 +145,7 @@ func TestClusterEndpointAndDashboard(t *testing.T) {
 	}
 	t.Run("token required", func(t *testing.T) { tokenRequired(t, httpAddr["node0"]) })
 	t.Run("dashboard matches job stats", func(t *testing.T) { dashboardMatchesJobStats(t, dir, httpAddr["node1"]+"/?token="+token) })
-	t.Run("live metrics pass promlint", func(t *testing.T) { liveMetricsLint(t, httpAddr["node1"]) })
+	t.Run("live metrics pass promlint", func(t *testing.T) { liveMetricsLint(t, dir, httpAddr["node1"]) })
 	t.Run("serve, route, kill and restart", func(t *testing.T) { serveRouteRestart(t, c, dir, httpAddr) })
 	t.Run("Triton model repository", func(t *testing.T) { tritonRepository(t, dir, httpAddr) })
 	t.Run("INT64 and BOOL tensors", func(t *testing.T) { intAndBoolTensors(t, dir, httpAddr) })
@@ -260,11 +260,17 @@ func prometheusScrapes(t *testing.T, dir string, httpAddr map[string]string) {
 }
 
 // liveMetricsLint lints a node's /metrics while jobs exist (their figures come from the
-// coordinator) with client_golang's promlint.
-func liveMetricsLint(t *testing.T, base string) {
+// coordinator) with client_golang's promlint, and checks that idunno_build_info names the
+// version idunno --version prints (when the binary was built with one, as make does).
+func liveMetricsLint(t *testing.T, dir, base string) {
 	code, b, err := get(base + "/metrics")
 	if err != nil || code != 200 {
 		t.Fatalf("GET /metrics: %d %v", code, err)
+	}
+	if v := strings.Fields(cli(t, dir, "--version")); len(v) == 2 { // "idunno VERSION": built with -X main.version
+		if want := `idunno_build_info{revision=`; !strings.Contains(string(b), want) || !strings.Contains(string(b), `version="`+v[1]+`"} 1`) {
+			t.Errorf("live /metrics' idunno_build_info does not name version %q (idunno --version)", v[1])
+		}
 	}
 	for _, want := range []string{"idunno_job_queries_completed_total{", "idunno_job_query_latency_bucketed_seconds_bucket{", "go_goroutines ", "process_resident_memory_bytes ", "idunno_build_info{"} {
 		if !strings.Contains(string(b), want) {
