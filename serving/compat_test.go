@@ -3,6 +3,16 @@ package serving
 // Compatibility with the KServe v2 / Open Inference Protocol and Triton's extensions
 // (model configuration, statistics, model repository, schedule policy, parameters),
 // written from the protocol documents: each test names the part of the protocol it checks.
+//
+// No test here drives the endpoint with a client we did not write: none can be installed on
+// the project's machines (checked 2026-11-27: the Go module proxy refuses
+// github.com/triton-inference-server/client, github.com/sunhailin-Leo/triton-service-go,
+// github.com/Trendyol/go-triton-client and github.com/kserve/kserve; we found no KServe v2 or
+// Triton HTTP client in the npm registry, whose one Triton client we found,
+// @mgcrea/triton-client, speaks gRPC and is not served; Python's tritonclient is on a
+// registry these machines do not reach). Prometheus and Chromium, which can be installed,
+// are the third-party clients of /metrics and of the dashboard (metrics_test.go,
+// dashboard_test.go, serving/e2e).
 
 import (
 	"bytes"
