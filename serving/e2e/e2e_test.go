@@ -713,6 +713,7 @@ var (
 // `idunno train list`, charts with points, and the jobs' start and end among the events.
 func dashboardViews(t *testing.T, dir, dom string) {
 	roles := map[string]string{}
+	tasksDone := 0
 	for _, m := range nodeRowRE.FindAllStringSubmatch(dom, -1) {
 		cells := map[string]string{}
 		for _, c := range cellRE.FindAllStringSubmatch(m[2], -1) {
@@ -728,6 +729,28 @@ func dashboardViews(t *testing.T, dir, dom string) {
 			t.Errorf("node %s memory shown %q", m[1], cells["memory"])
 		}
 		roles[m[1]] = cells["role"]
+		var running, queued, done int
+		if n, err := fmt.Sscanf(cells["tasks"], "%d / %d / %d", &running, &queued, &done); n != 3 || err != nil || running < 0 || queued < 0 || done < 0 {
+			t.Errorf("node %s tasks shown %q, want running / queued / done", m[1], cells["tasks"])
+		}
+		tasksDone += done
+	}
+	// Every task of the finished job quick was done by some worker (once or more).
+	var jobs []struct {
+		Name  string `json:"name"`
+		Tasks int    `json:"tasks"`
+	}
+	if err := json.Unmarshal([]byte(cli(t, dir, "job", "list", "--json")), &jobs); err != nil {
+		t.Fatal(err)
+	}
+	quickTasks := -1
+	for _, j := range jobs {
+		if j.Name == "quick" {
+			quickTasks = j.Tasks
+		}
+	}
+	if quickTasks < 1 || tasksDone < quickTasks {
+		t.Errorf("node table's tasks done add up to %d; job quick has %d tasks (-1: not listed)", tasksDone, quickTasks)
 	}
 	coords := 0
 	for _, r := range roles {
