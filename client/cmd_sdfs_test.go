@@ -81,6 +81,8 @@ func TestSDFSCommands(t *testing.T) {
 		t.Fatalf("getdir: %q", b)
 	}
 
+	progressOnTerminalAndInPipe(t, bin, lc.Dir(), dir)
+
 	run(true, "delete", "docs/a.txt")
 	if out := run(false, "get", "docs/a.txt", got); !strings.Contains(out, "sdfs: no such file") {
 		t.Fatalf("get after delete: %s", out)
@@ -90,5 +92,63 @@ func TestSDFSCommands(t *testing.T) {
 	}
 	if out := run(false, "get-versions", "docs/a.txt", "zero", vers); !strings.Contains(out, "positive integer") {
 		t.Fatalf("bad N: %s", out)
+	}
+}
+
+// progressOnTerminalAndInPipe puts and gets a 32 MiB file twice: on a real terminal (a
+// pseudo-terminal from util-linux's script) the commands draw a bar, redrawn in place and
+// cleared for the summary line; with stderr in a pipe they write no escape code, only
+// their summary line.
+func progressOnTerminalAndInPipe(t *testing.T, bin, cluster, dir string) {
+	t.Helper()
+	script, err := exec.LookPath("script")
+	if err != nil {
+		t.Skip("no script (util-linux) to give the command a terminal: progress on a terminal not checked")
+	}
+	big := filepath.Join(dir, "big.bin")
+	if err := os.WriteFile(big, bytes.Repeat([]byte("0123456789abcdef"), 2<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	onTerminal := func(args ...string) string {
+		t.Helper()
+		line := bin
+		for _, a := range append(args, "--cluster", cluster) {
+			line += " '" + a + "'"
+		}
+		cmd := exec.Command(script, "-q", "-e", "-c", line, "/dev/null")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("on a terminal, idunno %v: %v\n%q", args, err, out)
+		}
+		return string(out)
+	}
+	back := filepath.Join(dir, "big.back")
+	ttySummary := map[string]string{"put": "put " + big + " as big/on-tty.bin version ", "get": "got big/on-tty.bin version "}
+	for _, args := range [][]string{{"put", big, "big/on-tty.bin"}, {"get", "big/on-tty.bin", back}} {
+		out := onTerminal(args...)
+		label := args[0] + " " + args[1]
+		if !strings.Contains(out, "\r\033[K"+label+" [") || !strings.Contains(out, "MB/s") {
+			t.Errorf("idunno %v on a terminal drew no progress bar:\n%q", args, out)
+		}
+		if !strings.Contains(out, "\r\033[K"+ttySummary[args[0]]) {
+			t.Errorf("idunno %v on a terminal did not clear the bar for its summary:\n%q", args, out)
+		}
+	}
+	if st, err := os.Stat(back); err != nil || st.Size() != 32<<20 {
+		t.Fatalf("get on a terminal wrote %v %v", st, err)
+	}
+	summary := map[string]string{"put": "put " + big + " as big/in-pipe.bin version ", "get": "got big/in-pipe.bin version "}
+	for _, args := range [][]string{{"put", big, "big/in-pipe.bin"}, {"get", "big/in-pipe.bin", back}} {
+		cmd := exec.Command(bin, append(args, "--cluster", cluster)...)
+		out, err := cmd.CombinedOutput() // stdout and stderr are pipes
+		if err != nil {
+			t.Fatalf("idunno %v: %v\n%s", args, err, out)
+		}
+		if bytes.ContainsRune(out, '\x1b') || bytes.ContainsRune(out, '\r') {
+			t.Errorf("idunno %v in a pipe wrote terminal control characters:\n%q", args, out)
+		}
+		if !bytes.Contains(out, []byte(summary[args[0]])) {
+			t.Errorf("idunno %v in a pipe printed no summary:\n%q", args, out)
+		}
 	}
 }
