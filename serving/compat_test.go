@@ -9,10 +9,10 @@ package serving
 // github.com/triton-inference-server/client, github.com/sunhailin-Leo/triton-service-go,
 // github.com/Trendyol/go-triton-client and github.com/kserve/kserve; we found no KServe v2 or
 // Triton HTTP client in the npm registry, whose one Triton client we found,
-// @mgcrea/triton-client, speaks gRPC and is not served; Python's tritonclient is on a
-// registry these machines do not reach). Prometheus and Chromium, which can be installed,
-// are the third-party clients of /metrics and of the dashboard (metrics_test.go,
-// dashboard_test.go, serving/e2e).
+// @mgcrea/triton-client, speaks gRPC and is not served; Debian packages none; Python's
+// tritonclient is on a registry these machines do not reach). Prometheus and Chromium, which
+// can be installed, are the third-party clients of /metrics and of the dashboard
+// (metrics_test.go, dashboard_test.go, serving/e2e).
 
 import (
 	"bytes"
