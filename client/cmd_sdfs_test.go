@@ -95,10 +95,10 @@ func TestSDFSCommands(t *testing.T) {
 	}
 }
 
-// progressOnTerminalAndInPipe puts and gets a 32 MiB file twice: on a real terminal (a
-// pseudo-terminal from util-linux's script) the commands draw a bar, redrawn in place and
-// cleared for the summary line; with stderr in a pipe they write no escape code, only
-// their summary line.
+// progressOnTerminalAndInPipe puts and gets a 32 MiB file (and a folder holding it) on a
+// real terminal, then the file in a pipe: on the terminal (a pseudo-terminal from
+// util-linux's script) the commands draw a bar, redrawn in place and cleared for the
+// summary line; with stderr in a pipe they write no escape code, only their summary line.
 func progressOnTerminalAndInPipe(t *testing.T, bin, cluster, dir string) {
 	t.Helper()
 	script, err := exec.LookPath("script")
@@ -123,15 +123,29 @@ func progressOnTerminalAndInPipe(t *testing.T, bin, cluster, dir string) {
 		return string(out)
 	}
 	back := filepath.Join(dir, "big.back")
-	ttySummary := map[string]string{"put": "put " + big + " as big/on-tty.bin version ", "get": "got big/on-tty.bin version "}
-	for _, args := range [][]string{{"put", big, "big/on-tty.bin"}, {"get", "big/on-tty.bin", back}} {
-		out := onTerminal(args...)
-		label := args[0] + " " + args[1]
+	bigDir := filepath.Join(dir, "bigdir")
+	if err := os.MkdirAll(filepath.Join(bigDir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(big, filepath.Join(bigDir, "sub", "big.bin")); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args    []string
+		summary string // the line that follows the cleared bar
+	}{
+		{[]string{"put", big, "big/on-tty.bin"}, "put " + big + " as big/on-tty.bin version "},
+		{[]string{"get", "big/on-tty.bin", back}, "got big/on-tty.bin version "},
+		{[]string{"putdir", bigDir, "bigdir"}, "put 1 files (33554432 bytes) under bigdir/"},
+		{[]string{"getdir", "bigdir", filepath.Join(dir, "bigdir.back")}, "got 1 files (33554432 bytes) from bigdir/"},
+	} {
+		out := onTerminal(c.args...)
+		label := c.args[0] + " " + c.args[1]
 		if !strings.Contains(out, "\r\033[K"+label+" [") || !strings.Contains(out, "MB/s") {
-			t.Errorf("idunno %v on a terminal drew no progress bar:\n%q", args, out)
+			t.Errorf("idunno %v on a terminal drew no progress bar:\n%q", c.args, out)
 		}
-		if !strings.Contains(out, "\r\033[K"+ttySummary[args[0]]) {
-			t.Errorf("idunno %v on a terminal did not clear the bar for its summary:\n%q", args, out)
+		if !strings.Contains(out, "\r\033[K"+c.summary) {
+			t.Errorf("idunno %v on a terminal did not clear the bar for its summary:\n%q", c.args, out)
 		}
 	}
 	if st, err := os.Stat(back); err != nil || st.Size() != 32<<20 {
