@@ -6,7 +6,7 @@ CC        ?= gcc
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BUILD_PKGS := libdnnl-dev
 DEMO_PKGS  := dataset-fashion-mnist
-TEST_PKGS  := libonnx-testdata dataset-fashion-mnist python3-torch python3-torchvision python3-onnx chromium chromium-driver prometheus
+TEST_PKGS  := libonnx-testdata dataset-fashion-mnist python3-torch python3-torchvision python3-onnx chromium chromium-driver prometheus bash-completion zsh
 KERNEL_SRC := $(wildcard kernel/*.c) $(wildcard kernel/*.h) $(wildcard kernel/include/*.h)
 GO_SRC     := $(shell find . -name '*.go' -not -path './third_party/*') go.mod
 FUZZTIME  ?= 10s

@@ -13,6 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"idunno/serving"
 )
 
 // command is one top-level subcommand. Its run function owns its flags: it declares them on
@@ -157,6 +159,7 @@ func newFlags(name string) *flag.FlagSet {
 }
 
 func main() {
+	serving.BuildVersion = version // /metrics' idunno_build_info says what --version says
 	os.Exit(dispatch(os.Args[1:]))
 }
 

@@ -251,7 +251,7 @@ func TestBashCompletionScript(t *testing.T) {
 		t.Skip("no bash")
 	}
 	if _, err := os.Stat(lib); err != nil {
-		t.Skip("bash-completion is not installed (apt-get install bash-completion)")
+		t.Skip("bash-completion is not installed (apt-get install bash-completion; make test-deps installs it)")
 	}
 	dir := t.TempDir()
 	bin := testBinary(t)
@@ -273,5 +273,69 @@ t idunno job ad; t idunno job add --ba; t idunno --cluster /tmp mem`
 	want := "add\n--batch\nmembers\n"
 	if string(out) != want {
 		t.Fatalf("completions %q, want %q", out, want)
+	}
+}
+
+// zshCompletion drives a real interactive zsh on a pseudo-terminal (its zpty module): it
+// loads `idunno completion zsh` after compinit, types each line of the test followed by a
+// tab, lets the completion settle, and runs the completed line as printf's arguments, so
+// that the words come back as <word> lines.
+const zshCompletion = `zmodload zsh/zpty || exit 2
+zpty z zsh -f -i
+zpty -w z 'PS1="%% "; autoload -U compinit; compinit -u -D; source <(idunno completion zsh); echo RE''ADY'
+zpty -r z out '*READY*% *' || exit 3
+complete() {
+  local all chunk i quiet=0
+  zpty -n -w z "$1"$'\t'
+  for i in {1..200}; do
+    sleep 0.05
+    if zpty -r -t z chunk; then quiet=0; while zpty -r -t z chunk; do :; done; else (( quiet++ )); fi
+    (( quiet >= 6 )) && break
+  done
+  zpty -n -w z $'\C-a'"printf '<%s>\\n' "$'\r'
+  zpty -r z all "*>"$'\r'"*% *" || exit 4
+  print -r -- "=== $1"
+  print -r -- "$all"
+}
+complete 'idunno job ad'
+complete 'idunno job add --ba'
+complete 'idunno --cluster /tmp mem'
+zpty -d z
+`
+
+// The zsh script, loaded in a real interactive zsh, completes verbs, flags, and commands
+// after a global flag through the binary.
+func TestZshCompletionScript(t *testing.T) {
+	zsh, err := exec.LookPath("zsh")
+	if err != nil {
+		t.Skip("zsh is not installed (apt-get install zsh; make test-deps installs it)")
+	}
+	dir := t.TempDir()
+	if err := os.Symlink(testBinary(t), filepath.Join(dir, "idunno")); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "complete.zsh")
+	if err := os.WriteFile(script, []byte(zshCompletion), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, zsh, "-f", script)
+	cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"), "HOME="+dir)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("zsh: %v\n%q", err, out)
+	}
+	cases := strings.Split(string(out), "=== ")[1:]
+	want := [][]string{{"<idunno>", "<job>", "<add>"}, {"<job>", "<add>", "<--batch>"}, {"<--cluster>", "</tmp>", "<members>"}}
+	if len(cases) != len(want) {
+		t.Fatalf("zsh ran %d of %d completions:\n%q", len(cases), len(want), out)
+	}
+	for i, c := range cases {
+		for _, w := range want[i] {
+			if !strings.Contains(c, w+"\r\n") {
+				t.Errorf("zsh completion %q: no %s in the completed line:\n%q", strings.SplitN(c, "\n", 2)[0], w, c)
+			}
+		}
 	}
 }

@@ -15,9 +15,9 @@ import (
 // isTerminal reports whether f is a terminal (not a pipe, a file or /dev/null).
 func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
 
-// progress reports a long operation on stderr: on a terminal a bar redrawn in place ten
-// times a second; elsewhere (a pipe, a log file) a plain line every plainEvery, so scripts
-// and CI logs get a few lines and no escape codes.
+// progress reports a long operation on stderr: on a terminal a bar drawn at the start and
+// redrawn in place ten times a second; elsewhere (a pipe, a log file) a plain line every
+// plainEvery, so scripts and CI logs get a few lines and no escape codes.
 type progress struct {
 	w     io.Writer
 	tty   bool
@@ -41,6 +41,7 @@ func startProgress(label, unit string, total int64) *progress {
 	every := plainEvery
 	if p.tty {
 		every = 100 * time.Millisecond
+		p.draw() // at once: a terminal shows the bar however short the operation
 	}
 	p.done.Add(1)
 	go func() {

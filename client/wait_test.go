@@ -91,6 +91,24 @@ func TestJobWait(t *testing.T) {
 	if code != exitTimeout || !strings.Contains(out, "not complete after 1s") {
 		t.Fatalf("job wait: exit %d, %s", code, out)
 	}
+	if strings.ContainsAny(out, "\x1b\r") {
+		t.Fatalf("job wait in a pipe wrote terminal control characters: %q", out)
+	}
+	// On a terminal (a pseudo-terminal from util-linux's script), the same wait draws a
+	// progress bar of the job's queries, and still exits 3.
+	if script, err := exec.LookPath("script"); err == nil {
+		cmd := exec.Command(script, "-q", "-e", "-c", "'"+bin+"' --cluster '"+lc.Dir()+"' job wait slow --timeout 1s", "/dev/null")
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != exitTimeout {
+			t.Fatalf("job wait on a terminal: %v, want exit %d\n%q", err, exitTimeout, out)
+		}
+		if !bytes.Contains(out, []byte("\r\033[Kjob slow [")) || !bytes.Contains(out, []byte("/256 queries")) {
+			t.Fatalf("job wait on a terminal drew no progress bar: %q", out)
+		}
+	} else {
+		t.Log("no script (util-linux): job wait on a terminal not checked")
+	}
 	if code, out := run("job", "wait", "nosuch", "--timeout", "1s"); code != exitFailure {
 		t.Fatalf("job wait on no job: exit %d, %s", code, out)
 	}

@@ -175,6 +175,10 @@ func (n *Node) newHTTP() *serving.NodeService {
 		Models:  n.models,
 		Peers:   httpPeers{n},
 		Gauges:  httpGauges{n},
+		Tasks: func() serving.TaskCounts {
+			t := n.sched.WorkerTasks()
+			return serving.TaskCounts{Running: t.Running, Queued: t.Queued, Done: t.Done}
+		},
 		Fetch: func(ctx context.Context, name string, w io.Writer) error {
 			_, err := files.Get(ctx, name, w)
 			return err

@@ -19,6 +19,7 @@ type workerState struct {
 	writing map[TaskRef]bool // computed, result being written to SDFS
 	writeQ  chan computed    // to the writer: one waits while one is written
 	reports []TaskReport
+	done    int           // tasks computed and written since the node started (WorkerTasks)
 	kick    chan struct{} // wakes the pull loop
 	work    chan struct{} // wakes the run loop
 	sideW   chan struct{} // wakes the side run loop
@@ -317,6 +318,7 @@ func (s *Scheduler) writerLoop(ctx context.Context) {
 		delete(w.writing, ref)
 		if err == nil {
 			w.reports = append(w.reports, c.rep)
+			w.done++
 		}
 		w.mu.Unlock()
 		if err != nil {

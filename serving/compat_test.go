@@ -3,10 +3,21 @@ package serving
 // Compatibility with the KServe v2 / Open Inference Protocol and Triton's extensions
 // (model configuration, statistics, model repository, schedule policy, parameters),
 // written from the protocol documents: each test names the part of the protocol it checks.
+//
+// No test here drives the endpoint with a client we did not write: none can be installed on
+// the project's machines (checked 2026-11-27: the Go module proxy refuses
+// github.com/triton-inference-server/client, github.com/sunhailin-Leo/triton-service-go,
+// github.com/Trendyol/go-triton-client and github.com/kserve/kserve; we found no KServe v2 or
+// Triton HTTP client in the npm registry, whose one Triton client we found,
+// @mgcrea/triton-client, speaks gRPC and is not served; Debian packages none; Python's
+// tritonclient is on a registry these machines do not reach). Prometheus and Chromium, which
+// can be installed, are the third-party clients of /metrics and of the dashboard
+// (metrics_test.go, dashboard_test.go, serving/e2e).
 
 import (
 	"bytes"
 	"compress/gzip"
+	"compress/zlib"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -357,7 +368,20 @@ func gzipped(t *testing.T, b []byte) []byte {
 	return buf.Bytes()
 }
 
-// Content-Encoding: gzip request bodies, bounded once decompressed.
+// deflated is b as HTTP's deflate: a zlib stream (what tritonclient's
+// request_compression_algorithm="deflate" sends).
+func deflated(t *testing.T, b []byte) []byte {
+	var buf bytes.Buffer
+	zw := zlib.NewWriter(&buf)
+	zw.Write(b)
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// Content-Encoding: gzip and deflate request bodies (Triton's HTTP compression: its clients
+// compress requests with either), bounded once decompressed.
 func TestGzipRequestBodies(t *testing.T) {
 	ts := startServer(t, Config{Limits: Limits{MaxBodyBytes: 64 << 10}}, BatchConfig{})
 	body := []byte(`{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}`)
@@ -371,7 +395,15 @@ func TestGzipRequestBodies(t *testing.T) {
 	if code, _, b := do(t, "POST", ts.url+"/v2/models/double/infer", gzipped(t, bb), hdr); code != 200 || !strings.Contains(string(b), `"data":[2,2,2,2]`) {
 		t.Fatalf("gzip binary body: %d %s", code, b)
 	}
-	bomb := gzipped(t, bytes.Repeat([]byte(" "), 10<<20)) // 10 MiB of spaces in ~10 KB
+	if code, _, b := do(t, "POST", ts.url+"/v2/models/double/infer", deflated(t, body), map[string]string{"Content-Encoding": "deflate"}); code != 200 || !strings.Contains(string(b), `"data":[2,4,6,8]`) {
+		t.Fatalf("deflate body: %d %s", code, b)
+	}
+	hdr["Content-Encoding"] = "Deflate"
+	if code, _, b := do(t, "POST", ts.url+"/v2/models/double/infer", deflated(t, bb), hdr); code != 200 || !strings.Contains(string(b), `"data":[2,2,2,2]`) {
+		t.Fatalf("deflate binary body: %d %s", code, b)
+	}
+	spaces := bytes.Repeat([]byte(" "), 10<<20)
+	bomb := gzipped(t, spaces) // 10 MiB of spaces in ~10 KB
 	for _, tc := range []struct {
 		enc  string
 		body []byte
@@ -381,6 +413,9 @@ func TestGzipRequestBodies(t *testing.T) {
 		{"gzip", bomb, 413, "decompressed body exceeds the limit of 65536"},
 		{"gzip", []byte("not gzip"), 400, "gzip body"},
 		{"gzip", gzipped(t, body)[:20], 400, "gzip body"},
+		{"deflate", deflated(t, spaces), 413, "decompressed body exceeds the limit of 65536"},
+		{"deflate", gzipped(t, body), 400, "deflate body"}, // gzip's framing is not zlib's
+		{"deflate", deflated(t, body)[:10], 400, "deflate body"},
 		{"br", body, 415, "unsupported Content-Encoding"},
 	} {
 		code, _, b := do(t, "POST", ts.url+"/v2/models/double/infer", tc.body, map[string]string{"Content-Encoding": tc.enc})

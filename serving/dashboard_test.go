@@ -42,7 +42,8 @@ func TestDashboardChartsAndTablesFromKnownData(t *testing.T) {
 	l, a := 0.9, 0.7
 	ts.srv.setLive([]NodeRow{
 		{Name: "node0", State: "alive", Role: "coordinator", NodeFigures: NodeFigures{CPUPercent: 35, RSSBytes: 300 << 20, Requests: map[string]ModelPoint{"double": {Rate: 12, P99Ms: 3}}}},
-		{Name: "node1", State: "alive", Role: "standby", Jobs: 1, NodeFigures: NodeFigures{CPUPercent: 80, RSSBytes: 500 << 20, Models: 1, Requests: map[string]ModelPoint{"double": {Rate: 8, P99Ms: 5}}}},
+		{Name: "node1", State: "alive", Role: "standby", Jobs: 1, NodeFigures: NodeFigures{CPUPercent: 80, RSSBytes: 500 << 20, Models: 1,
+			Tasks: &TaskCounts{Running: 1, Queued: 2, Done: 37}, Requests: map[string]ModelPoint{"double": {Rate: 8, P99Ms: 5}}}},
 		{Name: "node2", State: "failed", NodeFigures: NodeFigures{CPUPercent: -1, RSSBytes: -1}},
 	}, []TrainStats{{Name: "lenet", Step: 40, StepsTotal: 100, Epoch: 1, Epochs: 3, SamplesPerSec: 800, Loss: &l, EvalAccuracy: &a, Losses: losses}})
 	ts.srv.Events.Add(now.Add(-time.Minute), "node failed", "node2")
@@ -59,7 +60,8 @@ func TestDashboardChartsAndTablesFromKnownData(t *testing.T) {
 		t.Errorf("chart points %v, want %v", points, want)
 	}
 	for _, s := range []string{`data-node="node2" class="failed"`, `data-train="lenet"`, `<td class="rate">20.0</td>`, `<td class="p99">5.00</td>`,
-		`data-kind="placed again"`, `<td class="role">coordinator</td>`, `<td class="memory">500</td>`} {
+		`data-kind="placed again"`, `<td class="role">coordinator</td>`, `<td class="memory">500</td>`,
+		`<td class="tasks">1 / 2 / 37</td>`, `<td class="tasks">?</td>`} {
 		if !bytes.Contains([]byte(dom), []byte(s)) {
 			t.Errorf("dashboard lacks %s", s)
 		}

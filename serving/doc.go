@@ -16,7 +16,7 @@ package serving
 // Layout: protocol.go and scan.go decode requests (limits first, then a one-pass JSON
 // scanner; the binary tensor extension), dtype.go holds the protocol's datatypes and the
 // conversions to a model's (FP16/BF16, integers, BYTES), body.go undoes Content-Encoding:
-// gzip, encode.go writes responses, batch.go is the pure batching decision (time and
+// gzip or deflate, encode.go writes responses, batch.go is the pure batching decision (time and
 // priority passed in), runner.go drives it per model, local.go holds the served models and
 // checks inputs against their metadata, route.go forwards to other nodes over rpc,
 // config.go, tritonstats.go and repository.go are Triton's model configuration,

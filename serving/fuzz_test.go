@@ -3,6 +3,7 @@ package serving
 import (
 	"bytes"
 	"compress/gzip"
+	"compress/zlib"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -83,7 +84,8 @@ func FuzzDecodeInferRequest(f *testing.F) {
 }
 
 // FuzzDecodeBody feeds arbitrary bodies and Content-Encodings to the body decoder: never
-// more than the limit out, errors are 400, 413 or 415, gzip of anything decodes to it.
+// more than the limit out, errors are 400, 413 or 415, gzip and deflate (zlib) of anything
+// decode to it.
 func FuzzDecodeBody(f *testing.F) {
 	var gz bytes.Buffer
 	zw := gzip.NewWriter(&gz)
@@ -92,6 +94,12 @@ func FuzzDecodeBody(f *testing.F) {
 	f.Add([]byte("gzip"), gz.Bytes())
 	f.Add([]byte("identity"), []byte("x"))
 	f.Add([]byte("br"), []byte("x"))
+	var zl bytes.Buffer
+	zlw := zlib.NewWriter(&zl)
+	zlw.Write([]byte(`{"inputs":[]}`))
+	zlw.Close()
+	f.Add([]byte("deflate"), zl.Bytes())
+	f.Add([]byte("deflate"), []byte{0x78, 0x9c, 3, 0})
 	f.Add([]byte("gzip"), []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff})
 	const limit = 1 << 12
 	f.Fuzz(func(t *testing.T, enc, body []byte) {
@@ -110,6 +118,13 @@ func FuzzDecodeBody(f *testing.F) {
 			zw.Close()
 			if got, err := DecodeBody([]byte("gzip"), buf.Bytes(), limit); err != nil || !bytes.Equal(got, body) {
 				t.Fatalf("gzip round trip: %v", err)
+			}
+			buf.Reset()
+			zlw := zlib.NewWriter(&buf)
+			zlw.Write(body)
+			zlw.Close()
+			if got, err := DecodeBody([]byte("deflate"), buf.Bytes(), limit); err != nil || !bytes.Equal(got, body) {
+				t.Fatalf("deflate round trip: %v", err)
 			}
 		}
 	})

@@ -93,16 +93,28 @@ func NewMetrics() *Metrics {
 	return m
 }
 
-// buildInfo is idunno_build_info: 1, labelled with the module version and VCS revision.
+// BuildVersion is the version the binary was built as (idunno's `-ldflags "-X
+// main.version=..."`, what `idunno --version` prints), set once at start before any
+// server is made. Empty: idunno_build_info falls back to the module version recorded in
+// the Go build info, "(devel)" for a build from a work tree.
+var BuildVersion string
+
+// buildInfo is idunno_build_info: 1, labelled with the build's version (BuildVersion, or
+// the module version) and VCS revision.
 func buildInfo() prometheus.Collector {
 	version, revision := "(devel)", "unknown"
 	if bi, ok := debug.ReadBuildInfo(); ok {
-		version = bi.Main.Version
+		if bi.Main.Version != "" {
+			version = bi.Main.Version
+		}
 		for _, s := range bi.Settings {
 			if s.Key == "vcs.revision" {
 				revision = s.Value
 			}
 		}
+	}
+	if BuildVersion != "" {
+		version = BuildVersion
 	}
 	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "idunno_build_info", Help: "Build of this idunno binary (always 1).",
 		ConstLabels: prometheus.Labels{"version": version, "revision": revision}})

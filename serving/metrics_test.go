@@ -77,6 +77,41 @@ func TestMetricsPassPromlint(t *testing.T) {
 	}
 }
 
+// idunno_build_info carries the version the binary was built as (what idunno --version
+// prints), not the "(devel)" the Go build info holds for a build from a work tree.
+func TestBuildInfoCarriesTheBuildVersion(t *testing.T) {
+	version := func(m *Metrics) string {
+		t.Helper()
+		fams, err := m.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fams {
+			if f.GetName() != "idunno_build_info" {
+				continue
+			}
+			if len(f.GetMetric()) != 1 || f.GetMetric()[0].GetGauge().GetValue() != 1 {
+				t.Fatalf("idunno_build_info: %v", f)
+			}
+			for _, l := range f.GetMetric()[0].GetLabel() {
+				if l.GetName() == "version" {
+					return l.GetValue()
+				}
+			}
+		}
+		t.Fatal("no idunno_build_info with a version label")
+		return ""
+	}
+	if v := version(NewMetrics()); v == "" {
+		t.Fatal("idunno_build_info has an empty version without BuildVersion")
+	}
+	BuildVersion = "v9.8.7-3-gabcdef0"
+	defer func() { BuildVersion = "" }()
+	if v := version(NewMetrics()); v != BuildVersion {
+		t.Fatalf("idunno_build_info version %q, want BuildVersion %q", v, BuildVersion)
+	}
+}
+
 // Counters end in _total, latencies are histograms per model (end to end, queue, compute)
 // and per job, and the Go runtime, process and build-info collectors are there.
 func TestMetricsFamiliesAndTypes(t *testing.T) {

@@ -39,6 +39,9 @@ type NodeOptions struct {
 	// Models is the node's model cache, shared with the jobs' executor; nil: served models
 	// are loaded for serving alone.
 	Models *modelcache.Cache
+	// Tasks returns the node's worker's task counts for the dashboard's node table; nil:
+	// unknown.
+	Tasks func() TaskCounts
 }
 
 // NodeService is the HTTP subsystem of a node (a sched.Component): the HTTP server, its

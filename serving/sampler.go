@@ -16,15 +16,25 @@ import (
 // node table.
 const MethodNode = "http.node"
 
-// NodeFigures are a node's own figures: its process's CPU and memory, what it serves.
+// NodeFigures are a node's own figures: its process's CPU and memory, its worker's tasks,
+// what it serves.
 type NodeFigures struct {
-	CPUPercent float64 `json:"cpu_percent"` // of one core, over the last sample interval; -1 unknown
-	RSSBytes   int64   `json:"rss_bytes"`   // -1 unknown
-	Goroutines int     `json:"goroutines"`
-	Models     int     `json:"models"` // models it serves
+	CPUPercent float64     `json:"cpu_percent"` // of one core, over the last sample interval; -1 unknown
+	RSSBytes   int64       `json:"rss_bytes"`   // -1 unknown
+	Goroutines int         `json:"goroutines"`
+	Tasks      *TaskCounts `json:"tasks,omitempty"` // nil: unknown
+	Models     int         `json:"models"`          // models it serves
 	// Requests are the requests that entered at this node over the last sample interval,
 	// per model (summed over the nodes: the cluster's).
 	Requests map[string]ModelPoint `json:"requests,omitempty"`
+}
+
+// TaskCounts are a node's worker's inference tasks (the scheduler's WorkerTasks): running
+// now, leased and waiting, done since the node started.
+type TaskCounts struct {
+	Running int `json:"running"`
+	Queued  int `json:"queued"`
+	Done    int `json:"done"`
 }
 
 // NodeRow is one row of the dashboard's node table.
@@ -240,8 +250,12 @@ func (s *NodeService) nodeRows(ctx context.Context, workerOf map[string]int) []N
 // nodeFigures answers http.node.
 func (s *NodeService) nodeFigures() NodeFigures {
 	s.sampler.mu.Lock()
-	defer s.sampler.mu.Unlock()
 	f := s.sampler.figures
+	s.sampler.mu.Unlock()
 	f.Models = len(s.local.Served())
+	if s.o.Tasks != nil {
+		t := s.o.Tasks()
+		f.Tasks = &t
+	}
 	return f
 }

@@ -145,7 +145,7 @@ func TestClusterEndpointAndDashboard(t *testing.T) {
 	}
 	t.Run("token required", func(t *testing.T) { tokenRequired(t, httpAddr["node0"]) })
 	t.Run("dashboard matches job stats", func(t *testing.T) { dashboardMatchesJobStats(t, dir, httpAddr["node1"]+"/?token="+token) })
-	t.Run("live metrics pass promlint", func(t *testing.T) { liveMetricsLint(t, httpAddr["node1"]) })
+	t.Run("live metrics pass promlint", func(t *testing.T) { liveMetricsLint(t, dir, httpAddr["node1"]) })
 	t.Run("serve, route, kill and restart", func(t *testing.T) { serveRouteRestart(t, c, dir, httpAddr) })
 	t.Run("Triton model repository", func(t *testing.T) { tritonRepository(t, dir, httpAddr) })
 	t.Run("INT64 and BOOL tensors", func(t *testing.T) { intAndBoolTensors(t, dir, httpAddr) })
@@ -260,11 +260,17 @@ func prometheusScrapes(t *testing.T, dir string, httpAddr map[string]string) {
 }
 
 // liveMetricsLint lints a node's /metrics while jobs exist (their figures come from the
-// coordinator) with client_golang's promlint.
-func liveMetricsLint(t *testing.T, base string) {
+// coordinator) with client_golang's promlint, and checks that idunno_build_info names the
+// version idunno --version prints (when the binary was built with one, as make does).
+func liveMetricsLint(t *testing.T, dir, base string) {
 	code, b, err := get(base + "/metrics")
 	if err != nil || code != 200 {
 		t.Fatalf("GET /metrics: %d %v", code, err)
+	}
+	if v := strings.Fields(cli(t, dir, "--version")); len(v) == 2 { // "idunno VERSION": built with -X main.version
+		if want := `idunno_build_info{revision=`; !strings.Contains(string(b), want) || !strings.Contains(string(b), `version="`+v[1]+`"} 1`) {
+			t.Errorf("live /metrics' idunno_build_info does not name version %q (idunno --version)", v[1])
+		}
 	}
 	for _, want := range []string{"idunno_job_queries_completed_total{", "idunno_job_query_latency_bucketed_seconds_bucket{", "go_goroutines ", "process_resident_memory_bytes ", "idunno_build_info{"} {
 		if !strings.Contains(string(b), want) {
@@ -707,6 +713,7 @@ var (
 // `idunno train list`, charts with points, and the jobs' start and end among the events.
 func dashboardViews(t *testing.T, dir, dom string) {
 	roles := map[string]string{}
+	tasksDone := 0
 	for _, m := range nodeRowRE.FindAllStringSubmatch(dom, -1) {
 		cells := map[string]string{}
 		for _, c := range cellRE.FindAllStringSubmatch(m[2], -1) {
@@ -722,6 +729,28 @@ func dashboardViews(t *testing.T, dir, dom string) {
 			t.Errorf("node %s memory shown %q", m[1], cells["memory"])
 		}
 		roles[m[1]] = cells["role"]
+		var running, queued, done int
+		if n, err := fmt.Sscanf(cells["tasks"], "%d / %d / %d", &running, &queued, &done); n != 3 || err != nil || running < 0 || queued < 0 || done < 0 {
+			t.Errorf("node %s tasks shown %q, want running / queued / done", m[1], cells["tasks"])
+		}
+		tasksDone += done
+	}
+	// Every task of the finished job quick was done by some worker (once or more).
+	var jobs []struct {
+		Name  string `json:"name"`
+		Tasks int    `json:"tasks"`
+	}
+	if err := json.Unmarshal([]byte(cli(t, dir, "job", "list", "--json")), &jobs); err != nil {
+		t.Fatal(err)
+	}
+	quickTasks := -1
+	for _, j := range jobs {
+		if j.Name == "quick" {
+			quickTasks = j.Tasks
+		}
+	}
+	if quickTasks < 1 || tasksDone < quickTasks {
+		t.Errorf("node table's tasks done add up to %d; job quick has %d tasks (-1: not listed)", tasksDone, quickTasks)
 	}
 	coords := 0
 	for _, r := range roles {
