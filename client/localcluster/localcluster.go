@@ -571,14 +571,35 @@ func (c *Cluster) converged(cl *rpc.Client) (bool, string) {
 	return true, ""
 }
 
-// freeBase picks a random base port in [20000, 50000) whose n nodes' ports are all free now.
+// freeBase picks a random base port whose n nodes' ports are all free now, in [20000, the
+// start of the kernel's ephemeral port range): a port in that range can be taken as the
+// source port of any process's outgoing connection while its node is down, and the node
+// then cannot restart on it ("address already in use", seen in CI). Where the ephemeral
+// range leaves no room below it, [20000, 50000).
 func freeBase(n int) int {
+	lo, hi := 20000, 50000
+	if e := ephemeralLow(); e-lo >= 100*n*sched.PortsPerNode {
+		hi = e
+	}
 	for {
-		base := 20000 + mrand.IntN((30000-n*sched.PortsPerNode)/10)*10
+		base := lo + mrand.IntN((hi-lo-n*sched.PortsPerNode)/10)*10
 		if portsFree(base, n) {
 			return base
 		}
 	}
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux; 0 elsewhere).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	var lo, hi int
+	if _, err := fmt.Sscan(string(b), &lo, &hi); err != nil {
+		return 0
+	}
+	return lo
 }
 
 func portsFree(base, n int) bool {
