@@ -49,11 +49,13 @@ func (c *Checkpoint) Encode(w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	n := 4 * (3*len(s.Params) + len(s.Stats))
 	var buf bytes.Buffer
+	buf.Grow(len(checkpointMagic) + 4 + len(hdr) + n + 4) // one allocation, not a doubling series
 	buf.WriteString(checkpointMagic)
 	binary.Write(&buf, binary.LittleEndian, uint32(len(hdr)))
 	buf.Write(hdr)
-	b := make([]byte, 4*(3*len(s.Params)+len(s.Stats)))
+	b := make([]byte, n)
 	off := 0
 	for _, v := range [][]float32{s.Params, s.Opt1, s.Opt2, s.Stats} {
 		for _, f := range v {
