@@ -760,7 +760,21 @@ static int try_dnnl_binary(idk_plan_t *p, const idk_op_t *op, int ai, int bi) {
                 ad[i] = o->dims[i];
                 d1[i] = bd[i];
             }
+            /* a in 8c or 4c blocks (oneDNN's own choice after a grouped convolution that had
+             * no jit kernel in 16c: RegNet's groups of 8 channels) has no jit binary kernel in
+             * oneDNN 2.6 either (its squeeze-excitation multiplies took 1.0 s of a 1.45 s
+             * batch): a is reordered to 16c for the operation, a jit reorder */
             dnnl_memory_desc_t blk;
+            for (int k = 0; k < 2; k++) {
+                dnnl_memory_desc_init_by_tag(&blk, 4, ad, amd.data_type, k == 0 ? dnnl_nChw8c : dnnl_nChw4c);
+                if (dnnl_memory_desc_equal(&blk, &amd)) {
+                    dnnl_memory_desc_t a16;
+                    dnnl_memory_desc_init_by_tag(&a16, 4, ad, amd.data_type, dnnl_nChw16c);
+                    if (idk_get_view(p, op->in[ai], &a16, &ab) != 0) return -1;
+                    amd = a16;
+                    break;
+                }
+            }
             dnnl_memory_desc_init_by_tag(&blk, 4, ad, amd.data_type, dnnl_nChw16c);
             if (dnnl_memory_desc_equal(&blk, &amd)) {
                 dnnl_memory_desc_init_by_tag(&bmd, 4, d1, amd.data_type, dnnl_nChw16c);
