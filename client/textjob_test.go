@@ -3,16 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
-	"idunno/client/localcluster"
 	"idunno/kernel"
 	"idunno/kernel/onnx"
 	"idunno/sched/dataset"
@@ -47,27 +44,7 @@ func TestTextJobFromTokenArrays(t *testing.T) {
 	}
 	bin := kernelBinary(t)
 	dir := t.TempDir()
-	lc, err := localcluster.Up(filepath.Join(dir, "cluster"), 2, 0, bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lc.Down() })
-	run := func(args ...string) (int, string) {
-		t.Helper()
-		cmd := exec.Command(bin, append([]string{"--cluster", lc.Dir()}, args...)...)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		err := cmd.Run()
-		var ee *exec.ExitError
-		switch {
-		case err == nil:
-			return 0, out.String()
-		case errors.As(err, &ee):
-			return ee.ExitCode(), out.String()
-		}
-		t.Fatalf("idunno %v: %v", args, err)
-		return 0, ""
-	}
+	_, run := cliCluster(t, bin, dir)
 	const rows, length, vocab = 10, 16, 500
 	model := filepath.Join(dir, "te.onnx")
 	if code, out := run("zoo", "transformer_encoder", "--vocab", strconv.Itoa(vocab), "--length", strconv.Itoa(length),

@@ -22,27 +22,7 @@ func TestJobWait(t *testing.T) {
 	}
 	bin := testBinary(t)
 	dir := t.TempDir()
-	lc, err := localcluster.Up(filepath.Join(dir, "cluster"), 2, 0, bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lc.Down() })
-	run := func(args ...string) (int, string) {
-		t.Helper()
-		cmd := exec.Command(bin, append([]string{"--cluster", lc.Dir()}, args...)...)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		err := cmd.Run()
-		var ee *exec.ExitError
-		switch {
-		case err == nil:
-			return 0, out.String()
-		case errors.As(err, &ee):
-			return ee.ExitCode(), out.String()
-		}
-		t.Fatalf("idunno %v: %v", args, err)
-		return 0, ""
-	}
+	lc, run := cliCluster(t, bin, dir)
 	// A small job (lenet5, 8 queries) and a slower one (resnet18 on 1x32x32, 256 queries).
 	small, big := filepath.Join(dir, "small.npy"), filepath.Join(dir, "big.npy")
 	for _, c := range [][]string{
@@ -114,5 +94,33 @@ func TestJobWait(t *testing.T) {
 	}
 	if code, out := run("--json", "job", "list"); code != 0 || !strings.Contains(out, `"name":"slow"`) {
 		t.Fatalf("--json job list: exit %d, %s", code, out)
+	}
+}
+
+// cliCluster starts a 2-node local cluster under dir (stopped when the test ends) and
+// returns it with a runner of `idunno --cluster DIR args...` that gives the exit status and
+// the combined output.
+func cliCluster(t *testing.T, bin, dir string) (*localcluster.Cluster, func(args ...string) (int, string)) {
+	t.Helper()
+	lc, err := localcluster.Up(filepath.Join(dir, "cluster"), 2, 0, bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lc.Down() })
+	return lc, func(args ...string) (int, string) {
+		t.Helper()
+		cmd := exec.Command(bin, append([]string{"--cluster", lc.Dir()}, args...)...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+			return 0, out.String()
+		case errors.As(err, &ee):
+			return ee.ExitCode(), out.String()
+		}
+		t.Fatalf("idunno %v: %v", args, err)
+		return 0, ""
 	}
 }
