@@ -79,6 +79,8 @@ typedef struct idk_step {
     int64_t *extra; /* owned */
     float fv;
     size_t bytes;
+    int op;               /* the op it was lowered from (-1: none) */
+    int64_t prof_ns;      /* IDK_PROFILE: time spent in it over all runs */
 } idk_step_t;
 
 typedef struct idk_train idk_train_t;
@@ -108,6 +110,8 @@ struct idk_plan {
     int64_t last_ns;
     int cur_op;
     int has_concat; /* layout heuristic for small batches (ops.c, lower_conv) */
+    int prof;       /* IDK_PROFILE set at compile: time every step, print a table at destroy */
+    int64_t prof_runs;
     int prec;       /* compute type of Conv and MatMul: IDK_F32 or IDK_BF16 (idk_plan_set_precision) */
 };
 

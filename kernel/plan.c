@@ -61,8 +61,50 @@ IDK_API idk_status_t idk_plan_create(idk_plan_t **out, int32_t threads) {
     return IDK_OK;
 }
 
+/* prof_report prints, for IDK_PROFILE=1, the mean time per run of every op kind and of the
+ * slowest steps, to stderr (a diagnostic: which ops outside oneDNN cost what). */
+static void prof_report(const idk_plan_t *p) {
+    if (!p->prof || p->prof_runs == 0) return;
+    double kind_ms[256] = {0}, total = 0;
+    int kind_n[256] = {0};
+    for (int i = 0; i < p->ns; i++) {
+        const idk_step_t *s = &p->s[i];
+        int k = s->op >= 0 && s->op < p->nops ? p->ops[s->op].kind & 255 : 0;
+        double ms = (double)s->prof_ns / 1e6 / (double)p->prof_runs;
+        kind_ms[k] += ms;
+        kind_n[k]++;
+        total += ms;
+    }
+    fprintf(stderr, "idk_profile: %lld runs, %.3f ms per run in steps\n", (long long)p->prof_runs, total);
+    for (int k = 0; k < 256; k++)
+        if (kind_n[k]) fprintf(stderr, "idk_profile kind %3d: %4d steps %9.3f ms\n", k, kind_n[k], kind_ms[k]);
+    for (int i = 0; i < p->ns; i++) {
+        const idk_step_t *s = &p->s[i];
+        double ms = (double)s->prof_ns / 1e6 / (double)p->prof_runs;
+        if (p->prof < 2 && ms < total / 200) continue;
+        const idk_op_t *op = s->op >= 0 && s->op < p->nops ? &p->ops[s->op] : NULL;
+        fprintf(stderr, "idk_profile step %4d op %4d kind %3d %s %8.3f ms out", i, s->op, op ? op->kind : 0,
+                s->prim ? "dnnl" : "C   ", ms);
+        if (op && op->nout) {
+            const idk_tensor_t *t = &p->t[op->out[0]];
+            for (int d = 0; d < t->ndims; d++) fprintf(stderr, "%s%lld", d ? "x" : " ", (long long)t->dims[d]);
+            if (p->prof > 1) {
+                fprintf(stderr, " in");
+                for (int j = 0; j < op->nin && j < 3; j++) {
+                    const idk_tensor_t *x = &p->t[op->in[j]];
+                    fprintf(stderr, " %s", x->cdata ? "c" : "");
+                    for (int d = 0; d < x->ndims; d++) fprintf(stderr, "%s%lld", d ? "x" : "", (long long)x->dims[d]);
+                }
+                if (op->ni) fprintf(stderr, " ia0 %lld", (long long)op->ia[0]);
+            }
+        }
+        fprintf(stderr, "\n");
+    }
+}
+
 IDK_API void idk_plan_destroy(idk_plan_t *p) {
     if (!p) return;
+    prof_report(p);
     idk_train_free(p->tr);
     for (int i = 0; i < p->ns; i++) {
         idk_step_t *s = &p->s[i];
@@ -309,6 +351,7 @@ idk_step_t *idk_new_step(idk_plan_t *p) {
     }
     idk_step_t *s = &p->s[p->ns++];
     memset(s, 0, sizeof *s);
+    s->op = p->cur_op;
     return s;
 }
 
@@ -609,6 +652,8 @@ IDK_API idk_status_t idk_plan_compile(idk_plan_t *p) {
             s->args[a] = (dnnl_exec_arg_t){g->kind, g->mem};
         }
     }
+    const char *prof = getenv("IDK_PROFILE");
+    p->prof = prof && prof[0] && prof[0] != '0' ? atoi(prof) > 1 ? 2 : 1 : 0;
     p->compiled = 1;
     return IDK_OK;
 }
@@ -632,6 +677,7 @@ IDK_API idk_status_t idk_plan_run(idk_plan_t *p, const void *const *in, void *co
     }
     for (int si = 0; si < p->ns; si++) {
         idk_step_t *s = &p->s[si];
+        int64_t ts = p->prof ? now_ns() : 0;
         if (s->prim) {
             dnnl_status_t ds = dnnl_primitive_execute(s->prim, p->stream, s->nargs, s->args);
             if (ds != dnnl_success) return idk_fail(p, IDK_ERR_DNNL, "step %d: %s", si, dnnl_status2str(ds));
@@ -639,7 +685,9 @@ IDK_API idk_status_t idk_plan_run(idk_plan_t *p, const void *const *in, void *co
             idk_status_t st = s->fn(p, s);
             if (st != IDK_OK) return st;
         }
+        if (p->prof) s->prof_ns += now_ns() - ts;
     }
+    if (p->prof) p->prof_runs++;
     dnnl_stream_wait(p->stream);
     for (int i = 0; i < p->nout; i++) {
         idk_tensor_t *t = &p->t[p->out[i]];
