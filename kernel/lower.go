@@ -590,6 +590,7 @@ type postOp struct {
 	alg         int32
 	alpha, beta float32
 	sum         string
+	sumID       int32 // when > 0: the tensor to sum (a reshape of sum), instead of sum's own
 }
 
 func parsePostOps(n *onnx.Node) ([]postOp, error) {
@@ -640,6 +641,10 @@ func parsePostOps(n *onnx.Node) ([]postOp, error) {
 		case "swish":
 			p = postOp{alg: eltSwish}
 			p.alpha, e1 = f(1)
+		case "gelu_erf":
+			p = postOp{alg: eltGeluErf}
+		case "gelu_tanh":
+			p = postOp{alg: eltGeluTanh}
 		default:
 			return nil, fmt.Errorf("post-op %q not supported", s)
 		}
@@ -654,7 +659,9 @@ func parsePostOps(n *onnx.Node) ([]postOp, error) {
 func (b *builder) addPostOps(posts []postOp) error {
 	for _, p := range posts {
 		var t int32 = -1
-		if p.kind == postSum {
+		if p.kind == postSum && p.sumID > 0 {
+			t = p.sumID
+		} else if p.kind == postSum {
 			id, err := b.in(p.sum)
 			if err != nil {
 				return err
@@ -1096,12 +1103,54 @@ func (b *builder) lowerMatMul(n *onnx.Node) error {
 	if r > 6 {
 		return b.errf("MatMul of rank %d not supported", r)
 	}
+	ins := []int32{a, bw}
+	if len(n.Inputs) == 3 {
+		// the graph compiler's fused bias (N values along the last dim), as (1, ..., 1, N)
+		bd, err := b.dims(n.Inputs[2])
+		if err != nil {
+			return err
+		}
+		if volume(bd) != o2[r-1] {
+			return b.errf("bias dims %v for an output of %v", bd, o2)
+		}
+		c, err := b.in(n.Inputs[2])
+		if err != nil {
+			return err
+		}
+		cd := make([]int64, r)
+		for i := range cd {
+			cd[i] = 1
+		}
+		cd[r-1] = o2[r-1]
+		if !equalDims(cd, bd) {
+			if c, err = b.reshaped(c, cd); err != nil {
+				return err
+			}
+		}
+		ins = append(ins, c)
+	}
+	if !equalDims(o2, yd) {
+		// a residual sum operand has the output's dims: reshaped to the product's (before the
+		// MatMul op, which its post-ops follow)
+		for i := range posts {
+			if posts[i].kind != postSum {
+				continue
+			}
+			id, err := b.in(posts[i].sum)
+			if err != nil {
+				return err
+			}
+			if posts[i].sumID, err = b.reshaped(id, o2); err != nil {
+				return err
+			}
+		}
+	}
 	if equalDims(o2, yd) {
 		y, err := b.out(n.Outputs[0])
 		if err != nil {
 			return err
 		}
-		if err := b.op(opMatMul, []int32{a, bw}, []int32{y}, []int64{0, 0}, []float32{1}); err != nil {
+		if err := b.op(opMatMul, ins, []int32{y}, []int64{0, 0}, []float32{1}); err != nil {
 			return err
 		}
 		return b.addPostOps(posts)
@@ -1110,7 +1159,7 @@ func (b *builder) lowerMatMul(n *onnx.Node) error {
 	if err != nil {
 		return err
 	}
-	if err := b.op(opMatMul, []int32{a, bw}, []int32{t}, []int64{0, 0}, []float32{1}); err != nil {
+	if err := b.op(opMatMul, ins, []int32{t}, []int64{0, 0}, []float32{1}); err != nil {
 		return err
 	}
 	if err := b.addPostOps(posts); err != nil {

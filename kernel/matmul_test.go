@@ -125,3 +125,100 @@ func TestBatchedMatMulBroadcast(t *testing.T) {
 		})
 	}
 }
+
+// TestLinearFusions runs transformer-style Linear layers whose bias Add, Gelu and residual
+// Add the graph compiler fuses into the MatMul (bias input, gelu_erf and sum post-ops),
+// against a direct evaluation: the residual is a graph input (summed into a copy), an
+// intermediate that dies at the sum (summed in place) and one still read afterwards.
+func TestLinearFusions(t *testing.T) {
+	const B, L, D, H = 2, 5, 8, 6
+	vi := func(name string, d ...int64) onnx.ValueInfo {
+		return onnx.ValueInfo{Name: name, DType: onnx.Float, Dims: d, DimParams: make([]string, len(d)), HasShape: true}
+	}
+	fill := func(seed float64, d ...int64) *onnx.Tensor {
+		t := &onnx.Tensor{DType: onnx.Float, Dims: d, F32: make([]float32, volume(d))}
+		for i := range t.F32 {
+			t.F32[i] = float32(math.Sin(seed + float64(i)*0.37))
+		}
+		return t
+	}
+	node := func(op string, ins []string, out string) *onnx.Node {
+		return &onnx.Node{Name: out, OpType: op, Inputs: ins, Outputs: []string{out}, Attrs: map[string]*onnx.Attribute{}}
+	}
+	w1, b1, w2, b2 := fill(1, D, H), fill(2, H), fill(3, H, D), fill(4, 1, D)
+	w1.Name, b1.Name, w2.Name, b2.Name = "w1", "b1", "w2", "b2"
+	x := fill(5, B, L, D)
+	// direct: h = gelu(x W1 + b1); z = relu(x); y = z + (h W2 + b2); y2 = y + z
+	h := make([]float64, B*L*H)
+	for r := 0; r < B*L; r++ {
+		for j := 0; j < H; j++ {
+			s := float64(b1.F32[j])
+			for k := 0; k < D; k++ {
+				s += float64(x.F32[r*D+k]) * float64(w1.F32[k*H+j])
+			}
+			h[r*H+j] = float64(float32(0.5 * s * (1 + math.Erf(s/math.Sqrt2))))
+		}
+	}
+	lin := make([]float64, B*L*D)
+	for r := 0; r < B*L; r++ {
+		for j := 0; j < D; j++ {
+			s := float64(b2.F32[j])
+			for k := 0; k < H; k++ {
+				s += h[r*H+k] * float64(w2.F32[k*D+j])
+			}
+			lin[r*D+j] = s
+		}
+	}
+	for _, c := range []struct {
+		name     string
+		residual string // "x", "z" (dies at the sum) or "z2" (z read again after)
+	}{{"input residual", "x"}, {"in place", "z"}, {"residual read later", "z2"}} {
+		t.Run(c.name, func(t *testing.T) {
+			res := c.residual
+			if res == "z2" {
+				res = "z"
+			}
+			nodes := []*onnx.Node{
+				node("Relu", []string{"x"}, "z"),
+				node("MatMul", []string{"x", "w1"}, "m1"),
+				node("Add", []string{"m1", "b1"}, "a1"),
+				node("Gelu", []string{"a1"}, "h"),
+				node("MatMul", []string{"h", "w2"}, "m2"),
+				node("Add", []string{"b2", "m2"}, "a2"),
+				node("Add", []string{res, "a2"}, "y"),
+			}
+			out := "y"
+			if c.residual == "z2" {
+				nodes = append(nodes, node("Add", []string{"y", "z"}, "y2"))
+				out = "y2"
+			}
+			m := &onnx.Model{IRVersion: 9, Opset: 20, Opsets: map[string]int64{"": 20}, Graph: &onnx.Graph{
+				Name: "linear", Nodes: nodes, Inputs: []onnx.ValueInfo{vi("x", B, L, D)},
+				Outputs:      []onnx.ValueInfo{{Name: out, DType: onnx.Float}},
+				Initializers: map[string]*onnx.Tensor{"w1": w1, "b1": b1, "w2": w2, "b2": b2},
+			}}
+			md, err := LoadModel(m, Options{Threads: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer md.Close()
+			got, err := md.Run([]*onnx.Tensor{x})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range lin {
+				r := float64(x.F32[i])
+				if c.residual != "x" {
+					r = math.Max(r, 0)
+				}
+				want := r + lin[i]
+				if c.residual == "z2" {
+					want += r
+				}
+				if d := math.Abs(float64(got[0].F32[i]) - want); d > 1e-5*math.Max(1, math.Abs(want)) {
+					t.Fatalf("value %d: %v, want %v", i, got[0].F32[i], want)
+				}
+			}
+		})
+	}
+}

@@ -397,6 +397,19 @@ static int buf_shared(idk_plan_t *p, int tid, int b) {
     return 0;
 }
 
+/* buf_live_elsewhere: buffer b holds another tensor still to be read (at or after the op
+ * being lowered) or a graph input/output. A matmul's residual operand is a reshape of the
+ * residual stream (a view of its buffer) that is dead once reshaped: the sum runs in place. */
+static int buf_live_elsewhere(idk_plan_t *p, int tid, int b) {
+    for (int i = 0; i < p->nt; i++) {
+        const idk_tensor_t *t = &p->t[i];
+        if (i == tid || (t->lastuse < p->cur_op && !t->is_out && !t->is_in && !t->cdata)) continue;
+        for (int v = 0; v < t->nviews; v++)
+            if (t->views[v].buf == b) return 1;
+    }
+    return 0;
+}
+
 /* post_ops builds the attribute for an op's post-ops and returns the buffer the
  * output must be written to (the sum tensor's, in place when it dies here). */
 static idk_status_t with_post_ops(idk_plan_t *p, const idk_op_t *op, dnnl_primitive_attr_t attr, int *sum_tid) {
@@ -432,7 +445,8 @@ static int dst_for_sum(idk_plan_t *p, const idk_op_t *op, int sum_tid, const dnn
     int rb;
     if (idk_get_view(p, sum_tid, dmd, &rb) != 0) return -1;
     idk_tensor_t *r = &p->t[sum_tid];
-    int inplace = r->lastuse == p->cur_op && !r->is_out && !r->is_in && !r->cdata && !buf_shared(p, sum_tid, rb);
+    int inplace = r->lastuse == p->cur_op && !r->is_out && !r->is_in && !r->cdata &&
+                  !(op->kind == IDK_OP_MATMUL ? buf_live_elsewhere(p, sum_tid, rb) : buf_shared(p, sum_tid, rb));
     for (int i = 0; i < op->nin; i++)
         if (op->in[i] == sum_tid) inplace = 0;
     if (inplace) {

@@ -298,7 +298,7 @@ IDK_API idk_status_t idk_plan_add_post_op(idk_plan_t *p, int32_t kind, int32_t a
         if (a->dtype != IDK_F32 || a->ndims != o->ndims || memcmp(a->dims, o->dims, sizeof a->dims[0] * (size_t)a->ndims))
             return idk_fail(p, IDK_ERR_INVALID, "sum post-op tensor %d does not match the output's dims", tensor);
         if (op->nin >= IDK_MAX_IN) return idk_fail(p, IDK_ERR_UNSUPPORTED, "too many inputs");
-    } else if (kind != IDK_POST_ELTWISE || alg < IDK_ELT_RELU || (alg > IDK_ELT_LINEAR && alg != IDK_ELT_SWISH)) {
+    } else if (kind != IDK_POST_ELTWISE || alg < IDK_ELT_RELU || (alg > IDK_ELT_LINEAR && alg != IDK_ELT_SWISH && alg != IDK_ELT_GELU_ERF && alg != IDK_ELT_GELU_TANH)) {
         return idk_fail(p, IDK_ERR_INVALID, "bad post-op kind %d alg %d", kind, alg);
     }
     op->post[op->npost++] = (idk_post_t){kind, alg, alpha, beta, tensor};

@@ -414,7 +414,7 @@ func TestFuseActivations(t *testing.T) {
 	}
 
 	// Not fused: the intermediate is a graph output, or has two consumers, or the Add
-	// broadcasts, or the Add follows a Gemm.
+	// broadcasts (a run-time operand), or the Add follows a Gemm.
 	notFused := map[string]*builder{
 		"graph output": newBuilder(13).input("x", 1, 2, 4, 4).init("w", randTensor(r, 2, 2, 1, 1)).
 			node("Conv", ss("x", "w"), ss("c")).node("Relu", ss("c"), ss("y")).output("y", "c"),
@@ -423,6 +423,8 @@ func TestFuseActivations(t *testing.T) {
 		"broadcast add": newBuilder(13).input("x", 1, 2, 4, 4).input("bias", 2, 1, 1).init("w", randTensor(r, 2, 2, 1, 1)).
 			node("Conv", ss("x", "w"), ss("c")).node("Add", ss("c", "bias"), ss("y")).output("y"),
 		"add after gemm": newBuilder(13).input("x", 2, 4).input("s", 2, 3).init("w", randTensor(r, 4, 3)).
+			init("bias", randTensor(r, 3)).node("Gemm", ss("x", "w", "bias"), ss("c")).node("Add", ss("c", "s"), ss("y")).output("y"),
+		"broadcast add after matmul": newBuilder(13).input("x", 2, 4).input("s", 1, 3).init("w", randTensor(r, 4, 3)).
 			node("MatMul", ss("x", "w"), ss("c")).node("Add", ss("c", "s"), ss("y")).output("y"),
 		"add of a later value": newBuilder(13).input("x", 1, 2, 4, 4).init("w", randTensor(r, 2, 2, 1, 1)).
 			node("Conv", ss("x", "w"), ss("c")).node("Sigmoid", ss("x"), ss("later")).node("Add", ss("c", "later"), ss("y")).output("y"),
@@ -711,5 +713,38 @@ func TestFuseSwish(t *testing.T) {
 			}
 		}
 		checkComplete(t, g)
+	}
+}
+
+// TestFuseMatMulBias: MatMul by constant 2-D weights takes the constant bias Add after it
+// as a third input, then Gelu and the residual Add as post-ops; a bias that is not along
+// the last dim, or weights computed at run time, stay separate Adds.
+func TestFuseMatMulBias(t *testing.T) {
+	r := rand.New(rand.NewSource(5))
+	g, err := newBuilder(20).input("x", 2, 3, 4).init("w", randTensor(r, 4, 4)).init("b", randTensor(r, 1, 4)).
+		node("Relu", ss("x"), ss("z")).node("MatMul", ss("z", "w"), ss("m")).node("Add", ss("b", "m"), ss("a")).
+		node("Gelu", ss("a"), ss("h")).node("MatMul", ss("h", "w"), ss("m2")).node("Add", ss("m2", "b"), ss("a2")).
+		node("Add", ss("z", "a2"), ss("y")).output("y").compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opTypes(g) != "Relu,MatMul,MatMul" || len(g.Nodes[1].Inputs) != 3 || g.Nodes[1].Inputs[2] != "b" ||
+		postOps(g.Nodes[1]) != "gelu_erf" || len(g.Nodes[2].Inputs) != 3 || postOps(g.Nodes[2]) != "sum:z" || g.Nodes[2].Outputs[0] != "y" {
+		t.Fatalf("nodes %s, inputs %v %v, post-ops %q %q", opTypes(g), g.Nodes[1].Inputs, g.Nodes[2].Inputs, postOps(g.Nodes[1]), postOps(g.Nodes[2]))
+	}
+	checkComplete(t, g)
+	for name, b := range map[string]*builder{
+		"bias along another dim": newBuilder(13).input("x", 2, 4, 4).init("w", randTensor(r, 4, 4)).init("b", randTensor(r, 4, 1)).
+			node("MatMul", ss("x", "w"), ss("m")).node("Add", ss("m", "b"), ss("y")).output("y"),
+		"run-time weights": newBuilder(13).input("x", 2, 4).input("w", 4, 3).init("b", randTensor(r, 3)).
+			node("MatMul", ss("x", "w"), ss("m")).node("Add", ss("m", "b"), ss("y")).output("y"),
+	} {
+		g, err := b.compile()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if opTypes(g) != "MatMul,Add" || len(g.Nodes[0].Inputs) != 2 {
+			t.Fatalf("%s: nodes %s", name, opTypes(g))
+		}
 	}
 }

@@ -41,6 +41,11 @@ func activation(x *nodeCtx) (string, error) {
 	case "Clip":
 		lo, hi, err := clipBounds(x)
 		return "clip:" + fmtFloat(lo) + ":" + fmtFloat(hi), err
+	case "Gelu": // the transformer fusion's (fuseGelu), or opset 20's
+		if a, ok := x.n.Attrs["approximate"]; ok && a != nil && string(a.S) == "tanh" {
+			return "gelu_tanh", nil
+		}
+		return "gelu_erf", nil
 	}
 	return "", nil
 }
@@ -127,8 +132,9 @@ func foldBN(w, b, gamma, beta, mean, variance *onnx.Tensor, eps float32) (*onnx.
 	return nw, nb, nil
 }
 
-// fusePostOps moves residual Adds and activations after Conv (activations only after
-// Gemm and MatMul) into the producer's post-op list.
+// fusePostOps moves residual Adds and activations after Conv and MatMul (activations only
+// after Gemm) into the producer's post-op list; a MatMul by constant 2-D weights first takes
+// the constant bias Add after it as a third input (fuseMatMulBias).
 func (c *compiler) fusePostOps() {
 	ix := c.index()
 	for i, n := range c.nodes {
@@ -139,6 +145,7 @@ func (c *compiler) fusePostOps() {
 			continue
 		}
 		var post []string
+		c.fuseMatMulBias(ix, n)
 		for {
 			out := n.Outputs[0]
 			if sig, mul := c.swishPair(ix, out); sig != nil && n.OpType == "Conv" {
@@ -181,7 +188,7 @@ func (c *compiler) fusePostOps() {
 // the node at position i, or "" when it does not fuse; sumOf names a "sum:" operand.
 func (c *compiler) postOpFor(ix *graphIndex, i int, n, next *onnx.Node, have int) (op, sumOf string) {
 	out := n.Outputs[0]
-	if next.OpType == "Add" && n.OpType == "Conv" && have == 0 {
+	if next.OpType == "Add" && (n.OpType == "Conv" || n.OpType == "MatMul") && have == 0 {
 		other := next.Inputs[0]
 		if other == out {
 			other = next.Inputs[1]
@@ -229,4 +236,43 @@ func (c *compiler) swishPair(ix *graphIndex, x string) (sig, mul *onnx.Node) {
 		return nil, nil
 	}
 	return sig, mul
+}
+
+// fuseMatMulBias makes MatMul(A, W) + b, with W a constant (K, N) matrix, A of rank 2 or
+// more and b a constant of N values along the last dim ((N), (1, N), ...), one MatMul with
+// b as its third input (the kernel's matmul bias: a Linear layer as transformers export it),
+// when the Add is the MatMul output's only reader. The Add's output keeps its name.
+func (c *compiler) fuseMatMulBias(ix *graphIndex, n *onnx.Node) {
+	if n.OpType != "MatMul" || len(n.Inputs) != 2 || len(n.Outputs) != 1 {
+		return
+	}
+	out := n.Outputs[0]
+	w := c.consts[n.Inputs[1]]
+	av, ov := c.vals[n.Inputs[0]], c.vals[out]
+	if w == nil || w.DType != onnx.Float || len(w.Dims) != 2 || av == nil || len(av.Dims) < 2 || ov == nil ||
+		c.outputs[out] || ix.uses(out) != 1 {
+		return
+	}
+	add := ix.onlyReader(out)
+	if add == nil || add.OpType != "Add" || len(add.Inputs) != 2 || len(add.Outputs) != 1 {
+		return
+	}
+	bias := other(add, out)
+	bt := c.consts[bias]
+	if bias == "" || bias == out || bt == nil || bt.DType != onnx.Float || len(bt.Dims) == 0 || len(bt.Dims) > len(ov.Dims) {
+		return
+	}
+	nOut := w.Dims[1]
+	if bt.Dims[len(bt.Dims)-1] != nOut || volumeOf(bt.Dims) != nOut {
+		return
+	}
+	if yv := c.vals[add.Outputs[0]]; yv == nil || !dimsEqual(yv.Dims, ov.Dims) {
+		return
+	}
+	ix.kill(add)
+	ix.addReader(bias, n)
+	delete(c.vals, out)
+	n.Inputs = append(n.Inputs, bias)
+	n.Outputs[0] = add.Outputs[0]
+	ix.producer[n.Outputs[0]] = n
 }

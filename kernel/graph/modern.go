@@ -24,7 +24,7 @@ func registerModern() {
 		"And":                logic(),
 		"Or":                 logic(),
 		"Xor":                logic(),
-		"Not":                {minIn: 1, maxIn: 1, infer: inferNot},
+		"Not":                {minIn: 1, maxIn: 1, infer: inferNot, eval: evalNot},
 		"Tile":               {minIn: 2, maxIn: 2, infer: inferTile},
 		"CumSum":             {attrs: []string{"exclusive", "reverse"}, minIn: 2, maxIn: 2, infer: inferCumSum},
 		"Sqrt":               funary(),
@@ -109,6 +109,25 @@ func inferNot(x *nodeCtx) ([]onnx.ValueInfo, error) {
 		return nil, x.errf("input must be bool")
 	}
 	return []onnx.ValueInfo{{DType: onnx.Bool, Dims: cloneDims(x.dims(0))}}, nil
+}
+
+// evalNot folds Not of a constant (Swin's shifted-window mask is Where(Not(...)) of
+// constants: it ran on every batch).
+func evalNot(x *nodeCtx) ([]*onnx.Tensor, error) {
+	t, err := x.evalIn(0)
+	if err != nil {
+		return nil, err
+	}
+	if t.DType != onnx.Bool {
+		return nil, x.errf("input must be bool")
+	}
+	out := &onnx.Tensor{DType: onnx.Bool, Dims: cloneDims(t.Dims), I64: make([]int64, len(t.I64))}
+	for i, v := range t.I64 {
+		if v == 0 {
+			out.I64[i] = 1
+		}
+	}
+	return []*onnx.Tensor{out}, nil
 }
 
 func inferWhere(x *nodeCtx) ([]onnx.ValueInfo, error) {
