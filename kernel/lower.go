@@ -34,6 +34,10 @@ type builder struct {
 	opset int64
 	ids   map[string]int32
 	node  *onnx.Node
+	// Transposes lowered into matrix products (lower_perm.go)
+	permIn  map[string]permRef
+	permOut map[*onnx.Node]permRef
+	skip    map[*onnx.Node]bool
 }
 
 func volume(d []int64) int64 {
@@ -334,8 +338,12 @@ func (b *builder) build() (*plan, error) {
 		inIDs = append(inIDs, id)
 		p.inputs = append(p.inputs, tensorSlot{vi.Name, v.DType, v.Dims})
 	}
+	b.planPerms()
 	for _, n := range b.g.Nodes {
 		b.node = n
+		if b.skip[n] { // a Transpose a matrix product reads or writes through strides
+			continue
+		}
 		lower := b.lowerNode
 		if code, ok := b.wrapsNarrow(n); ok {
 			lower = func(n *onnx.Node) error { return b.lowerWrapped(n, code) }
@@ -1049,6 +1057,14 @@ func (b *builder) lowerMatMul(n *onnx.Node) error {
 	posts, err := parsePostOps(n)
 	if err != nil {
 		return b.errf("%v", err)
+	}
+	if _, ok := b.permOut[n]; ok || b.permIn[n.Inputs[0]].name != "" || b.permIn[n.Inputs[1]].name != "" {
+		// planPerms checked: a batched product of the operands as they are, no post-ops
+		y, pout, err := b.outFor(n)
+		if err != nil {
+			return err
+		}
+		return b.permMatMul(n.Inputs[0], n.Inputs[1], y, pout, 1, len(yd))
 	}
 	a2, b2 := ad, bd
 	if len(a2) == 1 {

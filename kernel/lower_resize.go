@@ -32,6 +32,9 @@ func (b *builder) lowerAttention(n *onnx.Node) error {
 	r := len(qd)
 	ids := make([]int32, len(n.Inputs))
 	for i, name := range n.Inputs {
+		if _, absorbed := b.permIn[name]; absorbed { // read through a permutation (lower_perm.go)
+			continue
+		}
 		if ids[i], err = b.in(name); err != nil {
 			return err
 		}
@@ -41,7 +44,7 @@ func (b *builder) lowerAttention(n *onnx.Node) error {
 	if err != nil {
 		return err
 	}
-	if err := b.op(opMatMul, []int32{ids[0], ids[1]}, []int32{scores}, []int64{0, 0}, []float32{attrFloat(n, "scale", 1)}); err != nil {
+	if err := b.permMatMul(n.Inputs[0], n.Inputs[1], scores, nil, attrFloat(n, "scale", 1), r); err != nil {
 		return err
 	}
 	probs, err := b.temp(sd)
@@ -69,11 +72,11 @@ func (b *builder) lowerAttention(n *onnx.Node) error {
 	} else if err := b.op(opSoftmax, []int32{scores}, []int32{probs}, []int64{int64(r - 1), 0}, nil); err != nil {
 		return err
 	}
-	y, err := b.out(n.Outputs[0])
+	y, pout, err := b.outFor(n)
 	if err != nil {
 		return err
 	}
-	return b.op(opMatMul, []int32{probs, ids[2]}, []int32{y}, []int64{0, 0}, []float32{1})
+	return b.permMatMulFrom(probs, n.Inputs[2], y, pout, r)
 }
 
 func (b *builder) lowerTopK(n *onnx.Node) error {

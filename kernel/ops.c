@@ -99,23 +99,43 @@ idk_status_t idk_check_op(idk_plan_t *p, const idk_op_t *op) {
         return IDK_OK;
     }
     case IDK_OP_MATMUL: {
-        if (op->nin < 2 || op->nin > 3 || op->nout != 1 || op->ni != 2 || op->nf != 1 || !f32)
-            return bad(p, "matmul takes a, b, [bias], trans_a, trans_b, alpha");
         int nd = o->ndims;
+        if (op->nin < 2 || op->nin > 3 || op->nout != 1 || (op->ni != 2 && op->ni != 2 + 3 * nd) || op->nf != 1 || !f32)
+            return bad(p, "matmul takes a, b, [bias], trans_a, trans_b, [perm_a, perm_b, perm_y], alpha");
         if (nd < 2 || nd > 6 || T(0)->ndims != nd || T(1)->ndims != nd) return bad(p, "matmul ranks");
+        int64_t pa[IDK_MAX_DIMS], pb[IDK_MAX_DIMS], py[IDK_MAX_DIMS];
         const int64_t *a = T(0)->dims, *b = T(1)->dims;
+        if (op->ni > 2) {
+            if (op->ia[0] || op->ia[1]) return bad(p, "matmul: trans flags with permutations");
+            int seen[3][IDK_MAX_DIMS] = {{0}};
+            for (int k = 0; k < 3; k++)
+                for (int i = 0; i < nd; i++) {
+                    int64_t v = op->ia[2 + k * nd + i];
+                    if (v < 0 || v >= nd || seen[k][v]++) return bad(p, "matmul: bad permutation");
+                }
+            for (int i = 0; i < nd; i++) {
+                pa[i] = T(0)->dims[op->ia[2 + i]];
+                pb[i] = T(1)->dims[op->ia[2 + nd + i]];
+            }
+            a = pa;
+            b = pb;
+            /* the product's dims: y's dims at the inverse permutation */
+            for (int j = 0; j < nd; j++) py[op->ia[2 + 2 * nd + j]] = o->dims[j];
+            if (op->npost) return bad(p, "matmul: post-ops with permutations");
+        }
+        const int64_t *od = op->ni > 2 ? py : o->dims;
         int64_t M = op->ia[0] ? a[nd - 1] : a[nd - 2], K = op->ia[0] ? a[nd - 2] : a[nd - 1];
         int64_t K2 = op->ia[1] ? b[nd - 1] : b[nd - 2], N = op->ia[1] ? b[nd - 2] : b[nd - 1];
-        if (K != K2 || o->dims[nd - 2] != M || o->dims[nd - 1] != N) return bad(p, "matmul inner dims");
+        if (K != K2 || od[nd - 2] != M || od[nd - 1] != N) return bad(p, "matmul inner dims");
         for (int i = 0; i < nd - 2; i++) {
             int64_t m = a[i] > b[i] ? a[i] : b[i];
-            if ((a[i] != m && a[i] != 1) || (b[i] != m && b[i] != 1) || o->dims[i] != m) return bad(p, "matmul batch dims");
+            if ((a[i] != m && a[i] != 1) || (b[i] != m && b[i] != 1) || od[i] != m) return bad(p, "matmul batch dims");
         }
         if (op->nin == 3) {
             const idk_tensor_t *c = T(2);
             if (c->ndims != nd) return bad(p, "matmul bias rank");
             for (int i = 0; i < nd; i++)
-                if (c->dims[i] != 1 && (i < nd - 2 || c->dims[i] != o->dims[i])) return bad(p, "matmul bias dims");
+                if (c->dims[i] != 1 && (i < nd - 2 || c->dims[i] != od[i])) return bad(p, "matmul bias dims");
         }
         return IDK_OK;
     }
@@ -1350,10 +1370,48 @@ static idk_status_t lower_binary(idk_plan_t *p, const idk_op_t *op) {
     return IDK_OK;
 }
 
+/* matmul_plain_pd: a matmul whose permuted operands or output (strided memory
+ * descriptors) leave oneDNN only its reference kernel gets them as plain copies instead
+ * (plain[k] set): a reorder of each strided input into a plain buffer before, of the plain
+ * product into the output after (what separate Transpose ops did). Returns the primitive. */
+static dnnl_primitive_desc_t matmul_plain_pd(idk_plan_t *p, dnnl_memory_desc_t *amd, dnnl_memory_desc_t *bmd,
+                                             const dnnl_memory_desc_t *cmd, dnnl_memory_desc_t *dmd,
+                                             const dnnl_primitive_attr_t attr, int plain[3]) {
+    dnnl_memory_desc_t *mds[3] = {amd, bmd, dmd};
+    for (int k = 0; k < 3; k++) {
+        dnnl_memory_desc_t pm;
+        idk_plain_md(&pm, mds[k]->ndims, mds[k]->dims);
+        plain[k] = !dnnl_memory_desc_equal(&pm, mds[k]);
+        if (plain[k]) *mds[k] = pm;
+    }
+    dnnl_matmul_desc_t d;
+    dnnl_primitive_desc_t pd = NULL;
+    if (dnnl_matmul_desc_init(&d, amd, bmd, cmd, dmd) != dnnl_success ||
+        dnnl_primitive_desc_create(&pd, &d, attr, p->eng, NULL) != dnnl_success)
+        return NULL;
+    return pd;
+}
+
+/* reorder_step adds a oneDNN reorder from (smd, sb) to (dmd, db). */
+static idk_status_t reorder_step(idk_plan_t *p, const dnnl_memory_desc_t *smd, int sb, const dnnl_memory_desc_t *dmd, int db) {
+    dnnl_primitive_desc_t pd;
+    if (dnnl_reorder_primitive_desc_create(&pd, smd, p->eng, dmd, p->eng, NULL) != dnnl_success)
+        return idk_fail(p, IDK_ERR_DNNL, "op %d: reorder failed", p->cur_op);
+    idk_step_t *s;
+    idk_status_t rc = finish_prim(p, pd, &s);
+    if (rc == IDK_OK) {
+        idk_step_arg(s, DNNL_ARG_FROM, smd, sb);
+        idk_step_arg(s, DNNL_ARG_TO, dmd, db);
+    }
+    dnnl_primitive_desc_destroy(pd);
+    return rc;
+}
+
 static idk_status_t lower_matmul(idk_plan_t *p, const idk_op_t *op) {
     const idk_tensor_t *a = T(0), *b = T(1), *o = OUT;
     int nd = o->ndims;
-    dnnl_memory_desc_t amd, bmd, cmd, dmd;
+    int perm = op->ni > 2; /* operands read, and the output written, through permutations */
+    dnnl_memory_desc_t amd, bmd, cmd, dmd, ymd;
     dnnl_dims_t ad, bd, as, bs;
     for (int k = 0; k < 2; k++) {
         const idk_tensor_t *x = k ? b : a;
@@ -1365,8 +1423,9 @@ static idk_status_t lower_matmul(idk_plan_t *p, const idk_op_t *op) {
             s *= x->dims[i] ? x->dims[i] : 1;
         }
         for (int i = 0; i < nd; i++) {
-            dd[i] = x->dims[i];
-            ss[i] = st[i];
+            int64_t src = perm ? op->ia[2 + k * nd + i] : i;
+            dd[i] = x->dims[src];
+            ss[i] = st[src];
         }
         if (tr) {
             dd[nd - 2] = x->dims[nd - 1];
@@ -1376,9 +1435,23 @@ static idk_status_t lower_matmul(idk_plan_t *p, const idk_op_t *op) {
         }
         dnnl_memory_desc_init_by_strides(k ? &bmd : &amd, nd, dd, dnnl_f32, ss);
     }
-    dims_md(&dmd, nd, o->dims);
+    dims_md(&ymd, nd, o->dims);
+    dmd = ymd;
+    if (perm) { /* the product's dims, strided over y's row-major bytes */
+        int64_t yst[IDK_MAX_DIMS], s = 1;
+        dnnl_dims_t pd_, ps;
+        for (int i = nd - 1; i >= 0; i--) {
+            yst[i] = s;
+            s *= o->dims[i] ? o->dims[i] : 1;
+        }
+        for (int j = 0; j < nd; j++) {
+            pd_[op->ia[2 + 2 * nd + j]] = o->dims[j];
+            ps[op->ia[2 + 2 * nd + j]] = yst[j];
+        }
+        dnnl_memory_desc_init_by_strides(&dmd, nd, pd_, dnnl_f32, ps);
+    }
     /* constant weights: let the primitive pick a packed layout, reordered once now */
-    int pack_b = p->t[op->in[1]].cdata != NULL;
+    int pack_b = p->t[op->in[1]].cdata != NULL && !perm;
     for (int i = 0; i < nd - 2; i++)
         if (bd[i] != 1) pack_b = 0;
     dnnl_memory_desc_t bmd_logical = bmd;
@@ -1404,6 +1477,19 @@ static idk_status_t lower_matmul(idk_plan_t *p, const idk_op_t *op) {
     }
     dnnl_primitive_desc_t pd;
     ds = dnnl_primitive_desc_create(&pd, &d, attr, p->eng, NULL);
+    int plain[3] = {0, 0, 0};
+    if (ds == dnnl_success && perm) {
+        const char *impl = NULL;
+        if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
+            strncmp(impl, "ref", 3) == 0) {
+            dnnl_primitive_desc_destroy(pd);
+            pd = NULL;
+        }
+    }
+    if (perm && (ds != dnnl_success || !pd)) {
+        pd = matmul_plain_pd(p, &amd, &bmd, has_bias ? &cmd : NULL, &dmd, attr, plain);
+        ds = pd ? dnnl_success : dnnl_unimplemented;
+    }
     dnnl_primitive_attr_destroy(attr);
     if (ds != dnnl_success) return dnnl_err(p, "matmul primitive desc", ds);
     int ab, bb, cb = -1;
@@ -1435,6 +1521,47 @@ static idk_status_t lower_matmul(idk_plan_t *p, const idk_op_t *op) {
         }
     }
     if (has_bias && idk_get_plain(p, op->in[2], &cb) != 0) goto out;
+    if (perm) {
+        /* y is registered plain (its own dims); the step writes it through dmd */
+        db = new_out(p, op->out[0], &ymd);
+        if (db < 0) goto out;
+        int xb[2] = {ab, bb};
+        for (int k = 0; k < 2; k++) {
+            if (!plain[k]) continue;
+            /* the reference kernel's fallback: the permuted operand copied plain first */
+            dnnl_memory_desc_t smd;
+            dnnl_dims_t *dd = k ? &bd : &ad, *ss = k ? &bs : &as;
+            dnnl_memory_desc_init_by_strides(&smd, nd, *dd, dnnl_f32, *ss);
+            int tb = idk_new_buffer(p, dnnl_memory_desc_get_size(k ? &bmd : &amd));
+            if (tb < 0 || reorder_step(p, &smd, xb[k], k ? &bmd : &amd, tb) != IDK_OK) goto out;
+            xb[k] = tb;
+        }
+        ab = xb[0];
+        bb = xb[1];
+        int pb_ = db;
+        if (plain[2] && (pb_ = idk_new_buffer(p, dnnl_memory_desc_get_size(&dmd))) < 0) goto out;
+        idk_step_t *s;
+        if ((rc = finish_prim(p, pd, &s)) != IDK_OK) goto out;
+        idk_step_arg(s, DNNL_ARG_SRC, &amd, ab);
+        idk_step_arg(s, DNNL_ARG_WEIGHTS, &bmd, bb);
+        if (has_bias) idk_step_arg(s, DNNL_ARG_BIAS, &cmd, cb);
+        idk_step_arg(s, DNNL_ARG_DST, &dmd, pb_);
+        if (plain[2]) {
+            /* the plain product reordered into y through the permutation */
+            int64_t yst[IDK_MAX_DIMS], sv = 1;
+            dnnl_dims_t ps;
+            for (int i = nd - 1; i >= 0; i--) {
+                yst[i] = sv;
+                sv *= o->dims[i] ? o->dims[i] : 1;
+            }
+            for (int j = 0; j < nd; j++) ps[op->ia[2 + 2 * nd + j]] = yst[j];
+            dnnl_memory_desc_t smd;
+            dnnl_memory_desc_init_by_strides(&smd, nd, dmd.dims, dnnl_f32, ps);
+            if ((rc = reorder_step(p, &dmd, pb_, &smd, db)) != IDK_OK) goto out;
+        }
+        rc = IDK_OK;
+        goto out;
+    }
     db = sum_tid >= 0 ? dst_for_sum(p, op, sum_tid, &dmd) : new_out(p, op->out[0], &dmd);
     if (db < 0) goto out;
     idk_step_t *s;

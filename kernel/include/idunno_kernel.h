@@ -79,8 +79,11 @@ typedef enum {
     /* in: a, b (numpy broadcasting to the output). i: alg (idk_binary_alg_t). */
     IDK_OP_BINARY = 4,
     /* in: a, b, [bias]. Same rank >= 2; batch dims broadcast. i: trans_a,
-     * trans_b (swap the last two dims). f: alpha. bias is broadcast to the
-     * output's last two dims. Post-ops allowed. */
+     * trans_b (swap the last two dims), [perm_a[rank], perm_b[rank], perm_y[rank]]. f: alpha.
+     * bias is broadcast to the output's last two dims. Post-ops allowed (not with perms).
+     * With perms (trans flags 0): the product reads Transpose(a, perm_a) and
+     * Transpose(b, perm_b) and y is Transpose(product, perm_y), done through strides (a
+     * Transpose feeding or fed by a MatMul costs no copy). */
     IDK_OP_MATMUL = 5,
     /* in: x, scale, bias, mean, var. f: epsilon, [momentum] (training plans: the ONNX
      * momentum of the running statistics, default 0.9). */
