@@ -222,3 +222,117 @@ func TestLinearFusions(t *testing.T) {
 		})
 	}
 }
+
+// transposeF32 is numpy's transpose of a row-major tensor.
+func transposeF32(x []float32, d []int64, perm []int64) ([]float32, []int64) {
+	nd := len(d)
+	od := make([]int64, nd)
+	for i, p := range perm {
+		od[i] = d[p]
+	}
+	st := make([]int64, nd)
+	s := int64(1)
+	for i := nd - 1; i >= 0; i-- {
+		st[i] = s
+		s *= d[i]
+	}
+	out := make([]float32, len(x))
+	idx := make([]int64, nd)
+	for n := range out {
+		var off int64
+		for i := range idx {
+			off += idx[i] * st[perm[i]]
+		}
+		out[n] = x[off]
+		for k := nd - 1; k >= 0; k-- {
+			if idx[k]++; idx[k] < od[k] {
+				break
+			}
+			idx[k] = 0
+		}
+	}
+	return out, od
+}
+
+// TestTransposedMatMul: Transposes that are a batched MatMul's only operands' producers or
+// its output's only reader are lowered into the product (permuted strides, or plain copies
+// where oneDNN has only its reference kernel); the result must match a direct evaluation.
+func TestTransposedMatMul(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		ad, bd     []int64 // the run-time inputs
+		pa, pb, py []int64 // nil: no Transpose there
+	}{
+		{"attention scores", []int64{1, 6, 2, 4}, []int64{1, 6, 2, 4}, []int64{0, 2, 1, 3}, []int64{0, 2, 3, 1}, nil},
+		{"attention context", []int64{1, 2, 6, 6}, []int64{1, 6, 2, 4}, nil, []int64{0, 2, 1, 3}, []int64{0, 2, 1, 3}},
+		{"batch dims swapped", []int64{3, 2, 4, 5}, []int64{2, 3, 5, 4}, []int64{1, 0, 2, 3}, nil, []int64{3, 2, 1, 0}},
+		{"rank 3, both", []int64{5, 4, 2}, []int64{2, 5, 3}, []int64{2, 1, 0}, []int64{0, 1, 2}, []int64{1, 0, 2}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			vi := func(name string, d []int64) onnx.ValueInfo {
+				return onnx.ValueInfo{Name: name, DType: onnx.Float, Dims: d, DimParams: make([]string, len(d)), HasShape: true}
+			}
+			perm := func(p []int64) map[string]*onnx.Attribute {
+				return map[string]*onnx.Attribute{"perm": {Name: "perm", Type: onnx.AttrInts, Ints: p}}
+			}
+			var nodes []*onnx.Node
+			ina, inb := "a", "b"
+			if c.pa != nil {
+				nodes = append(nodes, &onnx.Node{Name: "ta", OpType: "Transpose", Inputs: []string{"a"}, Outputs: []string{"at"}, Attrs: perm(c.pa)})
+				ina = "at"
+			}
+			if c.pb != nil {
+				nodes = append(nodes, &onnx.Node{Name: "tb", OpType: "Transpose", Inputs: []string{"b"}, Outputs: []string{"bt"}, Attrs: perm(c.pb)})
+				inb = "bt"
+			}
+			out := "y"
+			if c.py != nil {
+				out = "p"
+			}
+			nodes = append(nodes, &onnx.Node{Name: "mm", OpType: "MatMul", Inputs: []string{ina, inb}, Outputs: []string{out}, Attrs: map[string]*onnx.Attribute{}})
+			if c.py != nil {
+				nodes = append(nodes, &onnx.Node{Name: "ty", OpType: "Transpose", Inputs: []string{"p"}, Outputs: []string{"y"}, Attrs: perm(c.py)})
+			}
+			m := &onnx.Model{IRVersion: 8, Opset: 17, Opsets: map[string]int64{"": 17}, Graph: &onnx.Graph{
+				Name: "tmm", Nodes: nodes, Inputs: []onnx.ValueInfo{vi("a", c.ad), vi("b", c.bd)},
+				Outputs: []onnx.ValueInfo{{Name: "y", DType: onnx.Float}}, Initializers: map[string]*onnx.Tensor{},
+			}}
+			fill := func(d []int64, seed float64) *onnx.Tensor {
+				t := &onnx.Tensor{DType: onnx.Float, Dims: d, F32: make([]float32, volume(d))}
+				for i := range t.F32 {
+					t.F32[i] = float32(math.Sin(seed + float64(i)*0.37))
+				}
+				return t
+			}
+			a, b := fill(c.ad, 1), fill(c.bd, 2)
+			av, ad, bv, bd := a.F32, c.ad, b.F32, c.bd
+			if c.pa != nil {
+				av, ad = transposeF32(av, ad, c.pa)
+			}
+			if c.pb != nil {
+				bv, bd = transposeF32(bv, bd, c.pb)
+			}
+			want, wd := numpyMatMul(av, ad, bv, bd)
+			if c.py != nil {
+				want, wd = transposeF32(want, wd, c.py)
+			}
+			md, err := LoadModel(m, Options{Threads: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer md.Close()
+			got, err := md.Run([]*onnx.Tensor{a, b})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got[0].Dims) != fmt.Sprint(wd) {
+				t.Fatalf("dims %v, want %v", got[0].Dims, wd)
+			}
+			for i := range want {
+				if d := math.Abs(float64(got[0].F32[i] - want[i])); d > 1e-5*math.Max(1, math.Abs(float64(want[i]))) {
+					t.Fatalf("value %d: %v, want %v", i, got[0].F32[i], want[i])
+				}
+			}
+		})
+	}
+}
