@@ -38,6 +38,7 @@ type builder struct {
 	permIn  map[string]permRef
 	permOut map[*onnx.Node]permRef
 	skip    map[*onnx.Node]bool
+	rolls   map[*onnx.Node]rollOf // Concats of Slices lowered as one Gather
 }
 
 func volume(d []int64) int64 {
@@ -339,6 +340,7 @@ func (b *builder) build() (*plan, error) {
 		p.inputs = append(p.inputs, tensorSlot{vi.Name, v.DType, v.Dims})
 	}
 	b.planPerms()
+	b.planRolls()
 	for _, n := range b.g.Nodes {
 		b.node = n
 		if b.skip[n] { // a Transpose a matrix product reads or writes through strides
@@ -1201,6 +1203,9 @@ func equalDims(a, b []int64) bool {
 }
 
 func (b *builder) lowerConcat(n *onnx.Node) error {
+	if r, ok := b.rolls[n]; ok {
+		return b.lowerRoll(n, r)
+	}
 	yd, err := b.dims(n.Outputs[0])
 	if err != nil {
 		return err
@@ -1349,13 +1354,22 @@ func (b *builder) lowerGather(n *onnx.Node) error {
 }
 
 func (b *builder) lowerSlice(n *onnx.Node) error {
-	xd, err := b.dims(n.Inputs[0])
+	ia, err := b.sliceParams(n)
 	if err != nil {
 		return err
 	}
+	return b.unary(opSlice, n, ia, nil)
+}
+
+// sliceParams returns a Slice node's start and step per dim (IDK_OP_SLICE's ints).
+func (b *builder) sliceParams(n *onnx.Node) ([]int64, error) {
+	xd, err := b.dims(n.Inputs[0])
+	if err != nil {
+		return nil, err
+	}
 	yd, err := b.dims(n.Outputs[0])
 	if err != nil {
-		return err
+		return nil, err
 	}
 	r := len(xd)
 	var starts, ends, axes, steps []int64
@@ -1366,20 +1380,20 @@ func (b *builder) lowerSlice(n *onnx.Node) error {
 	} else {
 		var ok bool
 		if starts, ok, err = b.constInts(1); err != nil || !ok {
-			return b.errf("starts must be a constant input")
+			return nil, b.errf("starts must be a constant input")
 		}
 		if ends, ok, err = b.constInts(2); err != nil || !ok {
-			return b.errf("ends must be a constant input")
+			return nil, b.errf("ends must be a constant input")
 		}
 		if axes, _, err = b.constInts(3); err != nil {
-			return err
+			return nil, err
 		}
 		if steps, _, err = b.constInts(4); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if len(starts) != len(ends) || (axes != nil && len(axes) != len(starts)) || (steps != nil && len(steps) != len(starts)) {
-		return b.errf("starts/ends/axes/steps lengths differ")
+		return nil, b.errf("starts/ends/axes/steps lengths differ")
 	}
 	st := make([]int64, r)
 	sp := make([]int64, r)
@@ -1393,14 +1407,14 @@ func (b *builder) lowerSlice(n *onnx.Node) error {
 		}
 		ax, ok := normAxis(ax, r)
 		if !ok {
-			return b.errf("axis out of range")
+			return nil, b.errf("axis out of range")
 		}
 		step := int64(1)
 		if steps != nil {
 			step = steps[i]
 		}
 		if step == 0 {
-			return b.errf("step 0")
+			return nil, b.errf("step 0")
 		}
 		dim := xd[ax]
 		s := starts[i]
@@ -1416,9 +1430,9 @@ func (b *builder) lowerSlice(n *onnx.Node) error {
 	}
 	ia := append(st, sp...)
 	if len(yd) != r {
-		return b.errf("output rank differs")
+		return nil, b.errf("output rank differs")
 	}
-	return b.unary(opSlice, n, ia, nil)
+	return ia, nil
 }
 
 func (b *builder) lowerReduceMean(n *onnx.Node) error {

@@ -167,3 +167,115 @@ func (b *builder) permMatMulFrom(x0 int32, in1 string, y int32, pout *permRef, r
 	defer delete(b.ids, tmp)
 	return b.permMatMul(tmp, in1, y, pout, 1, rank)
 }
+
+// A roll (torch.roll, Swin's shifted windows) is exported as Slices of one tensor along
+// one axis concatenated back along it: two copies. planRolls finds Concats whose every
+// input is such a Slice (unit steps, the whole tensor on every other axis, read only by
+// the Concat) and lowers each as one Gather of the source with constant indices (runs of
+// consecutive indices are single copies).
+
+// rollOf is a Concat lowered as Gather(src, idx, axis).
+type rollOf struct {
+	src  string
+	idx  []int64
+	axis int64
+}
+
+func (b *builder) planRolls() {
+	b.rolls = map[*onnx.Node]rollOf{}
+	reads := map[string]int{}
+	for _, n := range b.g.Nodes {
+		for _, in := range n.Inputs {
+			reads[in]++
+		}
+		if posts, err := parsePostOps(n); err == nil {
+			for _, p := range posts {
+				if p.kind == postSum {
+					reads[p.sum]++
+				}
+			}
+		}
+	}
+	outs := map[string]bool{}
+	for _, o := range b.g.Outputs {
+		outs[o.Name] = true
+	}
+	producer := map[string]*onnx.Node{}
+	for _, n := range b.g.Nodes {
+		for _, o := range n.Outputs {
+			producer[o] = n
+		}
+	}
+	defer func() { b.node = nil }()
+	for _, n := range b.g.Nodes {
+		if n.OpType != "Concat" || len(n.Inputs) < 2 || len(n.Outputs) != 1 {
+			continue
+		}
+		yv := b.g.Values[n.Outputs[0]]
+		if yv == nil || yv.DType != onnx.Float {
+			continue
+		}
+		ax, ok := normAxis(attrInt(n, "axis", 0), len(yv.Dims))
+		if !ok {
+			continue
+		}
+		var src string
+		var idx []int64
+		var slices []*onnx.Node
+		for _, in := range n.Inputs {
+			s := producer[in]
+			if s == nil || s.OpType != "Slice" || reads[in] != 1 || outs[in] || (src != "" && s.Inputs[0] != src) {
+				idx = nil
+				break
+			}
+			xd, err1 := b.dims(s.Inputs[0])
+			sd, err2 := b.dims(in)
+			b.node = s
+			ia, err3 := b.sliceParams(s)
+			if err1 != nil || err2 != nil || err3 != nil || len(xd) != len(yv.Dims) || b.g.Initializers[s.Inputs[0]] != nil {
+				idx = nil
+				break
+			}
+			r := len(xd)
+			fits := xd[ax] == yv.Dims[ax]
+			for i := 0; i < r; i++ {
+				if ia[r+i] != 1 || (i != int(ax) && (ia[i] != 0 || sd[i] != xd[i])) {
+					fits = false
+				}
+			}
+			if !fits {
+				idx = nil
+				break
+			}
+			src = s.Inputs[0]
+			for k := int64(0); k < sd[ax]; k++ {
+				idx = append(idx, ia[ax]+k)
+			}
+			slices = append(slices, s)
+		}
+		if idx == nil || int64(len(idx)) != yv.Dims[ax] {
+			continue
+		}
+		b.rolls[n] = rollOf{src, idx, ax}
+		for _, s := range slices {
+			b.skip[s] = true
+		}
+	}
+}
+
+// lowerRoll lowers a Concat planRolls chose as one Gather.
+func (b *builder) lowerRoll(n *onnx.Node, r rollOf) error {
+	x, err := b.in(r.src)
+	if err != nil {
+		return err
+	}
+	idx, err := b.addTensor(dtI64, []int64{int64(len(r.idx))}, nil, r.idx)
+	if err != nil {
+		return err
+	}
+	y, err := b.out(n.Outputs[0])
+	if err != nil {
+		return err
+	}
+	return b.op(opGather, []int32{x, idx}, []int32{y}, []int64{r.axis}, nil)
+}

@@ -336,3 +336,93 @@ func TestTransposedMatMul(t *testing.T) {
 		})
 	}
 }
+
+// TestRollAsGather: a roll exported as Slices of one tensor concatenated along the sliced
+// axis is lowered as one Gather; every form (two or three pieces, any axis, and a strided
+// Slice that stays a Slice) must give numpy's result.
+func TestRollAsGather(t *testing.T) {
+	dims := []int64{2, 5, 4, 3}
+	x := &onnx.Tensor{Name: "x", DType: onnx.Float, Dims: dims, F32: make([]float32, volume(dims))}
+	for i := range x.F32 {
+		x.F32[i] = float32(i)
+	}
+	i64 := func(name string, v ...int64) *onnx.Tensor {
+		return &onnx.Tensor{Name: name, DType: onnx.Int64, Dims: []int64{int64(len(v))}, I64: v}
+	}
+	type piece struct{ start, end, step int64 }
+	for _, c := range []struct {
+		name   string
+		axis   int64
+		pieces []piece
+	}{
+		{"roll by 3 on axis 1", 1, []piece{{3, 5, 1}, {0, 3, 1}}},
+		{"roll by -1 on axis 2", 2, []piece{{3, 4, 1}, {0, 3, 1}}},
+		{"three pieces on axis 3", 3, []piece{{2, 3, 1}, {0, 1, 1}, {1, 2, 1}}},
+		{"strided piece", 1, []piece{{0, 5, 2}, {1, 5, 2}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			inits := map[string]*onnx.Tensor{"ax": i64("ax", c.axis)}
+			var nodes []*onnx.Node
+			var cat []string
+			var want [][]int64 // source indices along axis, in output order
+			for k, p := range c.pieces {
+				s, e, st := fmt.Sprint("s", k), fmt.Sprint("e", k), fmt.Sprint("st", k)
+				inits[s], inits[e], inits[st] = i64(s, p.start), i64(e, p.end), i64(st, p.step)
+				out := fmt.Sprint("p", k)
+				nodes = append(nodes, &onnx.Node{Name: out, OpType: "Slice", Inputs: []string{"x", s, e, "ax", st}, Outputs: []string{out}, Attrs: map[string]*onnx.Attribute{}})
+				cat = append(cat, out)
+				var idx []int64
+				for j := p.start; j < p.end; j += p.step {
+					idx = append(idx, j)
+				}
+				want = append(want, idx)
+			}
+			nodes = append(nodes, &onnx.Node{Name: "cat", OpType: "Concat", Inputs: cat, Outputs: []string{"y"},
+				Attrs: map[string]*onnx.Attribute{"axis": {Name: "axis", Type: onnx.AttrInt, I: c.axis}}})
+			m := &onnx.Model{IRVersion: 8, Opset: 17, Opsets: map[string]int64{"": 17}, Graph: &onnx.Graph{
+				Name: "roll", Nodes: nodes,
+				Inputs:  []onnx.ValueInfo{{Name: "x", DType: onnx.Float, Dims: dims, DimParams: make([]string, 4), HasShape: true}},
+				Outputs: []onnx.ValueInfo{{Name: "y", DType: onnx.Float}}, Initializers: inits,
+			}}
+			md, err := LoadModel(m, Options{Threads: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer md.Close()
+			got, err := md.Run([]*onnx.Tensor{x})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var src []int64
+			for _, w := range want {
+				src = append(src, w...)
+			}
+			od := append([]int64(nil), dims...)
+			od[c.axis] = int64(len(src))
+			if fmt.Sprint(got[0].Dims) != fmt.Sprint(od) {
+				t.Fatalf("dims %v, want %v", got[0].Dims, od)
+			}
+			st := []int64{60, 12, 3, 1}
+			idx := make([]int64, 4)
+			for n, v := range got[0].F32 {
+				var off int64
+				for i := range idx {
+					j := idx[i]
+					if int64(i) == c.axis {
+						j = src[j]
+					}
+					off += j * st[i]
+				}
+				if v != x.F32[off] {
+					t.Fatalf("element %d (%v): %v, want %v", n, idx, v, x.F32[off])
+				}
+				for k := 3; k >= 0; k-- {
+					if idx[k]++; idx[k] < od[k] {
+						break
+					}
+					idx[k] = 0
+				}
+			}
+		})
+	}
+}

@@ -1906,10 +1906,13 @@ static idk_status_t fn_gather(idk_plan_t *p, idk_step_t *s) {
             return idk_fail(p, IDK_ERR_RUNTIME, "gather index %lld out of range [-%lld, %lld)", (long long)ix[j],
                             (long long)axis, (long long)axis);
     for (int64_t i = 0; i < outer; i++)
-        for (int64_t j = 0; j < nidx; j++) {
-            int64_t k = ix[j] < 0 ? ix[j] + axis : ix[j];
-            memcpy(dst, src + (i * axis + k) * inner, (size_t)inner);
-            dst += inner;
+        for (int64_t j = 0; j < nidx;) {
+            int64_t k = ix[j] < 0 ? ix[j] + axis : ix[j], run = 1;
+            /* consecutive indices are one copy (a roll lowered as a gather: two per row) */
+            while (j + run < nidx && (ix[j + run] < 0 ? ix[j + run] + axis : ix[j + run]) == k + run) run++;
+            memcpy(dst, src + (i * axis + k) * inner, (size_t)(inner * run));
+            dst += inner * run;
+            j += run;
         }
     return IDK_OK;
 }
