@@ -1778,6 +1778,16 @@ static void row_strides(const idk_tensor_t *x, int64_t *st) {
 
 static idk_status_t lower_transpose(idk_plan_t *p, const idk_op_t *op) {
     const idk_tensor_t *x = T(0), *o = OUT;
+    /* a permutation that only moves dims of size 1 keeps the bytes in order: its buffer
+     * (ViT's (1, L, D) <-> (L, 1, D) around attention) */
+    int64_t last = -1;
+    int same = 1;
+    for (int i = 0; i < o->ndims && same; i++) {
+        if (x->dims[op->ia[i]] == 1) continue;
+        same = op->ia[i] > last;
+        last = op->ia[i];
+    }
+    if (same) return lower_reshape(p, op);
     int64_t xs[IDK_MAX_DIMS], st[IDK_MAX_DIMS];
     row_strides(x, xs);
     for (int i = 0; i < o->ndims; i++) st[i] = xs[op->ia[i]];
