@@ -122,6 +122,7 @@ func compile(m *onnx.Model, shapes map[string][]int64, consts map[string]*onnx.T
 	if !c.training {
 		c.fuseQDQ()
 		c.fuseLayerNorm()
+		c.dropExpands()
 		c.fuseTransformer()
 		c.fusePostOps()
 	}

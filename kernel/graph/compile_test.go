@@ -748,3 +748,33 @@ func TestFuseMatMulBias(t *testing.T) {
 		}
 	}
 }
+
+// TestDropExpands: Div(x, Expand(n, shape)) reads n directly when the broadcast gives the
+// same output (F.normalize's export); an Expand that widens the output, or that another
+// node reads, stays.
+func TestDropExpands(t *testing.T) {
+	shape := &onnx.Tensor{DType: onnx.Int64, Dims: []int64{3}, I64: []int64{2, 3, 4}}
+	g, err := newBuilder(13).input("x", 2, 3, 4).input("n", 2, 3, 1).init("shape", shape).
+		node("Expand", ss("n", "shape"), ss("e")).node("Div", ss("x", "e"), ss("y")).output("y").compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opTypes(g) != "Div" || g.Nodes[0].Inputs[1] != "n" {
+		t.Fatalf("nodes %s, inputs %v", opTypes(g), g.Nodes[0].Inputs)
+	}
+	checkComplete(t, g)
+	for name, b := range map[string]*builder{
+		"widens": newBuilder(13).input("x", 3, 1).input("n", 3, 1).init("shape", shape).
+			node("Expand", ss("n", "shape"), ss("e")).node("Div", ss("x", "e"), ss("y")).output("y"),
+		"two readers": newBuilder(13).input("x", 2, 3, 4).input("n", 2, 3, 1).init("shape", shape).
+			node("Expand", ss("n", "shape"), ss("e")).node("Div", ss("x", "e"), ss("y")).node("Relu", ss("e"), ss("z")).output("y", "z"),
+	} {
+		g, err := b.compile()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if opTypes(g)[:6] != "Expand" {
+			t.Fatalf("%s: nodes %s", name, opTypes(g))
+		}
+	}
+}

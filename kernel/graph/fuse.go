@@ -276,3 +276,50 @@ func (c *compiler) fuseMatMulBias(ix *graphIndex, n *onnx.Node) {
 	n.Outputs[0] = add.Outputs[0]
 	ix.producer[n.Outputs[0]] = n
 }
+
+// dropExpands makes a float Add, Sub, Mul or Div read y instead of Expand(y, shape) when
+// that Expand's output has no other reader and broadcasting y against the other operand
+// gives the op the same output dims (F.normalize's x / Expand(norm): one copy fewer).
+func (c *compiler) dropExpands() {
+	ix := c.index()
+	for _, n := range c.nodes {
+		if ix.dead[n] || len(n.Inputs) != 2 || len(n.Outputs) != 1 ||
+			(n.OpType != "Add" && n.OpType != "Sub" && n.OpType != "Mul" && n.OpType != "Div") {
+			continue
+		}
+		yv := c.vals[n.Outputs[0]]
+		if yv == nil || yv.DType != onnx.Float {
+			continue
+		}
+		for k, in := range n.Inputs {
+			e := ix.producer[in]
+			if e == nil || e.OpType != "Expand" || len(e.Inputs) != 2 || ix.uses(in) != 1 || c.outputs[in] || n.Inputs[1-k] == in {
+				continue
+			}
+			src, other := e.Inputs[0], n.Inputs[1-k]
+			sd, od := c.dimsOf(src), c.dimsOf(other)
+			if sd == nil || od == nil {
+				continue
+			}
+			if bd, err := broadcast(sd, od); err != nil || !dimsEqual(bd, yv.Dims) {
+				continue
+			}
+			ix.kill(e)
+			ix.addReader(src, n)
+			n.Inputs[k] = src
+			delete(c.vals, in)
+		}
+	}
+	c.compact(ix)
+}
+
+// dimsOf is the dims of a value or constant (nil: unknown).
+func (c *compiler) dimsOf(name string) []int64 {
+	if v := c.vals[name]; v != nil {
+		return v.Dims
+	}
+	if t := c.consts[name]; t != nil {
+		return t.Dims
+	}
+	return nil
+}
