@@ -778,3 +778,30 @@ func TestDropExpands(t *testing.T) {
 		}
 	}
 }
+
+// TestFoldFloatOps: MatMul ((..., K) by (K, N)), Sigmoid, Exp and Clip of constants fold
+// (Swin V2's position-bias MLP and logit scale) to the values computed directly.
+func TestFoldFloatOps(t *testing.T) {
+	tab := &onnx.Tensor{DType: onnx.Float, Dims: []int64{1, 3, 2}, F32: []float32{1, 2, -1, 0.5, 0, 3}}
+	w := &onnx.Tensor{DType: onnx.Float, Dims: []int64{2, 2}, F32: []float32{0.5, -1, 2, 0.25}}
+	hi := &onnx.Tensor{DType: onnx.Float, Dims: []int64{}, F32: []float32{1.5}}
+	g, err := newBuilder(13).input("x", 1, 3, 2).init("tab", tab).init("w", w).init("hi", hi).
+		node("MatMul", ss("tab", "w"), ss("m")).node("Sigmoid", ss("m"), ss("s")).node("Clip", ss("m", "", "hi"), ss("c")).
+		node("Exp", ss("c"), ss("e")).node("Add", ss("s", "e"), ss("k")).node("Mul", ss("x", "k"), ss("y")).output("y").compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opTypes(g) != "Mul" {
+		t.Fatalf("nodes %s", opTypes(g))
+	}
+	k := g.Initializers[g.Nodes[0].Inputs[1]]
+	for r := 0; r < 3; r++ {
+		for j := 0; j < 2; j++ {
+			m := float64(tab.F32[2*r])*float64(w.F32[j]) + float64(tab.F32[2*r+1])*float64(w.F32[2+j])
+			want := float32(1/(1+math.Exp(-m))) + float32(math.Exp(math.Min(m, 1.5)))
+			if got := k.F32[2*r+j]; math.Abs(float64(got-want)) > 1e-6*math.Abs(float64(want)) {
+				t.Fatalf("element %d,%d: %v, want %v", r, j, got, want)
+			}
+		}
+	}
+}

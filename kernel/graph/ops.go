@@ -64,6 +64,7 @@ func init() {
 	registerFoldOnly()
 	registerModern()
 	registerQuant()
+	registerFloatFolds()
 	ops["Relu"].eval = evalUnaryFloat(func(v float32) float32 {
 		if v > 0 {
 			return v
