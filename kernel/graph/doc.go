@@ -22,11 +22,16 @@
 //     first), "relu", "leaky_relu:<alpha>", "clip:<min>:<max>", "sigmoid", "tanh",
 //     "elu:<alpha>", "hard_sigmoid:<alpha>:<beta>", "hard_swish", "swish:<alpha>" (x *
 //     sigmoid(alpha*x): a Conv output read only by a Sigmoid and by a Mul with that
-//     Sigmoid's output, PyTorch's SiLU; Conv only). Gemm and MatMul may carry
-//     activations only. Numbers are printed with strconv 'g' -1 (exact float32 round trip).
-//     A "sum:" operand is computed before the Conv (or is a graph input) and has exactly the
-//     Conv output's dims; it may have other readers (it may even be the Conv's own input),
-//     so the kernel must not overwrite it;
+//     Sigmoid's output, PyTorch's SiLU; Conv only), "gelu_erf", "gelu_tanh" (a Gelu node).
+//     MatMul may carry activations and "sum:", Gemm activations only. Numbers are printed
+//     with strconv 'g' -1 (exact float32 round trip). A "sum:" operand is computed before
+//     the Conv or MatMul (or is a graph input) and has exactly its output's dims; it may
+//     have other readers (it may even be the node's own input), so the kernel must not
+//     overwrite it;
+//   - a MatMul by constant (K, N) weights may have a third input: a constant bias of N
+//     values along the last dim (the Add after it, fused; a Linear layer), added before
+//     its post-ops;
+//   - a float Add/Sub/Mul/Div may read y where the model read Expand(y) (same output);
 //   - Conv, MaxPool and AveragePool have explicit attributes: kernel_shape, strides, pads
 //     (begin values then end values), dilations (Conv, MaxPool), group (Conv); auto_pad is
 //     resolved into pads and removed;

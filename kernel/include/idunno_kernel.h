@@ -251,7 +251,7 @@ typedef enum {
 } idk_binary_alg_t;
 
 typedef enum {
-    IDK_POST_ELTWISE = 0, /* alg: idk_eltwise_alg_t RELU..LINEAR or SWISH, alpha, beta */
+    IDK_POST_ELTWISE = 0, /* alg: idk_eltwise_alg_t RELU..LINEAR, SWISH, GELU_ERF or GELU_TANH, alpha, beta */
     IDK_POST_SUM = 1      /* tensor: added to the output (same dims) */
 } idk_post_kind_t;
 
