@@ -763,7 +763,7 @@ static idk_status_t fn_binary(idk_plan_t *p, idk_step_t *s) {
     if (total == 0) return IDK_OK;
     int64_t inner = nd ? s->d[nd - 1] : 1, sa = nd ? s->sa[nd - 1] : 0, sb = nd ? s->sb[nd - 1] : 0;
     int64_t rows = total / inner;
-    int nth = total >= 32768 ? p->threads : 1;
+    int nth = total >= 32768 && p->threads > 1 ? p->threads : 1;
 #pragma omp parallel for num_threads(nth) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         int64_t ia = 0, ib = 0, q = r;
@@ -1723,7 +1723,7 @@ static idk_status_t fn_strided(idk_plan_t *p, idk_step_t *s) {
     for (int i = 0; i < nd; i++) total *= s->d[i];
     if (total == 0) return IDK_OK;
     int64_t inner = s->d[nd - 1], isa = s->sa[nd - 1], rows = total / inner;
-    int nth = total * esz >= 131072 && rows > 1 ? p->threads : 1;
+    int nth = total * esz >= 131072 && rows > 1 && p->threads > 1 ? p->threads : 1;
 #pragma omp parallel for num_threads(nth) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         int64_t off = s->base, q = r;
@@ -1856,7 +1856,7 @@ static idk_status_t fn_pad(idk_plan_t *p, idk_step_t *s) {
     int64_t lo = pb[nd - 1] > 0 ? pb[nd - 1] : 0, hi = pb[nd - 1] + ind[nd - 1];
     if (hi > inner) hi = inner;
     if (hi < lo) hi = lo;
-    int nth = total * esz >= 131072 && rows > 1 ? p->threads : 1;
+    int nth = total * esz >= 131072 && rows > 1 && p->threads > 1 ? p->threads : 1;
 #pragma omp parallel for num_threads(nth) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         char *o = dst + r * inner * esz;
@@ -2043,7 +2043,7 @@ static idk_status_t fn_reduce_rows(idk_plan_t *p, idk_step_t *s) {
     float *y = idk_buf_ptr(p, s->bufs[1]);
     int64_t outer = s->n1, n = s->n2, inner = s->n3;
     int alg = s->alg;
-    int nth = outer * n * inner >= 32768 ? p->threads : 1;
+    int nth = outer * n * inner >= 32768 && p->threads > 1 ? p->threads : 1;
     if (inner == 1) {
 #pragma omp parallel for num_threads(nth) schedule(static)
         for (int64_t r = 0; r < outer; r++) {
