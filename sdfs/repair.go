@@ -269,7 +269,7 @@ func (s *Store) pushVersion(ctx context.Context, m *Manifest, targets []Peer) er
 			}
 			body = b
 		}
-		_, _, err := s.client.writeSmall(ctx, targets, tmpl, body, false)
+		_, _, err := s.client.writeSmall(ctx, targets, tmpl, body, false, true)
 		return err
 	}
 	_, _, err := s.client.writeVersion(ctx, targets, tmpl, next, false)

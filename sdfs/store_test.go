@@ -3,6 +3,8 @@ package sdfs
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -554,5 +556,70 @@ func TestFailedPutDoesNotReappearAfterReplicaCrash(t *testing.T) {
 				tc.scanAll(1) // the repair scan must not spread it either
 			}
 		})
+	}
+}
+
+// An immutable put (a task's result) is one call per replica: its version comes from the
+// bytes, so a second write of the same bytes (a task run again) is the same version, a
+// dead replica is skipped for the next node, and the unsynced copies survive a restart of
+// the processes (the page cache outlives them).
+func TestPutImmutable(t *testing.T) {
+	tc := newTestCluster(t, 6, testConfig())
+	ctx := context.Background()
+	data := []byte("0,3,0.91\n1,7,0.88\n")
+	sum := sha256.Sum256(data)
+	want := Version{Seq: 1, Writer: hex.EncodeToString(sum[:8])}
+	c := tc.client()
+	if err := c.PutImmutable(ctx, "jobs/a/task-0.csv", data, false); err != nil {
+		t.Fatal(err)
+	}
+	if h := tc.holders("jobs/a/task-0.csv", want); len(h) != 4 {
+		t.Fatalf("immutable put on %v, want 4 replicas of version %s", h, want)
+	}
+	// Again, with one of its replicas dead but still listed: the same version, on the
+	// three live replicas it had and the next node.
+	target := firstN(Rank("jobs/a/task-0.csv", mustPeers(t, c)), 4)
+	dead := tc.node(target[0].Name)
+	dead.srv.Close()
+	listed := NewClient(tc.cfg, tc.rc, func(context.Context) ([]Peer, error) {
+		var out []Peer
+		for _, nd := range tc.nodes {
+			out = append(out, Peer{Name: nd.name, Addr: nd.addr})
+		}
+		return out, nil
+	})
+	if err := listed.PutImmutable(ctx, "jobs/a/task-0.csv", data, false); err != nil {
+		t.Fatal(err)
+	}
+	tc.crash(dead)
+	if h := tc.holders("jobs/a/task-0.csv", want); len(h) != 4 {
+		t.Fatalf("after the retry, version %s on %v, want 4 live replicas", want, h)
+	}
+	info, _, err := tc.client().latest(ctx, "jobs/a/task-0.csv")
+	if err != nil || info.Version != want {
+		t.Fatalf("latest: %v %v, want only version %s", info.Version, err, want)
+	}
+	// Every process restarts: the copies are found (not fsynced, but written).
+	for _, nd := range tc.nodes {
+		if nd.up {
+			tc.crash(nd)
+		}
+	}
+	for _, nd := range tc.nodes {
+		tc.start(nd)
+	}
+	if got := mustGet(t, tc.client(), "jobs/a/task-0.csv"); !bytes.Equal(got, data) {
+		t.Fatalf("after restart: %q", got)
+	}
+	// More than one small write: an ordinary put.
+	big := randBytes(70<<10, 3)
+	if err := tc.client().PutImmutable(ctx, "jobs/a/big.csv", big, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGet(t, tc.client(), "jobs/a/big.csv"); !bytes.Equal(got, big) {
+		t.Fatal("big immutable put: bytes differ")
+	}
+	if err := tc.client().PutImmutable(ctx, "../escape", data, false); err == nil {
+		t.Fatal("a bad name was accepted")
 	}
 }
