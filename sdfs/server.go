@@ -38,6 +38,11 @@ type Store struct {
 	repairing map[string]chan struct{} // blocks being repaired, by "name\x00version\x00index"
 	kick      chan struct{}
 	backlog   atomic.Int64 // replicas the last repair scan found missing (for metrics)
+
+	scanMu      sync.Mutex // one repair scan at a time; guards the three below
+	scans       int
+	clean       map[string]cleanMark // names the last checks found fully replicated (see Scan)
+	lastChecked int                  // names the last scan checked
 }
 
 // New opens the store under dataDir/sdfs (rebuilding its index from disk). self is this

@@ -623,3 +623,67 @@ func TestPutImmutable(t *testing.T) {
 		t.Fatal("a bad name was accepted")
 	}
 }
+
+// A repair scan checks only what changed since the last: names it found fully replicated
+// are skipped while the membership and the local versions stay the same, and every
+// FullScanEvery-th scan checks them all again.
+func TestScanSkipsCleanNames(t *testing.T) {
+	tc := newTestCluster(t, 5, testConfig())
+	c := tc.client()
+	ctx := context.Background()
+	for i := 0; i < 20; i++ {
+		if err := c.PutImmutable(ctx, fmt.Sprintf("results/%d", i), []byte(fmt.Sprintf("result %d\n", i)), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nd := tc.nodes[0]
+	held, _ := nd.store.disk.usage()
+	checked := func() int { return nd.store.lastChecked }
+	nd.store.Scan(ctx)
+	if checked() != held {
+		t.Fatalf("first scan checked %d names, holds %d", checked(), held)
+	}
+	nd.store.Scan(ctx)
+	if checked() != 0 {
+		t.Fatalf("a scan with nothing changed checked %d names", checked())
+	}
+	// A new version of one name: that name only.
+	name := ""
+	for n := range nd.store.disk.manifests() {
+		name = n
+		break
+	}
+	if _, err := c.Put(ctx, name, bytes.NewReader([]byte("newer\n"))); err != nil {
+		t.Fatal(err)
+	}
+	nd.store.Scan(ctx)
+	if checked() != 1 {
+		t.Fatalf("after a put of %s the scan checked %d names, want 1", name, checked())
+	}
+	// A membership change: everything, and what the dead node held is re-replicated.
+	tc.crash(tc.nodes[4])
+	tc.scanAll(2)
+	if held, _ = nd.store.disk.usage(); checked() == 0 || held == 0 {
+		t.Fatalf("after a crash the scan checked %d names", checked())
+	}
+	for i := 0; i < 20; i++ {
+		n := fmt.Sprintf("results/%d", i)
+		info, _, err := tc.client().latest(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := tc.holders(n, info.Version); len(h) != 4 {
+			t.Fatalf("%s on %v after the crash and two scans", n, h)
+		}
+	}
+	// Every FullScanEvery-th scan checks every name.
+	for nd.store.Scan(ctx); nd.store.scans%FullScanEvery != FullScanEvery-1; nd.store.Scan(ctx) {
+		if checked() != 0 {
+			t.Fatalf("scan %d checked %d names with nothing changed", nd.store.scans, checked())
+		}
+	}
+	nd.store.Scan(ctx)
+	if held, _ = nd.store.disk.usage(); checked() != held {
+		t.Fatalf("full scan %d checked %d of %d names", nd.store.scans, checked(), held)
+	}
+}
