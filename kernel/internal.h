@@ -107,7 +107,7 @@ struct idk_plan {
     size_t scratch_size;
     int64_t last_ns;
     int cur_op;
-    int has_concat; /* layout heuristic for small batches (ops.c, lower_conv) */
+    int dense_kxk; /* has dense convolutions larger than 1x1: layout heuristic (ops.c, lower_conv) */
     int prec;       /* compute type of Conv and MatMul: IDK_F32 or IDK_BF16 (idk_plan_set_precision) */
 };
 

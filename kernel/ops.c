@@ -468,16 +468,43 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
     }
     dnnl_memory_desc_t src, wei, bias, dst;
     dnnl_data_type_t dt = compute_dt(p);
-    /* Layout: 2-D convolutions use oneDNN's nChw16c blocked layout (its jit kernels beat
-     * the nhwc brgemm ones it picks by itself: ~10% on ResNet-50 batch 8, 10-30% lower
-     * median latency on ResNet-18/50 batch 1), except at batch < 4 in networks with
-     * Concat (SqueezeNet, Inception, DenseNet), where oneDNN's own choice (format any)
-     * measured better. bf16 plans always let oneDNN choose: on AMX it picks nhwc for its
-     * brgemm kernels, 4x faster than the AVX512_BF16 blocked ones on ResNet-50 batch 8.
-     * IDK_CONV_LAYOUT=any or blocked16 overrides, for experiments. */
+    /* Layout, per convolution (fp32, 2-D), from the shapes and the input's layout:
+     * - depthwise convolutions (one input channel per group) use oneDNN's nChw16c blocked
+     *   layout: its jit depthwise kernel there beats the nhwc brgemm one (MobileNetV2 and
+     *   V3 at batch 1 on one thread: 125-130 against 102-111 images per CPU-second);
+     * - a 1x1 convolution keeps an nhwc input's layout (brgemm kernel) and takes nChw16c
+     *   otherwise (jit kernel; about as fast), so blocked blocks need no reorder;
+     * - a first convolution (fewer than 8 input channels) is nChw16c in networks whose other
+     *   convolutions are all 1x1, depthwise or grouped (MobileNet, MnasNet, EfficientNet-B0,
+     *   ShuffleNet, RegNet: their 1x1 jit kernels on nChw16c), else nhwc;
+     * - every other convolution lets oneDNN choose (format any: nhwc and its brgemm
+     *   kernels), which runs dense 3x3 convolutions 1.3-2x faster than the nChw16c jit
+     *   kernel at batch 1 and 8 on AVX-512 (ResNet-18 batch 1: 29-33 against 21-23 images
+     *   per CPU-second; ResNet-50 15.1-15.7 against 12.2; Wide ResNet-50-2 1.25x) and
+     *   whose grouped kernels are jit where nChw16c ones are oneDNN's reference (ResNeXt's
+     *   groups of 4 channels, RegNet's of 8).
+     * bf16 plans always let oneDNN choose: on AMX it picks nhwc for its brgemm kernels, 4x
+     * faster than the AVX512_BF16 blocked ones on ResNet-50 batch 8. IDK_CONV_LAYOUT=any or
+     * blocked16 overrides, for experiments. */
     const char *lay = getenv("IDK_CONV_LAYOUT");
-    int blocked = nd == 4 && (lay ? strcmp(lay, "blocked16") == 0
-                                  : dt == dnnl_f32 && (x->dims[0] >= 4 || !p->has_concat));
+    int blocked = 0;
+    if (nd == 4 && lay) {
+        blocked = strcmp(lay, "blocked16") == 0;
+    } else if (nd == 4 && dt == dnnl_f32) {
+        int k1 = w->dims[2] == 1 && w->dims[3] == 1;
+        if (g > 1) {
+            blocked = w->dims[1] == 1;
+        } else if (x->dims[1] < 8) {
+            blocked = !p->dense_kxk;
+        } else if (k1) {
+            idk_view_t *v;
+            dnnl_memory_desc_t nhwc;
+            dnnl_dims_t d;
+            for (int i = 0; i < 4; i++) d[i] = x->dims[i];
+            dnnl_memory_desc_init_by_tag(&nhwc, 4, d, dt, dnnl_nhwc);
+            blocked = !(idk_primary(p, op->in[0], &v) == 0 && dnnl_memory_desc_equal(&v->md, &nhwc));
+        }
+    }
 retry:
     if (blocked) {
         dnnl_dims_t d;
