@@ -344,6 +344,14 @@ static int new_out(idk_plan_t *p, int tid, const dnnl_memory_desc_t *md) {
     return b;
 }
 
+/* pd_is_ref reports whether oneDNN implements pd with its reference kernel (plain C loops,
+ * 10-100x slower than its jit ones): the caller then tries another layout. */
+static int pd_is_ref(const_dnnl_primitive_desc_t pd) {
+    const char *impl = NULL;
+    return dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
+           strncmp(impl, "ref", 3) == 0;
+}
+
 static void eltwise_alg(int alg, float a, float b, dnnl_alg_kind_t *k, float *al, float *be) {
     *al = 0;
     *be = 0;
@@ -560,9 +568,7 @@ retry:
          * its reference kernel: grouped convolutions whose groups hold fewer than 16
          * channels (ResNeXt's 32 groups of 4: 0.44 against 10.2 images/s at batch 1).
          * Letting oneDNN choose the layout finds a jit kernel there. */
-        const char *impl = NULL;
-        if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
-            strncmp(impl, "ref", 3) == 0) {
+        if (pd_is_ref(pd)) {
             dnnl_primitive_desc_destroy(pd);
             blocked = 0;
             goto retry;
@@ -1432,11 +1438,22 @@ static idk_status_t lower_concat(idk_plan_t *p, const idk_op_t *op) {
         int same = 1;
         for (int k = 1; k < n; k++) same &= mds[k].data_type == mds[0].data_type;
         for (int pass = 0; pass < 2; pass++) {
-            any_md_dt(&dst, o, pass == 0 && same && n > 0 ? mds[0].data_type : dnnl_f32);
+            if (pass == 0)
+                any_md_dt(&dst, o, same && n > 0 ? mds[0].data_type : dnnl_f32);
+            else
+                idk_plain_md(&dst, o->ndims, o->dims);
             dnnl_primitive_attr_t attr = new_attr();
             dnnl_primitive_desc_t pd;
             dnnl_status_t ds = dnnl_concat_primitive_desc_create(&pd, &dst, n, ax, mds, attr, p->eng);
             dnnl_primitive_attr_destroy(attr);
+            if (ds == dnnl_success && pass == 0 && pd_is_ref(pd)) {
+                /* inputs of different layouts (ShuffleNet's nchw and nhwc halves), or a
+                 * destination layout oneDNN chose that its fast concat does not write
+                 * (ViT's class token before its patches): only its reference kernel
+                 * takes them; every input and the output plain take its memcpy one */
+                dnnl_primitive_desc_destroy(pd);
+                ds = dnnl_unimplemented;
+            }
             if (ds != dnnl_success) {
                 if (pass == 1) return dnnl_err(p, "concat primitive desc", ds);
                 /* retry with every input plain */
