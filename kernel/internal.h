@@ -109,8 +109,8 @@ struct idk_plan {
     size_t scratch_size;
     int64_t last_ns;
     int cur_op;
-    int has_concat; /* layout heuristic for small batches (ops.c, lower_conv) */
-    int prof;       /* IDK_PROFILE set at compile: time every step, print a table at destroy */
+    int dense_kxk; /* has dense convolutions larger than 1x1: layout heuristic (ops.c, lower_conv) */
+    int prof;      /* IDK_PROFILE set at compile: time every step, print a table at destroy */
     int64_t prof_runs;
     int prec;       /* compute type of Conv and MatMul: IDK_F32 or IDK_BF16 (idk_plan_set_precision) */
 };

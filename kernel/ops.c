@@ -364,6 +364,14 @@ static int new_out(idk_plan_t *p, int tid, const dnnl_memory_desc_t *md) {
     return b;
 }
 
+/* pd_is_ref reports whether oneDNN implements pd with its reference kernel (plain C loops,
+ * 10-100x slower than its jit ones): the caller then tries another layout. */
+static int pd_is_ref(const_dnnl_primitive_desc_t pd) {
+    const char *impl = NULL;
+    return dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
+           strncmp(impl, "ref", 3) == 0;
+}
+
 static void eltwise_alg(int alg, float a, float b, dnnl_alg_kind_t *k, float *al, float *be) {
     *al = 0;
     *be = 0;
@@ -502,16 +510,43 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
     }
     dnnl_memory_desc_t src, wei, bias, dst;
     dnnl_data_type_t dt = compute_dt(p);
-    /* Layout: 2-D convolutions use oneDNN's nChw16c blocked layout (its jit kernels beat
-     * the nhwc brgemm ones it picks by itself: ~10% on ResNet-50 batch 8, 10-30% lower
-     * median latency on ResNet-18/50 batch 1), except at batch < 4 in networks with
-     * Concat (SqueezeNet, Inception, DenseNet), where oneDNN's own choice (format any)
-     * measured better. bf16 plans always let oneDNN choose: on AMX it picks nhwc for its
-     * brgemm kernels, 4x faster than the AVX512_BF16 blocked ones on ResNet-50 batch 8.
-     * IDK_CONV_LAYOUT=any or blocked16 overrides, for experiments. */
+    /* Layout, per convolution (fp32, 2-D), from the shapes and the input's layout:
+     * - depthwise convolutions (one input channel per group) use oneDNN's nChw16c blocked
+     *   layout: its jit depthwise kernel there beats the nhwc brgemm one (MobileNetV2 and
+     *   V3 at batch 1 on one thread: 125-130 against 102-111 images per CPU-second);
+     * - a 1x1 convolution keeps an nhwc input's layout (brgemm kernel) and takes nChw16c
+     *   otherwise (jit kernel; about as fast), so blocked blocks need no reorder;
+     * - a first convolution (fewer than 8 input channels) is nChw16c in networks whose other
+     *   convolutions are all 1x1, depthwise or grouped (MobileNet, MnasNet, EfficientNet-B0,
+     *   ShuffleNet, RegNet: their 1x1 jit kernels on nChw16c), else nhwc;
+     * - every other convolution lets oneDNN choose (format any: nhwc and its brgemm
+     *   kernels), which runs dense 3x3 convolutions 1.3-2x faster than the nChw16c jit
+     *   kernel at batch 1 and 8 on AVX-512 (ResNet-18 batch 1: 29-33 against 21-23 images
+     *   per CPU-second; ResNet-50 15.1-15.7 against 12.2; Wide ResNet-50-2 1.25x) and
+     *   whose grouped kernels are jit where nChw16c ones are oneDNN's reference (ResNeXt's
+     *   groups of 4 channels, RegNet's of 8).
+     * bf16 plans always let oneDNN choose: on AMX it picks nhwc for its brgemm kernels, 4x
+     * faster than the AVX512_BF16 blocked ones on ResNet-50 batch 8. IDK_CONV_LAYOUT=any or
+     * blocked16 overrides, for experiments. */
     const char *lay = getenv("IDK_CONV_LAYOUT");
-    int blocked = nd == 4 && (lay ? strcmp(lay, "blocked16") == 0
-                                  : dt == dnnl_f32 && (x->dims[0] >= 4 || !p->has_concat));
+    int blocked = 0;
+    if (nd == 4 && lay) {
+        blocked = strcmp(lay, "blocked16") == 0;
+    } else if (nd == 4 && dt == dnnl_f32) {
+        int k1 = w->dims[2] == 1 && w->dims[3] == 1;
+        if (g > 1) {
+            blocked = w->dims[1] == 1;
+        } else if (x->dims[1] < 8) {
+            blocked = !p->dense_kxk;
+        } else if (k1) {
+            idk_view_t *v;
+            dnnl_memory_desc_t nhwc;
+            dnnl_dims_t d;
+            for (int i = 0; i < 4; i++) d[i] = x->dims[i];
+            dnnl_memory_desc_init_by_tag(&nhwc, 4, d, dt, dnnl_nhwc);
+            blocked = !(idk_primary(p, op->in[0], &v) == 0 && dnnl_memory_desc_equal(&v->md, &nhwc));
+        }
+    }
 retry:
     if (blocked) {
         dnnl_dims_t d;
@@ -567,9 +602,7 @@ retry:
          * its reference kernel: grouped convolutions whose groups hold fewer than 16
          * channels (ResNeXt's 32 groups of 4: 0.44 against 10.2 images/s at batch 1).
          * Letting oneDNN choose the layout finds a jit kernel there. */
-        const char *impl = NULL;
-        if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
-            strncmp(impl, "ref", 3) == 0) {
+        if (pd_is_ref(pd)) {
             dnnl_primitive_desc_destroy(pd);
             blocked = 0;
             goto retry;
@@ -1654,11 +1687,22 @@ static idk_status_t lower_concat(idk_plan_t *p, const idk_op_t *op) {
         int same = 1;
         for (int k = 1; k < n; k++) same &= mds[k].data_type == mds[0].data_type;
         for (int pass = 0; pass < 2; pass++) {
-            any_md_dt(&dst, o, pass == 0 && same && n > 0 ? mds[0].data_type : dnnl_f32);
+            if (pass == 0)
+                any_md_dt(&dst, o, same && n > 0 ? mds[0].data_type : dnnl_f32);
+            else
+                idk_plain_md(&dst, o->ndims, o->dims);
             dnnl_primitive_attr_t attr = new_attr();
             dnnl_primitive_desc_t pd;
             dnnl_status_t ds = dnnl_concat_primitive_desc_create(&pd, &dst, n, ax, mds, attr, p->eng);
             dnnl_primitive_attr_destroy(attr);
+            if (ds == dnnl_success && pass == 0 && pd_is_ref(pd)) {
+                /* inputs of different layouts (ShuffleNet's nchw and nhwc halves), or a
+                 * destination layout oneDNN chose that its fast concat does not write
+                 * (ViT's class token before its patches): only its reference kernel
+                 * takes them; every input and the output plain take its memcpy one */
+                dnnl_primitive_desc_destroy(pd);
+                ds = dnnl_unimplemented;
+            }
             if (ds != dnnl_success) {
                 if (pass == 1) return dnnl_err(p, "concat primitive desc", ds);
                 /* retry with every input plain */

@@ -600,8 +600,13 @@ IDK_API idk_status_t idk_plan_compile(idk_plan_t *p) {
         p->b[b].ext = t->cdata;
         idk_set_output(p, i, NULL, 1, b);
     }
-    for (int o = 0; o < p->nops; o++)
-        if (p->ops[o].kind == IDK_OP_CONCAT) p->has_concat = 1;
+    for (int o = 0; o < p->nops; o++) {
+        /* a dense 2-D convolution with a kernel larger than 1x1, other than a first one */
+        const idk_op_t *op = &p->ops[o];
+        if (op->kind == IDK_OP_CONV && op->ni == 10 && op->ia[0] == 2 && op->ia[9] == 1 && p->t[op->in[0]].dims[1] >= 8 &&
+            (p->t[op->in[1]].dims[2] > 1 || p->t[op->in[1]].dims[3] > 1))
+            p->dense_kxk = 1;
+    }
     for (int o = 0; o < p->nops; o++) {
         p->cur_op = o;
         idk_status_t st = idk_lower_op(p, o);

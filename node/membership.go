@@ -129,6 +129,13 @@ func (b sdfsBlobs) Put(ctx context.Context, name string, data []byte) error {
 	return err
 }
 
+// PutResult writes a task's result in one round to its replicas, not fsynced: it is
+// durable by its 4 replicas, as the coordinator's journal is by its standby (see
+// sdfs.Client.PutImmutable).
+func (b sdfsBlobs) PutResult(ctx context.Context, name string, data []byte) error {
+	return b.c.PutImmutable(ctx, name, data, false)
+}
+
 func (b sdfsBlobs) List(ctx context.Context, prefix string) ([]string, error) {
 	fs, err := b.c.List(ctx, prefix)
 	if err != nil {

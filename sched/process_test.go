@@ -344,7 +344,7 @@ func TestProcessChaos(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	t.Cleanup(wg.Wait) // a Fatal below must not end the test under this goroutine's feet
-	go func() { // computed meanwhile, on this process's share of the CPU
+	go func() {        // computed meanwhile, on this process's share of the CPU
 		defer wg.Done()
 		want[0] = direct(t, model, fmnistTrain, 4, dataset.Preprocess{Scale: 1.0 / 255}, 0)
 		want[1] = direct(t, model, fmnistTrain, 2, dataset.Preprocess{Scale: 1.0 / 255}, 0)

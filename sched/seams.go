@@ -31,6 +31,10 @@ type Membership interface {
 type Blobs interface {
 	Get(ctx context.Context, name string) ([]byte, error)
 	Put(ctx context.Context, name string, data []byte) error
+	// PutResult stores a task's result: bytes that every run of the task computes the
+	// same, so a repeated or half-done write leaves the right bytes (in SDFS a one-round,
+	// replicated write: sdfs.Client.PutImmutable).
+	PutResult(ctx context.Context, name string, data []byte) error
 }
 
 // Executor runs the model over a dataset: in a node, the kernel and the dataset readers.
@@ -137,6 +141,11 @@ func (b *MemBlobs) Put(_ context.Context, name string, data []byte) error {
 	b.files[name] = append([]byte(nil), data...)
 	b.Puts++
 	return nil
+}
+
+// PutResult is Put (MemBlobs has no replicas to save rounds on).
+func (b *MemBlobs) PutResult(ctx context.Context, name string, data []byte) error {
+	return b.Put(ctx, name, data)
 }
 
 // List returns the names starting with prefix, sorted.

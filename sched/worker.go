@@ -307,7 +307,7 @@ func (s *Scheduler) writerLoop(ctx context.Context) {
 			// StatTimeout (a frozen node the failure detector still lists), so the deadline
 			// leaves room for that and the write; a put stuck anyway is retried.
 			pctx, cancel := context.WithTimeout(ctx, s.cfg.PutTimeout)
-			err = s.blobs.Put(pctx, TaskResultName(c.rep.Job, c.rep.JobID, c.rep.Task), c.lines)
+			err = s.blobs.PutResult(pctx, TaskResultName(c.rep.Job, c.rep.JobID, c.rep.Task), c.lines)
 			cancel()
 			if err == nil || ctx.Err() != nil {
 				break

@@ -255,6 +255,60 @@ func (c *Client) Put(ctx context.Context, name string, r io.Reader) (Version, er
 	return Version{}, lastErr
 }
 
+// PutImmutable stores body under name for a file whose bytes are fixed by its name, such
+// as a task's result, which a task run again recomputes byte for byte. The version comes
+// from the bytes (sequence 1, writer: the start of their SHA-256), so every write of the
+// same bytes is the same version: no version query is needed, a replica that holds it
+// already accepts it again, and a version left on some replicas by a failed write holds
+// the right bytes, so it is committed visible at once, with no pending phase to confirm.
+// It takes one call per replica, against Put's version query to up to every node, the
+// write and the confirmation. With sync false the replicas do not fsync it: like a
+// coordinator's journal with a standby, it is durable by its replicas (any 3 of the 4 may
+// crash), not against every replica's machine losing power at once. Bytes over one small
+// write (64 KiB, or a block) go through Put instead.
+func (c *Client) PutImmutable(ctx context.Context, name string, body []byte, sync bool) error {
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	if len(body) > min(smallFile, c.cfg.BlockSize) {
+		_, err := c.Put(ctx, name, bytes.NewReader(body))
+		return err
+	}
+	sum := sha256.Sum256(body)
+	tmpl := Manifest{Name: name, Version: Version{Seq: 1, Writer: hex.EncodeToString(sum[:8])},
+		BlockSize: c.cfg.BlockSize, Created: time.Now().UnixNano()}
+	exclude := map[string]bool{}
+	var lastErr error
+	for attempt := 0; attempt < max(c.cfg.Replicas, 3); attempt++ { // each retry excludes at least one more node
+		all, err := c.members(ctx)
+		if err != nil {
+			return err
+		}
+		var live []Peer
+		for _, p := range all {
+			if !exclude[p.Name] {
+				live = append(live, p)
+			}
+		}
+		targets := firstN(Rank(name, live), c.cfg.Replicas)
+		if w := min(c.cfg.Replicas, len(all)); len(targets) < w {
+			return fmt.Errorf("sdfs: put %s: only %d reachable nodes for a write to %d replicas", name, len(targets), w)
+		}
+		_, bad, err := c.writeSmall(ctx, targets, tmpl, body, false, sync)
+		if err == nil {
+			return nil
+		}
+		lastErr = err
+		if len(bad) == 0 || ctx.Err() != nil {
+			break
+		}
+		for _, p := range bad {
+			exclude[p.Name] = true
+		}
+	}
+	return lastErr
+}
+
 // Delete hides every version of name behind a tombstone written like a put.
 func (c *Client) Delete(ctx context.Context, name string) error {
 	if _, _, err := c.latest(ctx, name); err != nil {
@@ -295,14 +349,14 @@ func (c *Client) put(ctx context.Context, name string, exclude map[string]bool, 
 		BlockSize: c.cfg.BlockSize, Deleted: deleted, Created: time.Now().UnixNano()}
 	if deleted {
 		tmpl.BlockSize = 0
-		return c.writeSmall(ctx, targets, tmpl, nil, true)
+		return c.writeSmall(ctx, targets, tmpl, nil, true, true)
 	}
 	// A file that fits in smallFile bytes goes in one call per replica.
 	head := make([]byte, min(smallFile, c.cfg.BlockSize)+1)
 	n, err := io.ReadFull(r, head)
 	switch {
 	case err == io.EOF || err == io.ErrUnexpectedEOF:
-		return c.writeSmall(ctx, targets, tmpl, head[:n], true)
+		return c.writeSmall(ctx, targets, tmpl, head[:n], true, true)
 	case err != nil:
 		return nil, nil, fmt.Errorf("sdfs: put %s: read: %w", name, err)
 	}
@@ -321,9 +375,9 @@ func (c *Client) put(ctx context.Context, name string, exclude map[string]bool, 
 const smallFile = 64 << 10
 
 // writeSmall writes a version of at most one block (or a tombstone) with one "sdfs.write"
-// call per target: each stages, fsyncs and commits it. If any target fails, the version
-// is dropped where it was committed, as in writeVersion.
-func (c *Client) writeSmall(ctx context.Context, targets []Peer, tmpl Manifest, body []byte, rollback bool) (*Manifest, []Peer, error) {
+// call per target: each stages, fsyncs (sync) and commits it. If any target fails, the
+// version is dropped where it was committed, as in writeVersion.
+func (c *Client) writeSmall(ctx context.Context, targets []Peer, tmpl Manifest, body []byte, rollback, sync bool) (*Manifest, []Peer, error) {
 	if len(targets) == 0 {
 		return nil, nil, errors.New("sdfs: no live nodes to write to")
 	}
@@ -332,7 +386,7 @@ func (c *Client) writeSmall(ctx context.Context, targets []Peer, tmpl Manifest, 
 	if len(body) > 0 {
 		m.Sums = append(m.Sums, sumHex(sha256.Sum256(body)))
 	}
-	args, err := json.Marshal(commitArgs{Txn: randHex(16), Manifest: m, Pending: rollback})
+	args, err := json.Marshal(commitArgs{Txn: randHex(16), Manifest: m, Pending: rollback, NoSync: !sync})
 	if err != nil {
 		return nil, nil, fmt.Errorf("sdfs: encode write: %w", err)
 	}

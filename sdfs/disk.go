@@ -60,6 +60,9 @@ type txn struct {
 	bytes   int64
 	touched time.Time
 	busy    int
+	// nosync: the write's files and directories are not fsynced (Client.PutImmutable with
+	// sync false): it is durable by its replicas, not by this disk.
+	nosync bool
 }
 
 func openDisk(root string, cfg Config) (*disk, error) {
@@ -178,6 +181,11 @@ func (d *disk) removeVersion(m *Manifest) {
 }
 
 func (d *disk) begin(id, name string, v Version, now time.Time) error {
+	return d.beginSync(id, name, v, now, true)
+}
+
+// beginSync is begin, for a write whose files are fsynced (sync) or not.
+func (d *disk) beginSync(id, name string, v Version, now time.Time, sync bool) error {
 	if len(id) != 32 || !isHex(id) {
 		return fmt.Errorf("sdfs: bad transaction id %q", id)
 	}
@@ -199,7 +207,7 @@ func (d *disk) begin(id, name string, v Version, now time.Time) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("sdfs: stage %s: %w", name, err)
 	}
-	d.txns[id] = &txn{name: name, ver: v, dir: dir, sums: map[int]string{}, touched: now}
+	d.txns[id] = &txn{name: name, ver: v, dir: dir, sums: map[int]string{}, touched: now, nosync: !sync}
 	return nil
 }
 
@@ -244,7 +252,7 @@ func (d *disk) putBlock(id string, idx int, sum string, body []byte, now time.Ti
 	if over {
 		return fmt.Errorf("sdfs: write of %s exceeds the size limit of %d bytes", t.name, d.cfg.MaxFileSize)
 	}
-	if err := writeFileSync(blockFile(t.dir, idx), body); err != nil {
+	if err := writeFile(blockFile(t.dir, idx), body, !t.nosync); err != nil {
 		return fmt.Errorf("sdfs: store block %d of %s: %w", idx, t.name, err)
 	}
 	d.mu.Lock()
@@ -294,7 +302,7 @@ func (d *disk) commitAs(id string, m *Manifest, now time.Time, pending bool) err
 		}
 	}
 	d.mu.Unlock()
-	return d.install(t.dir, m, now)
+	return d.install(t.dir, m, now, !t.nosync)
 }
 
 // confirm makes a pending version visible (and durable as such). Confirming a version
@@ -332,14 +340,19 @@ func (d *disk) confirm(name string, v Version) error {
 	return nil
 }
 
-// install writes m into staged directory dir and moves dir into the store.
-func (d *disk) install(dir string, m *Manifest, now time.Time) error {
+// install writes m into staged directory dir and moves dir into the store, fsyncing the
+// files and directories on the way when sync is set.
+func (d *disk) install(dir string, m *Manifest, now time.Time, sync bool) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("sdfs: encode manifest: %w", err)
 	}
-	if err := writeFileSync(filepath.Join(dir, "manifest.json"), b); err != nil {
+	if err := writeFile(filepath.Join(dir, "manifest.json"), b, sync); err != nil {
 		return fmt.Errorf("sdfs: write manifest of %s: %w", m.Name, err)
+	}
+	syncDir := syncDir
+	if !sync {
+		syncDir = func(string) error { return nil }
 	}
 	if err := syncDir(dir); err != nil {
 		return fmt.Errorf("sdfs: %w", err)
@@ -561,7 +574,10 @@ func (d *disk) names(prefix string) []string {
 	return out
 }
 
-func writeFileSync(path string, b []byte) error {
+func writeFileSync(path string, b []byte) error { return writeFile(path, b, true) }
+
+// writeFile writes b to path, fsynced before it returns when sync is set.
+func writeFile(path string, b []byte, sync bool) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
@@ -570,9 +586,11 @@ func writeFileSync(path string, b []byte) error {
 		f.Close()
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
+	if sync {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return err
+		}
 	}
 	return f.Close()
 }

@@ -38,6 +38,14 @@ package sdfs
 // put's error leaves its outcome open in that case, as for any write whose answer was
 // lost. Repair copies (already acknowledged versions) commit directly.
 //
+// Immutable puts (Client.PutImmutable: a task's result, whose bytes every run of the task
+// computes the same) skip the version query and the pending phase: the version comes from
+// the bytes (sequence 1, writer = the first 8 bytes of their SHA-256), so any write of them
+// is the same version, a replica holding it accepts it again, and what a failed write
+// leaves behind is the right bytes. One "sdfs.write" per replica commits it visible, not
+// fsynced when the caller asks (the results: durable by their replicas, as the scheduler's
+// journal is by its standby).
+//
 // Reads (R = ReadQuorum, W+R > N). A read asks the first 2N nodes of the rendezvous
 // order for their versions (where copies may still sit after membership changes; if none
 // has the name, everyone else), needs R answers, takes the newest version reported, and

@@ -2,7 +2,11 @@ package sdfs
 
 import (
 	"context"
+	"fmt"
+	"hash/fnv"
 	"io"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -74,13 +78,42 @@ type push struct {
 // versions the set lacks, and drops this node's copies of names it no longer places here
 // once the set covers them. For each version, only the first node in the name's
 // rendezvous order that holds it pushes it, so copies are not sent twice.
+//
+// A name whose replica set held every local version at its last check is clean, and
+// is skipped while the live peers and this node's versions of it stay the same: a scan
+// then costs in proportion to what changed, not to every file held (task results pile up
+// by the thousand; checking each every 3 s on every node took a sizeable share of the
+// benchmark cluster's CPU). Every FullScanEvery-th scan checks every name, for what no
+// membership change shows (a replica that lost a file while it kept running).
 func (s *Store) Scan(ctx context.Context) {
+	s.scanMu.Lock()
+	defer s.scanMu.Unlock()
 	peers := s.Peers()
-	local := s.disk.manifests()
-	if len(local) == 0 {
+	all := s.disk.manifests()
+	if len(all) == 0 {
 		s.backlog.Store(0)
+		s.lastChecked = 0
 		return
 	}
+	pp := peersPrint(peers)
+	s.scans++
+	if s.clean == nil || s.scans%FullScanEvery == 0 {
+		s.clean = map[string]cleanMark{}
+	}
+	local := make(map[string][]*Manifest, len(all))
+	for name, mine := range all {
+		if c, ok := s.clean[name]; ok && c.peers == pp && c.local == versionsPrint(mine) {
+			continue
+		}
+		delete(s.clean, name)
+		local[name] = mine
+	}
+	for name := range s.clean {
+		if all[name] == nil {
+			delete(s.clean, name) // dropped or deleted here since
+		}
+	}
+	s.lastChecked = len(local)
 	ranks := make(map[string][]Peer, len(local))
 	ask := map[Peer][]string{}
 	for name := range local {
@@ -121,6 +154,8 @@ func (s *Store) Scan(ctx context.Context) {
 				s.disk.drop(name, m.Version)
 			}
 			s.Logf("rebalance: dropped local copy of %s, now held by its replica set", name)
+		} else if pos < s.cfg.Replicas && s.othersCover(desired, name, mine, views) {
+			s.clean[name] = cleanMark{peers: pp, local: versionsPrint(mine)}
 		}
 	}
 	missing := 0
@@ -129,6 +164,39 @@ func (s *Store) Scan(ctx context.Context) {
 	}
 	s.backlog.Store(int64(missing))
 	s.runPushes(ctx, pushes)
+}
+
+// FullScanEvery: every this many repair scans, a scan checks every name, clean or not.
+const FullScanEvery = 10
+
+// cleanMark is what a clean name was checked against (see Scan).
+type cleanMark struct {
+	peers uint64 // the live peers (peersPrint)
+	local string // this node's versions of it (versionsPrint)
+}
+
+// peersPrint is a fingerprint of a set of peers, whatever their order.
+func peersPrint(peers []Peer) uint64 {
+	keys := make([]string, len(peers))
+	for i, p := range peers {
+		keys[i] = p.Name + "@" + p.Addr
+	}
+	sort.Strings(keys)
+	h := fnv.New64a()
+	for _, k := range keys {
+		h.Write([]byte(k))
+		h.Write([]byte{0})
+	}
+	return h.Sum64()
+}
+
+// versionsPrint names a node's versions of one name.
+func versionsPrint(ms []*Manifest) string {
+	var b strings.Builder
+	for _, m := range ms {
+		fmt.Fprintf(&b, "%d.%s.%t;", m.Version.Seq, m.Version.Writer, m.Deleted)
+	}
+	return b.String()
 }
 
 func (s *Store) pos(r []Peer) int {
@@ -161,6 +229,28 @@ func (s *Store) setCovers(desired []Peer, name string, mine []*Manifest, views m
 		return false
 	}
 	for _, d := range desired {
+		if !answered(views, d.Name) {
+			return false
+		}
+		for _, m := range mine {
+			if !covered(views[d.Name][name], m.Version, s.cfg.MaxVersions) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// othersCover reports whether every other node of the name's replica set answered and
+// needs no copy of any version this node holds (this node is in the set).
+func (s *Store) othersCover(desired []Peer, name string, mine []*Manifest, views map[string]map[string][]VersionInfo) bool {
+	if len(desired) < s.cfg.Replicas {
+		return false
+	}
+	for _, d := range desired {
+		if d.Name == s.self.Name {
+			continue
+		}
 		if !answered(views, d.Name) {
 			return false
 		}
@@ -269,7 +359,7 @@ func (s *Store) pushVersion(ctx context.Context, m *Manifest, targets []Peer) er
 			}
 			body = b
 		}
-		_, _, err := s.client.writeSmall(ctx, targets, tmpl, body, false)
+		_, _, err := s.client.writeSmall(ctx, targets, tmpl, body, false, true)
 		return err
 	}
 	_, _, err := s.client.writeVersion(ctx, targets, tmpl, next, false)

@@ -38,6 +38,11 @@ type Store struct {
 	repairing map[string]chan struct{} // blocks being repaired, by "name\x00version\x00index"
 	kick      chan struct{}
 	backlog   atomic.Int64 // replicas the last repair scan found missing (for metrics)
+
+	scanMu      sync.Mutex // one repair scan at a time; guards the three below
+	scans       int
+	clean       map[string]cleanMark // names the last checks found fully replicated (see Scan)
+	lastChecked int                  // names the last scan checked
 }
 
 // New opens the store under dataDir/sdfs (rebuilding its index from disk). self is this
@@ -97,6 +102,8 @@ type (
 		Txn      string   `json:"txn"`
 		Manifest Manifest `json:"manifest"`
 		Pending  bool     `json:"pending,omitempty"` // a put's new version: invisible until sdfs.confirm
+		// NoSync (sdfs.write only): do not fsync this version (Client.PutImmutable).
+		NoSync bool `json:"nosync,omitempty"`
 	}
 	versionArgs struct {
 		Name    string  `json:"name"`
@@ -162,7 +169,7 @@ func (s *Store) handlers() map[string]rpc.Handler {
 		if err := json.Unmarshal(m.Args, &a); err != nil {
 			return nil, fmt.Errorf("sdfs: write: bad arguments: %w", err)
 		}
-		return &rpc.Message{}, s.writeSmall(a.Txn, &a.Manifest, m.Body, a.Pending)
+		return &rpc.Message{}, s.writeSmall(a.Txn, &a.Manifest, m.Body, a.Pending, !a.NoSync)
 	})
 	hs["sdfs.commit"] = jsonHandler("sdfs.commit", func(ctx context.Context, a commitArgs) (empty, error) {
 		if a.Pending {
@@ -247,8 +254,8 @@ func jsonHandler[A, R any](method string, f func(ctx context.Context, args A) (R
 }
 
 // writeSmall stages and commits (pending: see disk.commitPending) a version of at most one
-// block in one step.
-func (s *Store) writeSmall(txn string, m *Manifest, body []byte, pending bool) error {
+// block in one step, fsynced when sync is set.
+func (s *Store) writeSmall(txn string, m *Manifest, body []byte, pending, sync bool) error {
 	if err := m.Validate(s.cfg); err != nil {
 		return err
 	}
@@ -256,7 +263,7 @@ func (s *Store) writeSmall(txn string, m *Manifest, body []byte, pending bool) e
 		return fmt.Errorf("sdfs: write of %s: %d blocks and %d bytes for a one-step write", m.Name, len(m.Sums), len(body))
 	}
 	now := s.now()
-	if err := s.disk.begin(txn, m.Name, m.Version, now); err != nil {
+	if err := s.disk.beginSync(txn, m.Name, m.Version, now, sync); err != nil {
 		return err
 	}
 	var err error

@@ -3,6 +3,8 @@ package sdfs
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -554,5 +556,134 @@ func TestFailedPutDoesNotReappearAfterReplicaCrash(t *testing.T) {
 				tc.scanAll(1) // the repair scan must not spread it either
 			}
 		})
+	}
+}
+
+// An immutable put (a task's result) is one call per replica: its version comes from the
+// bytes, so a second write of the same bytes (a task run again) is the same version, a
+// dead replica is skipped for the next node, and the unsynced copies survive a restart of
+// the processes (the page cache outlives them).
+func TestPutImmutable(t *testing.T) {
+	tc := newTestCluster(t, 6, testConfig())
+	ctx := context.Background()
+	data := []byte("0,3,0.91\n1,7,0.88\n")
+	sum := sha256.Sum256(data)
+	want := Version{Seq: 1, Writer: hex.EncodeToString(sum[:8])}
+	c := tc.client()
+	if err := c.PutImmutable(ctx, "jobs/a/task-0.csv", data, false); err != nil {
+		t.Fatal(err)
+	}
+	if h := tc.holders("jobs/a/task-0.csv", want); len(h) != 4 {
+		t.Fatalf("immutable put on %v, want 4 replicas of version %s", h, want)
+	}
+	// Again, with one of its replicas dead but still listed: the same version, on the
+	// three live replicas it had and the next node.
+	target := firstN(Rank("jobs/a/task-0.csv", mustPeers(t, c)), 4)
+	dead := tc.node(target[0].Name)
+	dead.srv.Close()
+	listed := NewClient(tc.cfg, tc.rc, func(context.Context) ([]Peer, error) {
+		var out []Peer
+		for _, nd := range tc.nodes {
+			out = append(out, Peer{Name: nd.name, Addr: nd.addr})
+		}
+		return out, nil
+	})
+	if err := listed.PutImmutable(ctx, "jobs/a/task-0.csv", data, false); err != nil {
+		t.Fatal(err)
+	}
+	tc.crash(dead)
+	if h := tc.holders("jobs/a/task-0.csv", want); len(h) != 4 {
+		t.Fatalf("after the retry, version %s on %v, want 4 live replicas", want, h)
+	}
+	info, _, err := tc.client().latest(ctx, "jobs/a/task-0.csv")
+	if err != nil || info.Version != want {
+		t.Fatalf("latest: %v %v, want only version %s", info.Version, err, want)
+	}
+	// Every process restarts: the copies are found (not fsynced, but written).
+	for _, nd := range tc.nodes {
+		if nd.up {
+			tc.crash(nd)
+		}
+	}
+	for _, nd := range tc.nodes {
+		tc.start(nd)
+	}
+	if got := mustGet(t, tc.client(), "jobs/a/task-0.csv"); !bytes.Equal(got, data) {
+		t.Fatalf("after restart: %q", got)
+	}
+	// More than one small write: an ordinary put.
+	big := randBytes(70<<10, 3)
+	if err := tc.client().PutImmutable(ctx, "jobs/a/big.csv", big, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGet(t, tc.client(), "jobs/a/big.csv"); !bytes.Equal(got, big) {
+		t.Fatal("big immutable put: bytes differ")
+	}
+	if err := tc.client().PutImmutable(ctx, "../escape", data, false); err == nil {
+		t.Fatal("a bad name was accepted")
+	}
+}
+
+// A repair scan checks only what changed since the last: names it found fully replicated
+// are skipped while the membership and the local versions stay the same, and every
+// FullScanEvery-th scan checks them all again.
+func TestScanSkipsCleanNames(t *testing.T) {
+	tc := newTestCluster(t, 5, testConfig())
+	c := tc.client()
+	ctx := context.Background()
+	for i := 0; i < 20; i++ {
+		if err := c.PutImmutable(ctx, fmt.Sprintf("results/%d", i), []byte(fmt.Sprintf("result %d\n", i)), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nd := tc.nodes[0]
+	held, _ := nd.store.disk.usage()
+	checked := func() int { return nd.store.lastChecked }
+	nd.store.Scan(ctx)
+	if checked() != held {
+		t.Fatalf("first scan checked %d names, holds %d", checked(), held)
+	}
+	nd.store.Scan(ctx)
+	if checked() != 0 {
+		t.Fatalf("a scan with nothing changed checked %d names", checked())
+	}
+	// A new version of one name: that name only.
+	name := ""
+	for n := range nd.store.disk.manifests() {
+		name = n
+		break
+	}
+	if _, err := c.Put(ctx, name, bytes.NewReader([]byte("newer\n"))); err != nil {
+		t.Fatal(err)
+	}
+	nd.store.Scan(ctx)
+	if checked() != 1 {
+		t.Fatalf("after a put of %s the scan checked %d names, want 1", name, checked())
+	}
+	// A membership change: everything, and what the dead node held is re-replicated.
+	tc.crash(tc.nodes[4])
+	tc.scanAll(2)
+	if held, _ = nd.store.disk.usage(); checked() == 0 || held == 0 {
+		t.Fatalf("after a crash the scan checked %d names", checked())
+	}
+	for i := 0; i < 20; i++ {
+		n := fmt.Sprintf("results/%d", i)
+		info, _, err := tc.client().latest(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := tc.holders(n, info.Version); len(h) != 4 {
+			t.Fatalf("%s on %v after the crash and two scans", n, h)
+		}
+	}
+	// Every FullScanEvery-th scan checks every name.
+	for nd.store.Scan(ctx); nd.store.scans%FullScanEvery != FullScanEvery-1; nd.store.Scan(ctx) {
+		if checked() != 0 {
+			t.Fatalf("scan %d checked %d names with nothing changed", nd.store.scans, checked())
+		}
+	}
+	nd.store.Scan(ctx)
+	if held, _ = nd.store.disk.usage(); checked() != held {
+		t.Fatalf("full scan %d checked %d of %d names", nd.store.scans, checked(), held)
 	}
 }

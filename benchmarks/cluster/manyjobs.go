@@ -20,12 +20,13 @@ import (
 type manyConfig struct {
 	model, size string
 	batch       int
+	weight      float64 // fair-time weight (job add --weight); 1 by default
 }
 
 // The four jobs, whose costs per query span about 1,000x; the 8-job run adds each
 // twice.
 var manyConfigs = []manyConfig{
-	{"resnet50", "64x64", 8}, {"resnet18", "32x32", 8}, {"mobilenet_v2", "64x64", 8}, {"lenet5", "28x28", 64},
+	{"resnet50", "64x64", 8, 1}, {"resnet18", "32x32", 8, 1}, {"mobilenet_v2", "64x64", 8, 1}, {"lenet5", "28x28", 64, 1},
 }
 
 func manyJobArgs(name string, c manyConfig) []string {
@@ -33,6 +34,9 @@ func manyJobArgs(name string, c manyConfig) []string {
 		"--batch", fmt.Sprint(c.batch), "--scale", "0.003921569"}
 	if c.model != "lenet5" {
 		a = append(a, "--grey-to-rgb", "--resize", c.size)
+	}
+	if c.weight != 1 {
+		a = append(a, "--weight", fmt.Sprint(c.weight))
 	}
 	return a
 }
@@ -46,7 +50,37 @@ type listSampler struct {
 	done  [][]float64
 	tasks [][]float64 // committed tasks
 	share [][]float64
-	live  [][]bool // the job ran (added, not complete) at the sample
+	live  [][]bool  // the job ran (added, not complete) at the sample
+	cpu   []float64 // the cluster's processes' CPU seconds (user+system) at the sample
+	pids  map[int]float64
+}
+
+// clusterCPU is the CPU time (user+system, seconds) the cluster's node processes have
+// used, a killed one's last reading kept.
+func (s *listSampler) clusterCPU() float64 {
+	if s.pids == nil {
+		s.pids = map[int]float64{}
+	}
+	for _, n := range s.d.Cluster.Nodes() {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", n.PID))
+		if err != nil {
+			continue
+		}
+		// Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		var u, st float64
+		fmt.Sscan(f[11], &u)
+		fmt.Sscan(f[12], &st)
+		s.pids[n.PID] = (u + st) / 100 // USER_HZ
+	}
+	t := 0.0
+	for _, c := range s.pids {
+		t += c
+	}
+	return t
 }
 
 func (s *listSampler) sample() {
@@ -55,6 +89,7 @@ func (s *listSampler) sample() {
 		return // a missed sample; the rates read the neighbours
 	}
 	s.t = append(s.t, time.Since(s.start).Seconds())
+	s.cpu = append(s.cpu, s.clusterCPU())
 	for i, j := range s.jobs {
 		k := slices.IndexFunc(list, func(x sched.JobSummary) bool { return x.Name == j })
 		d, dt, sh, live := 0.0, 0.0, 0.0, false
@@ -97,6 +132,30 @@ func (s *listSampler) step(i, k int) float64 {
 	return 0
 }
 
+// spreadAt is the spread (fastest/slowest-1) at sample k of the 10 s rates over weight
+// of the jobs live at k and 10 s before it (false with fewer than two).
+func (s *listSampler) spreadAt(k int, cfg []manyConfig) (float64, bool) {
+	j := k
+	for j > 0 && s.t[k]-s.t[j] < 10-1e-9 {
+		j--
+	}
+	if s.t[k]-s.t[j] < 10-1e-9 {
+		return 0, false
+	}
+	lo, hi, n := math.Inf(1), 0.0, 0
+	for i := range s.jobs {
+		if !s.live[i][k] || !s.live[i][j] {
+			continue
+		}
+		r := s.rate(i, k, 10) / cfg[i].weight
+		lo, hi, n = math.Min(lo, r), math.Max(hi, r), n+1
+	}
+	if n < 2 || lo <= 0 {
+		return 0, false
+	}
+	return hi/lo - 1, true
+}
+
 func newSampler(d *scenario.Driver, jobs []string) *listSampler {
 	n := len(jobs)
 	return &listSampler{d: d, jobs: jobs, start: time.Now(), done: make([][]float64, n), tasks: make([][]float64, n),
@@ -134,6 +193,7 @@ func manyJobs(o options, counts []int) error {
 		n     int
 		done  map[manyConfig]float64 // queries done in the steady window, per config
 		secs  float64
+		cpu   float64 // the cluster's CPU seconds in it
 		lines []string
 	}
 	var results []result
@@ -142,10 +202,10 @@ func manyJobs(o options, counts []int) error {
 		if err != nil {
 			return err
 		}
-		results = append(results, result{n: n, done: r.done, secs: r.secs, lines: r.lines})
+		results = append(results, result{n: n, done: r.done, secs: r.secs, cpu: r.cpu, lines: r.lines})
 	}
 	// Alone: each config by itself on the whole cluster.
-	alone := map[manyConfig]float64{}
+	alone, aloneCPU := map[manyConfig]float64{}, map[manyConfig]float64{}
 	for i, c := range manyConfigs {
 		name := fmt.Sprintf("alone-%d-%s", i, c.model)
 		if _, err := d.Run(manyJobArgs(name, c)...); err != nil {
@@ -174,7 +234,9 @@ func manyJobs(o options, counts []int) error {
 			return fmt.Errorf("%s alone: done within one sample; no rate", name)
 		}
 		alone[c] = (s.done[0][k1] - s.done[0][k0]) / (s.t[k1] - s.t[k0])
-		fmt.Printf("manyjobs: alone: %s %s batch %d: %.1f queries/s (%.1f s measured)\n", c.model, c.size, c.batch, alone[c], s.t[k1]-s.t[k0])
+		aloneCPU[c] = (s.done[0][k1] - s.done[0][k0]) / (s.cpu[k1] - s.cpu[k0])
+		fmt.Printf("manyjobs: alone: %s %s batch %d: %.1f queries/s, %.1f queries per cluster CPU-second, the cluster using %.2f cores (%.1f s measured)\n",
+			c.model, c.size, c.batch, alone[c], aloneCPU[c], (s.cpu[k1]-s.cpu[k0])/(s.t[k1]-s.t[k0]), s.t[k1]-s.t[k0])
 		d.Run("job", "remove", name)
 	}
 	for _, r := range results {
@@ -183,12 +245,17 @@ func manyJobs(o options, counts []int) error {
 		}
 		// The time the same queries would take run one after another, alone, over the
 		// time they took together.
-		seq := 0.0
+		seq, seqCPU := 0.0, 0.0
 		for c, q := range r.done {
 			seq += q / alone[c]
+			seqCPU += q / aloneCPU[c]
 		}
 		fmt.Printf("manyjobs: %d jobs: aggregate throughput %.1f%% of running the same jobs one after another (%.1f s of work alone done in %.1f s together)\n",
 			r.n, 100*seq/r.secs, seq, r.secs)
+		// The same per CPU-second the cluster's processes got: the machine is shared, and
+		// what other processes take differs between the runs.
+		fmt.Printf("manyjobs: %d jobs: per cluster CPU-second, %.1f%% (%.1f CPU-s of work alone done in %.1f CPU-s together, the cluster using %.2f cores)\n",
+			r.n, 100*seqCPU/r.cpu, seqCPU, r.cpu, r.cpu/r.secs)
 	}
 	fmt.Printf("manyjobs: load average after: %s\n", loadavg())
 	return nil
@@ -197,6 +264,7 @@ func manyJobs(o options, counts []int) error {
 type manyResult struct {
 	done  map[manyConfig]float64
 	secs  float64
+	cpu   float64 // the cluster's CPU seconds in the steady window
 	lines []string
 }
 
@@ -215,7 +283,11 @@ func manyRun(o options, d *scenario.Driver, n int) (manyResult, error) {
 			cfg = append(cfg, c)
 		}
 	}
-	s := newSampler(d, jobs)
+	// With --many-events, a job of the last config is added again at the end (into a
+	// warm cluster: its model is loaded on workers already); the sampler follows it too.
+	again := jobs[len(jobs)-1] + "-again"
+	s := newSampler(d, append(slices.Clone(jobs), again))
+	allCfg := append(slices.Clone(cfg), cfg[len(cfg)-1])
 	var marks []plot.Mark
 	load0 := loadavg()
 	for i, j := range jobs {
@@ -229,6 +301,34 @@ func manyRun(o options, d *scenario.Driver, n int) (manyResult, error) {
 	}
 	lastAdd := marks[len(marks)-1].X
 	s.runFor(80 * time.Second)
+	// Events (--many-events): two workers killed (SIGKILL), then the last job removed; the
+	// steady-state figures stop at the first.
+	steadyTo := math.Inf(1)
+	var events []plot.Mark
+	if o.manyEvents {
+		steadyTo = time.Since(s.start).Seconds()
+		ws, err := d.Workers()
+		if err != nil || len(ws) < 2 {
+			return manyResult{}, fmt.Errorf("%d jobs: workers to kill: %v %v", n, ws, err)
+		}
+		events = append(events, plot.Mark{X: time.Since(s.start).Seconds(), Label: "kill " + strings.Join(ws[:2], ",")})
+		if err := d.Cluster.Kill(ws[:2]...); err != nil {
+			return manyResult{}, err
+		}
+		s.runFor(30 * time.Second)
+		events = append(events, plot.Mark{X: time.Since(s.start).Seconds(), Label: "-" + jobs[len(jobs)-1]})
+		if _, err := d.Run("job", "remove", jobs[len(jobs)-1]); err != nil {
+			return manyResult{}, err
+		}
+		s.runFor(30 * time.Second)
+		events = append(events, plot.Mark{X: time.Since(s.start).Seconds(), Label: "+" + again})
+		if _, err := d.Run(manyJobArgs(again, cfg[len(cfg)-1])...); err != nil {
+			return manyResult{}, err
+		}
+		s.runFor(30 * time.Second)
+		marks = append(marks, events...)
+		d.Run("job", "remove", again)
+	}
 	for _, j := range jobs {
 		d.Run("job", "remove", j)
 	}
@@ -254,7 +354,7 @@ func manyRun(o options, d *scenario.Driver, n int) (manyResult, error) {
 		for i := range jobs {
 			all = all && s.live[i][k]
 		}
-		if s.t[k] < steadyFrom || !all {
+		if s.t[k] < steadyFrom || s.t[k] > steadyTo || !all {
 			continue
 		}
 		if first < 0 {
@@ -263,7 +363,7 @@ func manyRun(o options, d *scenario.Driver, n int) (manyResult, error) {
 		last = k
 		lo, hi := math.Inf(1), 0.0
 		for i := range jobs {
-			r := s.rate(i, k, 10)
+			r := s.rate(i, k, 10) / cfg[i].weight
 			lo, hi = math.Min(lo, r), math.Max(hi, r)
 		}
 		if lo > 0 && (len(at) == 0 || s.t[k]-at[len(at)-1] >= 0.99) { // one sample a second
@@ -273,7 +373,7 @@ func manyRun(o options, d *scenario.Driver, n int) (manyResult, error) {
 	if first < 0 || last <= first {
 		return manyResult{}, fmt.Errorf("%d jobs: no steady window (a job finished early?)", n)
 	}
-	res := manyResult{done: map[manyConfig]float64{}, secs: s.t[last] - s.t[first]}
+	res := manyResult{done: map[manyConfig]float64{}, secs: s.t[last] - s.t[first], cpu: s.cpu[last] - s.cpu[first]}
 	for i := range jobs {
 		res.done[cfg[i]] += s.done[i][last] - s.done[i][first]
 	}
@@ -339,8 +439,62 @@ func manyRun(o options, d *scenario.Driver, n int) (manyResult, error) {
 	res.lines = append(res.lines, fmt.Sprintf("manyjobs: %d jobs: load average %s at the start, %s at the end", n, load0, loadavg()))
 	res.lines = append(res.lines, fmt.Sprintf("manyjobs: %d jobs: first completion after the add: %s", n, strings.Join(firsts, ", ")))
 	res.lines = append(res.lines, fmt.Sprintf("manyjobs: %d jobs: one task's step in the 10 s rate (median in the steady state): %s", n, strings.Join(stepLines, ", ")))
-	res.lines = append(res.lines, fmt.Sprintf("manyjobs: %d jobs: spread of the 10 s rates (fastest/slowest-1), one sample a second from 10 s after every job's first completion (%.0f s), %d samples over %.0f s: median %.1f%%, worst %.1f%%",
+	res.lines = append(res.lines, fmt.Sprintf("manyjobs: %d jobs: spread of the 10 s rates over weight (fastest/slowest-1), one sample a second from 10 s after every job's first completion (%.0f s), %d samples over %.0f s: median %.1f%%, worst %.1f%%",
 		n, steadyFrom, len(spreads), res.secs, 100*sorted[len(sorted)/2], 100*sorted[len(sorted)-1]))
+	// After each event: how long until the spread of the jobs that ran through the 10 s
+	// window stays within 15% (the bound on one sample) until the next event.
+	for e, ev := range events {
+		next := s.t[len(s.t)-1] + 1
+		if e+1 < len(events) {
+			next = events[e+1].X
+		}
+		settled, worst, over := math.NaN(), 0.0, 0
+		var after []float64
+		for k := range s.t {
+			if s.t[k] < ev.X || s.t[k] >= next {
+				continue
+			}
+			sp, ok := s.spreadAt(k, allCfg)
+			if !ok {
+				continue
+			}
+			if sp > 0.15 {
+				settled, over = math.NaN(), over+1
+			} else if math.IsNaN(settled) {
+				settled = s.t[k] - ev.X
+			}
+			if s.t[k] >= ev.X+10 {
+				worst = math.Max(worst, sp)
+				after = append(after, sp)
+			}
+		}
+		slices.Sort(after)
+		med := math.NaN()
+		if len(after) > 0 {
+			med = after[len(after)/2]
+		}
+		res.lines = append(res.lines, fmt.Sprintf("manyjobs: %d jobs: event at %.0f s (%s): spread within 15%% for good %.1f s after it; from 10 s after it to the next event median %.1f%%, worst %.1f%%",
+			n, ev.X, ev.Label, settled, 100*med, 100*worst))
+	}
+	// With weights: each job's rate over its weight, over the mean of that (1 is exact).
+	weighted := false
+	for i := range jobs {
+		weighted = weighted || cfg[i].weight != 1
+	}
+	if weighted {
+		var per []float64
+		mean := 0.0
+		for i := range jobs {
+			q := (s.done[i][last] - s.done[i][first]) / res.secs / cfg[i].weight
+			per = append(per, q)
+			mean += q / float64(len(jobs))
+		}
+		var parts []string
+		for i, j := range jobs {
+			parts = append(parts, fmt.Sprintf("%s weight %g: %.0f q/s, ratio %.3f", j, cfg[i].weight, per[i]*cfg[i].weight, per[i]/mean))
+		}
+		res.lines = append(res.lines, fmt.Sprintf("manyjobs: %d jobs: rate over weight against the mean over the steady state: %s", n, strings.Join(parts, "; ")))
+	}
 	// The spread per non-overlapping 10 s window, and each job's rate in it.
 	for w0 := s.t[first]; w0+10 <= s.t[last]+1e-9; w0 += 10 {
 		k0 := slices.IndexFunc(s.t, func(x float64) bool { return x >= w0 })
@@ -352,7 +506,7 @@ func manyRun(o options, d *scenario.Driver, n int) (manyResult, error) {
 		lo, hi := math.Inf(1), 0.0
 		for i, j := range jobs {
 			r := (s.done[i][k1] - s.done[i][k0]) / (s.t[k1] - s.t[k0])
-			lo, hi = math.Min(lo, r), math.Max(hi, r)
+			lo, hi = math.Min(lo, r/cfg[i].weight), math.Max(hi, r/cfg[i].weight)
 			parts = append(parts, fmt.Sprintf("%s %.0f", j, r))
 		}
 		res.lines = append(res.lines, fmt.Sprintf("manyjobs: %d jobs: window %.0f-%.0f s: spread %.1f%% (%s q/s)", n, s.t[k0], s.t[k1], 100*(hi/lo-1), strings.Join(parts, ", ")))

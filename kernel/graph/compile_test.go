@@ -805,3 +805,33 @@ func TestFoldFloatOps(t *testing.T) {
 		}
 	}
 }
+
+// TestFuseHardSwishPair: Conv then x*HardSigmoid(x) with alpha 1/6 and beta 0.5 (PyTorch's
+// HardSwish before opset 14) becomes the post-op "hard_swish"; other slopes stay apart.
+func TestFuseHardSwishPair(t *testing.T) {
+	r := rand.New(rand.NewSource(12))
+	conv := func() *builder {
+		return newBuilder(13).input("x", 1, 2, 4, 4).init("w", randTensor(r, 3, 2, 1, 1)).node("Conv", ss("x", "w"), ss("c"))
+	}
+	for _, order := range [][]string{{"c", "s"}, {"s", "c"}} {
+		g, err := conv().node("HardSigmoid", ss("c"), ss("s"), aFloat("alpha", 1.0/6), aFloat("beta", 0.5)).
+			node("Mul", ss(order...), ss("y")).output("y").compile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if opTypes(g) != "Conv" || postOps(g.Nodes[0]) != "hard_swish" || g.Nodes[0].Outputs[0] != "y" {
+			t.Fatalf("Mul%v: nodes %s post-ops %q", order, opTypes(g), postOps(g.Nodes[0]))
+		}
+		checkComplete(t, g)
+	}
+	g, err := conv().node("HardSigmoid", ss("c"), ss("s")).node("Mul", ss("c", "s"), ss("y")).output("y").compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range g.Nodes {
+		if strings.Contains(postOps(n), "hard_swish") {
+			t.Fatalf("HardSigmoid of alpha 0.2 fused as HardSwish: %s %q", n.OpType, postOps(n))
+		}
+	}
+	checkComplete(t, g)
+}

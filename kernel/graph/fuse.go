@@ -148,9 +148,10 @@ func (c *compiler) fusePostOps() {
 		c.fuseMatMulBias(ix, n)
 		for {
 			out := n.Outputs[0]
-			if sig, mul := c.swishPair(ix, out); sig != nil && n.OpType == "Conv" {
-				// x * Sigmoid(x) (SiLU, as PyTorch exports it): oneDNN's swish post-op
-				post = append(post, "swish:1")
+			if sig, mul, op := c.swishPair(ix, out); sig != nil && n.OpType == "Conv" {
+				// x * Sigmoid(x) (SiLU, as PyTorch exports it): oneDNN's swish post-op;
+				// x * HardSigmoid(x) (HardSwish before opset 14): its hard_swish one
+				post = append(post, op)
 				s := sig.Outputs[0]
 				ix.kill(sig)
 				ix.kill(mul)
@@ -213,29 +214,44 @@ func (c *compiler) postOpFor(ix *graphIndex, i int, n, next *onnx.Node, have int
 }
 
 // swishPair finds x * Sigmoid(x) on value x: a Sigmoid reading x whose output only a Mul
-// reads, that Mul reading x and the Sigmoid's output once each, and nothing else reading x.
-func (c *compiler) swishPair(ix *graphIndex, x string) (sig, mul *onnx.Node) {
+// reads, that Mul reading x and the Sigmoid's output once each, and nothing else reading x;
+// op is the post-op it becomes ("swish:1"). x * HardSigmoid(x) with alpha 1/6 and beta 0.5
+// is HardSwish (as PyTorch exports it before opset 14): "hard_swish". Left apart, the
+// HardSigmoid's linear step ran in oneDNN's reference kernel on channel counts that are
+// not a multiple of 16 (MobileNetV3's 184 and 200: a padded blocked layout).
+func (c *compiler) swishPair(ix *graphIndex, x string) (sig, mul *onnx.Node, op string) {
 	if c.outputs[x] || ix.uses(x) != 2 || len(ix.readers[x]) != 2 {
-		return nil, nil
+		return nil, nil, ""
 	}
 	for r := range ix.readers[x] {
-		if r.OpType == "Sigmoid" && len(r.Inputs) == 1 && len(r.Outputs) == 1 {
-			sig = r
+		if len(r.Inputs) != 1 || len(r.Outputs) != 1 {
+			continue
+		}
+		if r.OpType == "Sigmoid" {
+			sig, op = r, "swish:1"
+		}
+		if r.OpType == "HardSigmoid" {
+			nx := &nodeCtx{c: c, n: r}
+			a, errA := nx.attrFloat("alpha", 0.2)
+			b, errB := nx.attrFloat("beta", 0.5)
+			if errA == nil && errB == nil && math.Abs(float64(a)-1.0/6) < 1e-6 && b == 0.5 {
+				sig, op = r, "hard_swish"
+			}
 		}
 	}
 	if sig == nil {
-		return nil, nil
+		return nil, nil, ""
 	}
 	s := sig.Outputs[0]
 	mul = ix.onlyReader(s)
 	if mul == nil || c.outputs[s] || mul.OpType != "Mul" || len(mul.Inputs) != 2 || len(mul.Outputs) != 1 ||
 		ix.readers[x][mul] != 1 || !((mul.Inputs[0] == x && mul.Inputs[1] == s) || (mul.Inputs[0] == s && mul.Inputs[1] == x)) {
-		return nil, nil
+		return nil, nil, ""
 	}
 	if xv, mv := c.vals[x], c.vals[mul.Outputs[0]]; xv == nil || mv == nil || !dimsEqual(xv.Dims, mv.Dims) {
-		return nil, nil
+		return nil, nil, ""
 	}
-	return sig, mul
+	return sig, mul, op
 }
 
 // fuseMatMulBias makes MatMul(A, W) + b, with W a constant (K, N) matrix, A of rank 2 or

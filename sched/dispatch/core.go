@@ -91,8 +91,9 @@ type Expiry struct {
 
 type coreJob struct {
 	Job
-	cost    float64 // measured worker-seconds per query (0: unknown)
-	started bool    // a task has been leased
+	cost      float64 // measured worker-seconds per query (0: unknown)
+	started   bool    // a task has been leased
+	producing bool    // a task has completed (under this core): not warming (FairQueue.Warm)
 }
 
 // Core is the inference scheduler's decision state on the coordinator: the jobs, their
@@ -273,6 +274,8 @@ func (c *Core) Completed(now time.Time, job string, task int, cost float64) []Re
 	if j == nil {
 		return nil
 	}
+	j.producing = true
+	c.fair.Started(job)
 	if c.SetCost(job, cost) || !c.isRunning(j) {
 		return c.Control(now)
 	}
@@ -364,6 +367,9 @@ func (c *Core) Control(now time.Time) []Resize {
 		c.shares[j.Name] = shares[i]
 		names[i] = j.Name
 		c.fair.Add(j.Name, loads[i].Weight)
+		if !j.producing && j.Tasks.NumDone() == 0 {
+			c.fair.Warm(j.Name) // its model is still loading on its workers
+		}
 	}
 	for _, n := range c.fair.Jobs() {
 		if j := c.jobs[n]; j == nil || !c.isRunning(j) {

@@ -228,6 +228,14 @@ func prefixLen(s string) int {
 // whose remaining tasks are all running (its tail): workers then wait rather than run
 // a cheap job far ahead of the others. A job added (or one given back work) starts at the
 // furthest-behind progress, so it neither waits for the others nor runs on banked credit.
+//
+// A job marked warming (Warm: nothing of it completed yet, its workers are fetching its
+// model and building its plan) holds nobody back: its leases sit in the queues of workers
+// busy loading it, so were it counted as furthest behind, every worker would wait for the
+// slowest model to load (the whole cluster idled for the 15-25 s a ResNet-50 takes to load
+// on the benchmark's shared cores). Only the workers assigned to it lease it meanwhile (the
+// others keep the running jobs going), and its first completion (Started) lifts it to the
+// furthest-behind progress of the others, so it does not catch up in a burst either.
 // Not safe for concurrent use (the Coordinator's mutex guards it).
 type FairQueue struct {
 	jobs  map[string]*fairJob
@@ -239,6 +247,7 @@ type fairJob struct {
 	name     string
 	weight   float64
 	progress float64 // queries leased (less those given back) / weight, from the start level
+	warming  bool    // nothing completed yet (Warm, Started)
 }
 
 // NewFairQueue returns an empty queue.
@@ -255,10 +264,39 @@ func (q *FairQueue) Add(job string, weight float64) {
 		j.weight = weight
 		return
 	}
-	floor, _ := q.floor()
+	floor, ok := q.floor()
+	if !ok { // no job, or only warming ones: level with the one furthest behind
+		floor = 0
+		for i, o := range q.order {
+			if i == 0 || o.progress < floor {
+				floor = o.progress
+			}
+		}
+	}
 	j := &fairJob{name: job, weight: weight, progress: floor}
 	q.jobs[job] = j
 	q.order = append(q.order, j)
+}
+
+// Warm marks a tracked job as warming: nothing of it has completed yet (see FairQueue).
+func (q *FairQueue) Warm(job string) {
+	if j := q.jobs[job]; j != nil {
+		j.warming = true
+	}
+}
+
+// Started records a completion of job: a warming job stops warming, and a job that fell
+// behind the others while warming starts level with the one furthest behind.
+func (q *FairQueue) Started(job string) {
+	j := q.jobs[job]
+	if j == nil || !j.warming {
+		return
+	}
+	floor, ok := q.floor() // of the others: j is still warming
+	j.warming = false
+	if ok && j.progress < floor {
+		j.progress = floor
+	}
 }
 
 // Remove forgets a job (finished or removed).
@@ -307,22 +345,23 @@ func (q *FairQueue) Progress(job string) float64 {
 	return 0
 }
 
+// floor is the furthest-behind progress of the jobs that are not warming (false if none).
 func (q *FairQueue) floor() (float64, bool) {
-	if len(q.order) == 0 {
-		return 0, false
-	}
-	floor := math.Inf(1)
+	floor, ok := math.Inf(1), false
 	for _, j := range q.order {
-		floor = math.Min(floor, j.progress)
+		if !j.warming {
+			floor, ok = math.Min(floor, j.progress), true
+		}
 	}
-	return floor, true
+	return floor, ok
 }
 
 // Pick returns the job a worker runs next ("" for none): pending says whether a job has a
 // task to lease, assigned whether the job is one of the worker's own (by the split), and
 // slack is the lead, in queries over weight, that affinity may cost and that no job may
 // exceed. A job whose remaining tasks are all leased (its tail) gets no slack: the others
-// lease no further ahead of it than its own progress, and wait for it.
+// lease no further ahead of it than its own progress, and wait for it. A warming job
+// goes only to the workers assigned to it, and limits nobody.
 func (q *FairQueue) Pick(pending, assigned func(job string) bool, slack float64) string {
 	if len(q.order) == 0 {
 		return ""
@@ -333,6 +372,9 @@ func (q *FairQueue) Pick(pending, assigned func(job string) bool, slack float64)
 	for _, j := range q.order {
 		p := pending(j.name)
 		q.has = append(q.has, p)
+		if j.warming {
+			continue // holds nobody back
+		}
 		floor = math.Min(floor, j.progress)
 		if !p {
 			tail = math.Min(tail, j.progress)
@@ -341,7 +383,7 @@ func (q *FairQueue) Pick(pending, assigned func(job string) bool, slack float64)
 	limit := math.Min(floor+slack, tail)
 	best, bestScore := "", math.Inf(1)
 	for i, j := range q.order {
-		if !q.has[i] || j.progress > limit {
+		if !q.has[i] || (!j.warming && j.progress > limit) || (j.warming && !assigned(j.name)) {
 			continue
 		}
 		score := j.progress

@@ -104,22 +104,27 @@ type SimJob struct {
 	// TaskSize 0: the core's usual choice for a job added beside the running ones (about
 	// FairTaskSeconds at its fair rate by its prior, at most 1,024 queries), resizable.
 	TaskSize int
+	// LoadTime is the worker time a worker's first task of the job costs on top (fetching
+	// the model from SDFS and building its plan; ResNet-50 took 15-25 s on the benchmark's
+	// shared cores).
+	LoadTime time.Duration
 }
 
 // SimWorker is one simulated worker: it holds up to Depth tasks (one running), pulls
 // whenever a task finishes and every PullEvery, and reports a task ReportDelay after it
 // finished computing (the result's write), as sched's worker does.
 type SimWorker struct {
-	Name  string
-	Slow  float64 // factor on every task's duration (0: 1)
-	queue []Order
-	run   *simRun
-	side  []Order // express tasks: run one at a time beside run, as sched's worker does
-	srun  *simRun // sharing the worker's one CPU with run: run is delayed by srun's time
-	done  []TaskRef
-	ready []simReady // computed, being written
-	next  time.Time  // its next periodic pull
-	dead  bool
+	Name   string
+	Slow   float64 // factor on every task's duration (0: 1)
+	queue  []Order
+	run    *simRun
+	side   []Order // express tasks: run one at a time beside run, as sched's worker does
+	srun   *simRun // sharing the worker's one CPU with run: run is delayed by srun's time
+	done   []TaskRef
+	ready  []simReady // computed, being written
+	next   time.Time  // its next periodic pull
+	dead   bool
+	loaded map[string]bool // jobs whose model it has loaded (SimJob.LoadTime)
 }
 
 type simRun struct {
@@ -340,6 +345,13 @@ func (s *Sim) runTask(w *SimWorker, o Order) *simRun {
 	}
 	if s.Jitter != nil {
 		d *= s.Jitter(s.rng, o.Job)
+	}
+	if j.LoadTime > 0 && !w.loaded[o.Job] {
+		if w.loaded == nil {
+			w.loaded = map[string]bool{}
+		}
+		w.loaded[o.Job] = true
+		d += float64(j.LoadTime)
 	}
 	r := &simRun{o: o, until: s.Now.Add(time.Duration(math.Max(d, 1)))}
 	s.Busy += r.until.Sub(s.Now)
