@@ -154,7 +154,7 @@ func (s *Store) Scan(ctx context.Context) {
 				s.disk.drop(name, m.Version)
 			}
 			s.Logf("rebalance: dropped local copy of %s, now held by its replica set", name)
-		} else if pos < s.cfg.Replicas && s.othersCover(desired, name, mine, views) {
+		} else if pos < s.cfg.Replicas && s.setCovers(desired, name, mine, views) {
 			s.clean[name] = cleanMark{peers: pp, local: versionsPrint(mine)}
 		}
 	}
@@ -224,32 +224,15 @@ func (s *Store) someoneEarlierHolds(earlier []Peer, name string, v Version, view
 	return false
 }
 
+// setCovers reports whether every node of the name's replica set other than this one
+// answered and needs no copy of any version this node holds.
 func (s *Store) setCovers(desired []Peer, name string, mine []*Manifest, views map[string]map[string][]VersionInfo) bool {
 	if len(desired) < s.cfg.Replicas {
 		return false
 	}
 	for _, d := range desired {
-		if !answered(views, d.Name) {
-			return false
-		}
-		for _, m := range mine {
-			if !covered(views[d.Name][name], m.Version, s.cfg.MaxVersions) {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// othersCover reports whether every other node of the name's replica set answered and
-// needs no copy of any version this node holds (this node is in the set).
-func (s *Store) othersCover(desired []Peer, name string, mine []*Manifest, views map[string]map[string][]VersionInfo) bool {
-	if len(desired) < s.cfg.Replicas {
-		return false
-	}
-	for _, d := range desired {
 		if d.Name == s.self.Name {
-			continue
+			continue // the scan does not ask itself
 		}
 		if !answered(views, d.Name) {
 			return false
