@@ -339,8 +339,9 @@ func (b *builder) build() (*plan, error) {
 		inIDs = append(inIDs, id)
 		p.inputs = append(p.inputs, tensorSlot{vi.Name, v.DType, v.Dims})
 	}
-	b.planPerms()
-	b.planRolls()
+	u := b.uses()
+	b.planPerms(u)
+	b.planRolls(u)
 	for _, n := range b.g.Nodes {
 		b.node = n
 		if b.skip[n] { // a Transpose a matrix product reads or writes through strides

@@ -18,36 +18,46 @@ type permRef struct {
 	perm []int64
 }
 
-// planPerms decides, before lowering, which Transposes the products absorb.
-func (b *builder) planPerms() {
-	b.permIn = map[string]permRef{}
-	b.permOut = map[*onnx.Node]permRef{}
-	b.skip = map[*onnx.Node]bool{}
-	reads := map[string]int{}
-	reader := map[string]*onnx.Node{}
+// graphUses indexes the graph's values for planPerms and planRolls: how often each is
+// read (a sum post-op's operand included), its last reader, the graph outputs and each
+// value's producer.
+type graphUses struct {
+	reads    map[string]int
+	reader   map[string]*onnx.Node
+	outs     map[string]bool
+	producer map[string]*onnx.Node
+}
+
+func (b *builder) uses() graphUses {
+	u := graphUses{reads: map[string]int{}, reader: map[string]*onnx.Node{}, outs: map[string]bool{}, producer: map[string]*onnx.Node{}}
 	for _, n := range b.g.Nodes {
 		for _, in := range n.Inputs {
-			reads[in]++
-			reader[in] = n
+			u.reads[in]++
+			u.reader[in] = n
 		}
 		if posts, err := parsePostOps(n); err == nil {
 			for _, p := range posts {
 				if p.kind == postSum {
-					reads[p.sum]++
+					u.reads[p.sum]++
 				}
 			}
 		}
-	}
-	outs := map[string]bool{}
-	for _, o := range b.g.Outputs {
-		outs[o.Name] = true
-	}
-	producer := map[string]*onnx.Node{}
-	for _, n := range b.g.Nodes {
 		for _, o := range n.Outputs {
-			producer[o] = n
+			u.producer[o] = n
 		}
 	}
+	for _, o := range b.g.Outputs {
+		u.outs[o.Name] = true
+	}
+	return u
+}
+
+// planPerms decides, before lowering, which Transposes the products absorb.
+func (b *builder) planPerms(u graphUses) {
+	b.permIn = map[string]permRef{}
+	b.permOut = map[*onnx.Node]permRef{}
+	b.skip = map[*onnx.Node]bool{}
+	reads, reader, outs, producer := u.reads, u.reader, u.outs, u.producer
 	transpose := func(n *onnx.Node) ([]int64, bool) {
 		if n == nil || n.OpType != "Transpose" || len(n.Inputs) != 1 || len(n.Outputs) != 1 || outs[n.Outputs[0]] {
 			return nil, false
@@ -181,31 +191,9 @@ type rollOf struct {
 	axis int64
 }
 
-func (b *builder) planRolls() {
+func (b *builder) planRolls(u graphUses) {
 	b.rolls = map[*onnx.Node]rollOf{}
-	reads := map[string]int{}
-	for _, n := range b.g.Nodes {
-		for _, in := range n.Inputs {
-			reads[in]++
-		}
-		if posts, err := parsePostOps(n); err == nil {
-			for _, p := range posts {
-				if p.kind == postSum {
-					reads[p.sum]++
-				}
-			}
-		}
-	}
-	outs := map[string]bool{}
-	for _, o := range b.g.Outputs {
-		outs[o.Name] = true
-	}
-	producer := map[string]*onnx.Node{}
-	for _, n := range b.g.Nodes {
-		for _, o := range n.Outputs {
-			producer[o] = n
-		}
-	}
+	reads, outs, producer := u.reads, u.outs, u.producer
 	defer func() { b.node = nil }()
 	for _, n := range b.g.Nodes {
 		if n.OpType != "Concat" || len(n.Inputs) < 2 || len(n.Outputs) != 1 {
