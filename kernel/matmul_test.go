@@ -96,32 +96,9 @@ func TestBatchedMatMulBroadcast(t *testing.T) {
 				Outputs:      []onnx.ValueInfo{{Name: "y", DType: onnx.Float}},
 				Initializers: map[string]*onnx.Tensor{},
 			}}
-			fill := func(d []int64, seed float64) *onnx.Tensor {
-				t := &onnx.Tensor{DType: onnx.Float, Dims: d, F32: make([]float32, volume(d))}
-				for i := range t.F32 {
-					t.F32[i] = float32(math.Sin(seed + float64(i)*0.37))
-				}
-				return t
-			}
-			a, b := fill(c.a, 1), fill(c.b, 2)
+			a, b := sinTensor(1, c.a...), sinTensor(2, c.b...)
 			want, wd := numpyMatMul(a.F32, c.a, b.F32, c.b)
-			md, err := LoadModel(m, Options{Threads: 2})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer md.Close()
-			out, err := md.Run([]*onnx.Tensor{a, b})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if fmt.Sprint(out[0].Dims) != fmt.Sprint(wd) {
-				t.Fatalf("dims %v, want %v", out[0].Dims, wd)
-			}
-			for i := range want {
-				if d := math.Abs(float64(out[0].F32[i] - want[i])); d > 1e-5*math.Max(1, math.Abs(float64(want[i]))) {
-					t.Fatalf("value %d: %v, want %v", i, out[0].F32[i], want[i])
-				}
-			}
+			checkMatMulRun(t, m, []*onnx.Tensor{a, b}, want, wd)
 		})
 	}
 }
@@ -135,19 +112,12 @@ func TestLinearFusions(t *testing.T) {
 	vi := func(name string, d ...int64) onnx.ValueInfo {
 		return onnx.ValueInfo{Name: name, DType: onnx.Float, Dims: d, DimParams: make([]string, len(d)), HasShape: true}
 	}
-	fill := func(seed float64, d ...int64) *onnx.Tensor {
-		t := &onnx.Tensor{DType: onnx.Float, Dims: d, F32: make([]float32, volume(d))}
-		for i := range t.F32 {
-			t.F32[i] = float32(math.Sin(seed + float64(i)*0.37))
-		}
-		return t
-	}
 	node := func(op string, ins []string, out string) *onnx.Node {
 		return &onnx.Node{Name: out, OpType: op, Inputs: ins, Outputs: []string{out}, Attrs: map[string]*onnx.Attribute{}}
 	}
-	w1, b1, w2, b2 := fill(1, D, H), fill(2, H), fill(3, H, D), fill(4, 1, D)
+	w1, b1, w2, b2 := sinTensor(1, D, H), sinTensor(2, H), sinTensor(3, H, D), sinTensor(4, 1, D)
 	w1.Name, b1.Name, w2.Name, b2.Name = "w1", "b1", "w2", "b2"
-	x := fill(5, B, L, D)
+	x := sinTensor(5, B, L, D)
 	// direct: h = gelu(x W1 + b1); z = relu(x); y = z + (h W2 + b2); y2 = y + z
 	h := make([]float64, B*L*H)
 	for r := 0; r < B*L; r++ {
@@ -297,14 +267,7 @@ func TestTransposedMatMul(t *testing.T) {
 				Name: "tmm", Nodes: nodes, Inputs: []onnx.ValueInfo{vi("a", c.ad), vi("b", c.bd)},
 				Outputs: []onnx.ValueInfo{{Name: "y", DType: onnx.Float}}, Initializers: map[string]*onnx.Tensor{},
 			}}
-			fill := func(d []int64, seed float64) *onnx.Tensor {
-				t := &onnx.Tensor{DType: onnx.Float, Dims: d, F32: make([]float32, volume(d))}
-				for i := range t.F32 {
-					t.F32[i] = float32(math.Sin(seed + float64(i)*0.37))
-				}
-				return t
-			}
-			a, b := fill(c.ad, 1), fill(c.bd, 2)
+			a, b := sinTensor(1, c.ad...), sinTensor(2, c.bd...)
 			av, ad, bv, bd := a.F32, c.ad, b.F32, c.bd
 			if c.pa != nil {
 				av, ad = transposeF32(av, ad, c.pa)
@@ -316,23 +279,7 @@ func TestTransposedMatMul(t *testing.T) {
 			if c.py != nil {
 				want, wd = transposeF32(want, wd, c.py)
 			}
-			md, err := LoadModel(m, Options{Threads: 2})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer md.Close()
-			got, err := md.Run([]*onnx.Tensor{a, b})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if fmt.Sprint(got[0].Dims) != fmt.Sprint(wd) {
-				t.Fatalf("dims %v, want %v", got[0].Dims, wd)
-			}
-			for i := range want {
-				if d := math.Abs(float64(got[0].F32[i] - want[i])); d > 1e-5*math.Max(1, math.Abs(float64(want[i]))) {
-					t.Fatalf("value %d: %v, want %v", i, got[0].F32[i], want[i])
-				}
-			}
+			checkMatMulRun(t, m, []*onnx.Tensor{a, b}, want, wd)
 		})
 	}
 }
@@ -424,5 +371,37 @@ func TestRollAsGather(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// sinTensor is a float tensor of dims d holding sin(seed + 0.37 i).
+func sinTensor(seed float64, d ...int64) *onnx.Tensor {
+	t := &onnx.Tensor{DType: onnx.Float, Dims: d, F32: make([]float32, volume(d))}
+	for i := range t.F32 {
+		t.F32[i] = float32(math.Sin(seed + float64(i)*0.37))
+	}
+	return t
+}
+
+// checkMatMulRun runs m (2 threads) on ins and checks its first output against want, of
+// dims wd, to 1e-5 of each value (at least 1).
+func checkMatMulRun(t *testing.T, m *onnx.Model, ins []*onnx.Tensor, want []float32, wd []int64) {
+	t.Helper()
+	md, err := LoadModel(m, Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer md.Close()
+	out, err := md.Run(ins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(out[0].Dims) != fmt.Sprint(wd) {
+		t.Fatalf("dims %v, want %v", out[0].Dims, wd)
+	}
+	for i := range want {
+		if d := math.Abs(float64(out[0].F32[i] - want[i])); d > 1e-5*math.Max(1, math.Abs(float64(want[i]))) {
+			t.Fatalf("value %d: %v, want %v", i, out[0].F32[i], want[i])
+		}
 	}
 }
