@@ -38,6 +38,16 @@ func states(t *testing.T, c *Cluster, observer string) map[string]fd.State {
 	return out
 }
 
+// incarnation returns the named member's incarnation in ms, or 0.
+func incarnation(ms []fd.Member, name string) uint64 {
+	for _, m := range ms {
+		if m.Name == name {
+			return m.Incarnation
+		}
+	}
+	return 0
+}
+
 // TestUpKillRestartDown drives real processes with real signals: a 4-node cluster converges,
 // a SIGKILLed node is seen failed, a restarted one rejoins with a higher incarnation, and
 // Down leaves nothing running (a SIGSTOPped node included).
@@ -70,8 +80,8 @@ func TestUpKillRestartDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	after, _ := c.Members(ctx, "node0")
-	if inc := func(ms []fd.Member) uint64 { return ms[2].Incarnation }; inc(after) <= inc(before) {
-		t.Fatalf("restarted node2 incarnation %d not above %d", inc(after), inc(before))
+	if a, b := incarnation(after, "node2"), incarnation(before, "node2"); a <= b {
+		t.Fatalf("restarted node2 incarnation %d not above %d\nbefore: %+v\nafter:  %+v", a, b, before, after)
 	}
 	if err := c.Stop("node3"); err != nil {
 		t.Fatal(err)
