@@ -3,8 +3,10 @@ package sdfs
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"testing"
+	"time"
 )
 
 // BenchmarkPut64MiB and BenchmarkGet64MiB move a 64 MiB file on an in-process 4-node
@@ -53,5 +55,35 @@ func BenchmarkPut1KiB(b *testing.B) {
 		if _, err := tc.client().Put(context.Background(), "small", bytes.NewReader(data)); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkDiskSmallWrite compares one replica's install of a small unsynced version (a
+// task's result) through a staging directory and packed in one file (writePacked).
+func BenchmarkDiskSmallWrite(b *testing.B) {
+	for _, direct := range []bool{false, true} {
+		b.Run(map[bool]string{false: "staged", true: "packed"}[direct], func(b *testing.B) {
+			d, err := openDisk(b.TempDir(), testConfig())
+			if err != nil {
+				b.Fatal(err)
+			}
+			body := block(200, 1)
+			for i := 0; b.Loop(); i++ {
+				m := manifestFor(fmt.Sprintf("job/result/%d", i), Version{Seq: 1, Writer: randHex(8)}, body)
+				if direct {
+					err = d.writePacked(m, body)
+				} else {
+					txn := randHex(16)
+					if err = d.beginSync(txn, m.Name, m.Version, time.Now(), false); err == nil {
+						if err = d.putBlock(txn, 0, m.Sums[0], body, time.Now()); err == nil {
+							err = d.commitAs(txn, m, time.Now(), false)
+						}
+					}
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -263,6 +263,9 @@ func (s *Store) writeSmall(txn string, m *Manifest, body []byte, pending, sync b
 		return fmt.Errorf("sdfs: write of %s: %d blocks and %d bytes for a one-step write", m.Name, len(m.Sums), len(body))
 	}
 	now := s.now()
+	if !sync && !pending && len(m.Sums) == 1 {
+		return s.disk.writePacked(m, body)
+	}
 	if err := s.disk.beginSync(txn, m.Name, m.Version, now, sync); err != nil {
 		return err
 	}
