@@ -44,7 +44,10 @@ package sdfs
 // is the same version, a replica holding it accepts it again, and what a failed write
 // leaves behind is the right bytes. One "sdfs.write" per replica commits it visible, not
 // fsynced when the caller asks (the results: durable by their replicas, as the scheduler's
-// journal is by its standby).
+// journal is by its standby). An unsynced write of one block is stored packed: one file
+// holding the manifest, a newline and the block, not a version directory, so a replica
+// creates one inode for it instead of four (a staging directory, two files, a name
+// directory): on ext4 that took a task's result write from ~1.9 to ~0.06 ms per replica.
 //
 // Reads (R = ReadQuorum, W+R > N). A read asks the first 2N nodes of the rendezvous
 // order for their versions (where copies may still sit after membership changes; if none
@@ -56,10 +59,12 @@ package sdfs
 // transfer, whatever the file size.
 //
 // Repair. Each node scans what it holds every RepairInterval and soon after membership
-// changes. For every version it holds, the first node in the name's rendezvous order that
+// changes. A name found fully replicated is skipped while the live peers and the node's
+// versions of it stay the same, but rechecked once every FullScanEvery scans. For every version it holds, the first node in the name's rendezvous order that
 // holds it copies it to the replica-set members lacking it (two-phase, as a put). A node
 // no longer in a name's replica set drops its copy once every member of the set holds all
 // its versions. A scrub reads every block every ScrubInterval and repairs bad ones.
 //
 // Disk. Everything lives under DATA_DIR/sdfs (see disk). User names never become paths.
-// The index is rebuilt from the committed manifests at start; staging is wiped.
+// The index is rebuilt from the committed manifests and packed files at start (a packed
+// file cut short by a crash is removed); staging is wiped.

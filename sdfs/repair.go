@@ -83,8 +83,10 @@ type push struct {
 // is skipped while the live peers and this node's versions of it stay the same: a scan
 // then costs in proportion to what changed, not to every file held (task results pile up
 // by the thousand; checking each every 3 s on every node took a sizeable share of the
-// benchmark cluster's CPU). Every FullScanEvery-th scan checks every name, for what no
-// membership change shows (a replica that lost a file while it kept running).
+// benchmark cluster's CPU). For what no membership change shows (a replica that lost a
+// file while it kept running), each scan also checks one FullScanEvery-th of the clean
+// names, a different share each time (by a hash of the name), so every name is checked
+// at least once every FullScanEvery scans, and no scan checks them all at once.
 func (s *Store) Scan(ctx context.Context) {
 	s.scanMu.Lock()
 	defer s.scanMu.Unlock()
@@ -97,12 +99,13 @@ func (s *Store) Scan(ctx context.Context) {
 	}
 	pp := peersPrint(peers)
 	s.scans++
-	if s.clean == nil || s.scans%FullScanEvery == 0 {
+	if s.clean == nil {
 		s.clean = map[string]cleanMark{}
 	}
+	turn := uint32(s.scans % FullScanEvery)
 	local := make(map[string][]*Manifest, len(all))
 	for name, mine := range all {
-		if c, ok := s.clean[name]; ok && c.peers == pp && c.local == versionsPrint(mine) {
+		if c, ok := s.clean[name]; ok && c.peers == pp && c.local == versionsPrint(mine) && scanShare(name) != turn {
 			continue
 		}
 		delete(s.clean, name)
@@ -166,8 +169,16 @@ func (s *Store) Scan(ctx context.Context) {
 	s.runPushes(ctx, pushes)
 }
 
-// FullScanEvery: every this many repair scans, a scan checks every name, clean or not.
-const FullScanEvery = 10
+// FullScanEvery: every name held, clean or not, is checked at least once in this many
+// repair scans (5 minutes at the default RepairInterval).
+const FullScanEvery = 100
+
+// scanShare is the scan (modulo FullScanEvery) that rechecks name while it is clean.
+func scanShare(name string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return h.Sum32() % FullScanEvery
+}
 
 // cleanMark is what a clean name was checked against (see Scan).
 type cleanMark struct {
