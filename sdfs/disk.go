@@ -1,14 +1,12 @@
 package sdfs
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,7 +42,8 @@ type disk struct {
 	pending map[string]pendingVersion
 	txns    map[string]*txn
 	direct  map[string]chan struct{} // writePacked calls under way, by pendingKey; closed when done
-	packed  map[string]bool          // committed versions stored as one packed file, by pendingKey
+	vol     *volume                  // the small unsynced versions (see writePacked)
+	packed  map[string]volLoc        // where each version held in vol is, by pendingKey
 	bytes   int64                    // bytes of committed data versions
 }
 
@@ -71,11 +70,11 @@ type txn struct {
 
 func openDisk(root string, cfg Config) (*disk, error) {
 	d := &disk{root: root, cfg: cfg, files: map[string][]*Manifest{}, pending: map[string]pendingVersion{}, txns: map[string]*txn{},
-		direct: map[string]chan struct{}{}, packed: map[string]bool{}}
+		direct: map[string]chan struct{}{}, packed: map[string]volLoc{}}
 	if err := os.RemoveAll(filepath.Join(root, "staging")); err != nil {
 		return nil, fmt.Errorf("sdfs: clear staging: %w", err)
 	}
-	for _, sub := range []string{"staging", "v", "p"} {
+	for _, sub := range []string{"staging", "v"} {
 		if err := os.MkdirAll(filepath.Join(root, sub), 0o755); err != nil {
 			return nil, fmt.Errorf("sdfs: %w", err)
 		}
@@ -108,26 +107,9 @@ func (d *disk) rebuild() error {
 		}
 		d.insert(m)
 	}
-	files, err := filepath.Glob(filepath.Join(d.root, "p", "*", "*"))
+	d.vol, err = openVolume(filepath.Join(d.root, "vol"), volFileSize, d.replay)
 	if err != nil {
-		return fmt.Errorf("sdfs: scan store: %w", err)
-	}
-	for _, path := range files {
-		b, err := os.ReadFile(path)
-		var m *Manifest
-		var body []byte
-		if err == nil {
-			m, body, err = d.decodePacked(b)
-		}
-		if err == nil && (d.packedFile(m.Name, m.Version) != path || int64(len(body)) != m.Size) {
-			err = fmt.Errorf("sdfs: packed version of %s in wrong file or cut short", m.Name)
-		}
-		if err != nil {
-			os.Remove(path) // a write cut short by a crash
-			continue
-		}
-		d.packed[pendingKey(m.Name, m.Version)] = true
-		d.insert(m)
+		return err
 	}
 	for name := range d.files {
 		d.prune(name)
@@ -135,27 +117,52 @@ func (d *disk) rebuild() error {
 	return nil
 }
 
-// packedFile is where a packed version lives: its manifest's JSON, a newline, and its one
-// block, in one file (see writePacked).
-func (d *disk) packedFile(name string, v Version) string {
-	h := nameHash(name)
-	return filepath.Join(d.root, "p", h[:2], h+"-"+v.dirName())
+// replay applies one volume record at start: a put adds its version to the index (a later
+// put of the same version moves it: a repaired block), a drop removes it.
+func (d *disk) replay(kind byte, mj []byte, loc volLoc) {
+	if kind == recDrop {
+		var r dropRecord
+		if json.Unmarshal(mj, &r) == nil {
+			if key := pendingKey(r.Name, r.Version); d.packed[key].file != 0 {
+				delete(d.packed, key)
+				d.unindex(r.Name, r.Version)
+			}
+		}
+		return
+	}
+	m, err := decodeManifest(mj, d.cfg)
+	if err != nil || m.Pending || len(m.Sums) != 1 || m.Size != int64(loc.n) {
+		return
+	}
+	key := pendingKey(m.Name, m.Version)
+	if _, ok := d.packed[key]; !ok && d.hasLocked(m.Name, m.Version) {
+		return // held as a version directory too: that copy serves
+	}
+	d.packed[key] = loc
+	d.insert(m)
 }
 
-// decodePacked splits a packed file into its manifest and its block.
-func (d *disk) decodePacked(b []byte) (*Manifest, []byte, error) {
-	i := bytes.IndexByte(b, '\n')
-	if i < 0 {
-		return nil, nil, fmt.Errorf("sdfs: packed file without a manifest")
+// dropRecord is a volume's record of a version removed.
+type dropRecord struct {
+	Name    string  `json:"name"`
+	Version Version `json:"version"`
+}
+
+// unindex removes a version from the index, not from disk. The caller holds mu or owns d.
+func (d *disk) unindex(name string, v Version) {
+	vs := d.files[name]
+	for i, m := range vs {
+		if m.Version == v {
+			d.bytes -= m.Size
+			vs = append(vs[:i:i], vs[i+1:]...)
+			break
+		}
 	}
-	m, err := decodeManifest(b[:i], d.cfg)
-	if err != nil {
-		return nil, nil, err
+	if len(vs) == 0 {
+		delete(d.files, name)
+	} else {
+		d.files[name] = vs
 	}
-	if m.Pending || len(m.Sums) != 1 {
-		return nil, nil, fmt.Errorf("sdfs: packed version of %s is pending or has %d blocks", m.Name, len(m.Sums))
-	}
-	return m, b[i+1:], nil
 }
 
 func nameHash(name string) string {
@@ -223,8 +230,13 @@ func (d *disk) prune(name string) {
 // removeVersion deletes a version from disk: the manifest first, so a crash midway leaves a
 // directory that rebuild discards. The caller holds mu and updates the index.
 func (d *disk) removeVersion(m *Manifest) {
-	if key := pendingKey(m.Name, m.Version); d.packed[key] {
-		os.Remove(d.packedFile(m.Name, m.Version))
+	key := pendingKey(m.Name, m.Version)
+	if _, ok := d.packed[key]; ok {
+		// Without its drop record (a failed append) the version comes back at the next
+		// start, where the repair scan drops a surplus copy again and a deleted name's
+		// tombstone outranks it.
+		b, _ := json.Marshal(dropRecord{m.Name, m.Version})
+		d.vol.appendRecord(recDrop, b, nil)
 		delete(d.packed, key)
 		d.bytes -= m.Size
 		return
@@ -442,14 +454,13 @@ func (d *disk) install(dir string, m *Manifest, now time.Time, sync bool) error 
 	return nil
 }
 
-// writePacked installs a version of one block as one packed file (its manifest, a newline,
-// its block), not fsynced: Client.PutImmutable's writes, durable by their replicas, not by
-// this disk. A task's result is written to every replica, and a staged version directory
-// (a staging directory, two files, a name directory and a rename) made most of its cost:
-// the file system allocates one inode here instead of four. The index shows the version
-// once the file is written; a file a crash cut short is removed by rebuild, and a block
-// damaged on disk fails its checksum on read like any other. A second write of the same
-// version while one is under way waits for it.
+// writePacked stores a version of one block that is not to be fsynced (Client.PutImmutable's
+// writes: a task's result, durable by its replicas, not by this disk) as one record
+// appended to the volume. A task's result is written to every replica, and a staged version
+// directory (a staging directory, two files, a name directory and a rename) made most of
+// its cost: creating inodes is slow on ext4, and slower still after many deletions. The
+// index shows the version once its record is written. A second write of the same version
+// while one is under way waits for it.
 func (d *disk) writePacked(m *Manifest, body []byte) error {
 	if len(m.Sums) != 1 || int64(len(body)) != m.Size || m.Pending {
 		return fmt.Errorf("sdfs: packed write of %s: %d blocks, %d bytes", m.Name, len(m.Sums), len(body))
@@ -482,23 +493,15 @@ func (d *disk) writePacked(m *Manifest, body []byte) error {
 	done := make(chan struct{})
 	d.direct[key] = done
 	d.mu.Unlock()
-	path := d.packedFile(m.Name, m.Version)
-	buf := append(append(b, '\n'), body...)
-	err = writeFile(path, buf, false)
-	if errors.Is(err, fs.ErrNotExist) { // the first file under this hash prefix
-		if err = os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
-			err = writeFile(path, buf, false)
-		}
-	}
+	loc, err := d.vol.appendRecord(recPut, b, body)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.direct, key)
 	close(done)
 	if err != nil {
-		os.Remove(path)
 		return fmt.Errorf("sdfs: write %s: %w", m.Name, err)
 	}
-	d.packed[key] = true
+	d.packed[key] = loc
 	d.insert(m)
 	d.prune(m.Name)
 	return nil
@@ -547,10 +550,12 @@ func (d *disk) expire(now time.Time) {
 	}
 }
 
-func (d *disk) isPacked(name string, v Version) bool {
+// packedAt returns where a version held in the volume is (ok false: not held there).
+func (d *disk) packedAt(name string, v Version) (volLoc, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.packed[pendingKey(name, v)]
+	loc, ok := d.packed[pendingKey(name, v)]
+	return loc, ok
 }
 
 func (d *disk) has(name string, v Version) bool {
@@ -623,15 +628,12 @@ func (d *disk) readBlock(name string, v Version, idx int) ([]byte, error) {
 	n := m.blockLen(idx)
 	var buf []byte
 	var got int
-	if d.isPacked(name, v) {
-		b, err := os.ReadFile(d.packedFile(name, v))
+	if loc, ok := d.packedAt(name, v); ok {
+		b, err := d.vol.read(loc)
 		if err != nil {
 			return nil, fmt.Errorf("sdfs: read block %d of %s: %w", idx, name, err)
 		}
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			buf = b[i+1:]
-		}
-		got = len(buf)
+		buf, got = b, len(b)
 	} else {
 		f, err := os.Open(blockFile(d.versionDir(name, v), idx))
 		if err != nil {
@@ -656,19 +658,20 @@ func (d *disk) repairBlock(name string, v Version, idx int, body []byte) error {
 	if m == nil || idx < 0 || idx >= len(m.Sums) || sumHex(sha256.Sum256(body)) != m.Sums[idx] {
 		return fmt.Errorf("sdfs: repair of block %d of %s refused", idx, name)
 	}
-	if d.isPacked(name, v) {
+	if _, ok := d.packedAt(name, v); ok {
 		b, err := json.Marshal(m)
 		if err != nil {
 			return fmt.Errorf("sdfs: repair: %w", err)
 		}
-		path := d.packedFile(name, v)
-		if err := writeFileSync(path+".repair", append(append(b, '\n'), body...)); err != nil {
+		loc, err := d.vol.appendRecord(recPut, b, body)
+		if err != nil {
 			return fmt.Errorf("sdfs: repair: %w", err)
 		}
-		if err := os.Rename(path+".repair", path); err != nil {
-			os.Remove(path + ".repair")
-			return fmt.Errorf("sdfs: repair: %w", err)
+		d.mu.Lock()
+		if _, ok := d.packed[pendingKey(name, v)]; ok {
+			d.packed[pendingKey(name, v)] = loc
 		}
+		d.mu.Unlock()
 		return nil
 	}
 	dir := d.versionDir(name, v)

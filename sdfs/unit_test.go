@@ -2,7 +2,6 @@ package sdfs
 
 import (
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -447,10 +446,11 @@ func TestDiskPendingVersion(t *testing.T) {
 	}
 }
 
-// TestDiskWritePacked: an unsynced one-block write is stored packed in one file: visible
-// once whole, readable, kept by a restart, repaired like a block when damaged, removed with
-// its name; a corrupt body is refused; concurrent writes of the same version both succeed
-// and install it once; a file a crash cut short is removed by the restart's rebuild.
+// TestDiskWritePacked: an unsynced one-block write is appended to the volume: visible once
+// written, readable, kept by a restart, repaired like a block when damaged, gone after a
+// drop (and after the next restart); a corrupt body is refused; concurrent writes of the
+// same version both succeed and store it once; a record a crash cut short is cut off at
+// the restart, and appends continue after the last good record.
 func TestDiskWritePacked(t *testing.T) {
 	root := t.TempDir()
 	d, err := openDisk(root, testConfig())
@@ -489,11 +489,17 @@ func TestDiskWritePacked(t *testing.T) {
 	if ents, _ := filepath.Glob(filepath.Join(root, "v", "*", "*")); len(ents) != 0 {
 		t.Fatalf("a packed write made directories: %v", ents)
 	}
+	b2 := block(50, 9)
+	v2 := Version{Seq: 1, Writer: randHex(8)}
+	if err := d.writePacked(manifestFor("job/r/9", v2, b2), b2); err != nil {
+		t.Fatal(err)
+	}
 	// damaged on disk: refused on read, repaired from good bytes
-	path := d.packedFile("job/r/7", v)
-	raw, _ := os.ReadFile(path)
-	raw[len(raw)-5] ^= 1
-	os.WriteFile(path, raw, 0o644)
+	loc, _ := d.packedAt("job/r/7", v)
+	vol := d.vol.path(loc.file)
+	raw, _ := os.ReadFile(vol)
+	raw[loc.off+5] ^= 1
+	os.WriteFile(vol, raw, 0o644)
 	if _, err := d.readBlock("job/r/7", v, 0); !errors.Is(err, errCorrupt) {
 		t.Fatalf("damaged packed block read: %v", err)
 	}
@@ -503,12 +509,11 @@ func TestDiskWritePacked(t *testing.T) {
 	if got, err := d.readBlock("job/r/7", v, 0); err != nil || string(got) != string(b) {
 		t.Fatalf("after repair: %v", err)
 	}
-	// another write cut short by a crash: its manifest whole, its block not
-	v8 := Version{Seq: 1, Writer: randHex(8)}
-	m8, _ := json.Marshal(manifestFor("job/r/8", v8, b))
-	torn := d.packedFile("job/r/8", v8)
-	os.MkdirAll(filepath.Dir(torn), 0o755)
-	os.WriteFile(torn, append(append(m8, '\n'), b[:100]...), 0o644)
+	d.drop("job/r/9", v2)
+	// a record cut short by a crash at the end of the volume
+	f, _ := os.OpenFile(vol, os.O_APPEND|os.O_WRONLY, 0o644)
+	f.Write([]byte(volMagic + "P\x10\x00"))
+	f.Close()
 	d2, err := openDisk(root, testConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -516,14 +521,24 @@ func TestDiskWritePacked(t *testing.T) {
 	if got, err := d2.readBlock("job/r/7", v, 0); err != nil || string(got) != string(b) {
 		t.Fatalf("after restart: %v", err)
 	}
-	if len(d2.versions("job/r/8")) != 0 {
-		t.Fatal("torn write visible after restart")
+	if len(d2.versions("job/r/9")) != 0 || d2.bytes != int64(len(b)) {
+		t.Fatalf("dropped version back after restart (%d bytes)", d2.bytes)
 	}
-	if _, err := os.Stat(torn); !os.IsNotExist(err) {
-		t.Fatalf("torn write's file kept: %v", err)
+	v3 := Version{Seq: 1, Writer: randHex(8)}
+	if err := d2.writePacked(manifestFor("job/r/10", v3, b2), b2); err != nil {
+		t.Fatal(err)
 	}
-	d2.drop("job/r/7", v)
-	if _, err := os.Stat(path); !os.IsNotExist(err) || len(d2.versions("job/r/7")) != 0 || d2.bytes != 0 {
-		t.Fatalf("after drop: file %v, %d bytes", err, d2.bytes)
+	d3, err := openDisk(root, testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string][]byte{"job/r/7": b, "job/r/10": b2} {
+		vs := d3.versions(name)
+		if len(vs) != 1 {
+			t.Fatalf("%s after two restarts: %+v", name, vs)
+		}
+		if got, err := d3.readBlock(name, vs[0].Version, 0); err != nil || string(got) != string(want) {
+			t.Fatalf("%s after two restarts: %v", name, err)
+		}
 	}
 }
