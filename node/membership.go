@@ -136,6 +136,12 @@ func (b sdfsBlobs) PutResult(ctx context.Context, name string, data []byte) erro
 	return b.c.PutImmutable(ctx, name, data, false)
 }
 
+// GetResult reads a task's result from the first replica that returns it whole (see
+// sdfs.Client.GetImmutable).
+func (b sdfsBlobs) GetResult(ctx context.Context, name string) ([]byte, error) {
+	return b.c.GetImmutable(ctx, name)
+}
+
 func (b sdfsBlobs) List(ctx context.Context, prefix string) ([]string, error) {
 	fs, err := b.c.List(ctx, prefix)
 	if err != nil {

@@ -422,7 +422,7 @@ func (s *Scheduler) writeResult(spec JobSpec) (int, error) {
 			defer func() { <-sem; wg.Done() }()
 			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ReadTimeout)
 			defer cancel()
-			b, err := s.blobs.Get(ctx, TaskResultName(spec.Name, spec.ResultID(i), i))
+			b, err := s.blobs.GetResult(ctx, TaskResultName(spec.Name, spec.ResultID(i), i))
 			if err != nil {
 				errs[i] = fmt.Errorf("read task %d: %w", i, err)
 				return

@@ -35,6 +35,9 @@ type Blobs interface {
 	// same, so a repeated or half-done write leaves the right bytes (in SDFS a one-round,
 	// replicated write: sdfs.Client.PutImmutable).
 	PutResult(ctx context.Context, name string, data []byte) error
+	// GetResult reads what PutResult stored (in SDFS one call to one replica:
+	// sdfs.Client.GetImmutable).
+	GetResult(ctx context.Context, name string) ([]byte, error)
 }
 
 // Executor runs the model over a dataset: in a node, the kernel and the dataset readers.
@@ -146,6 +149,11 @@ func (b *MemBlobs) Put(_ context.Context, name string, data []byte) error {
 // PutResult is Put (MemBlobs has no replicas to save rounds on).
 func (b *MemBlobs) PutResult(ctx context.Context, name string, data []byte) error {
 	return b.Put(ctx, name, data)
+}
+
+// GetResult is Get.
+func (b *MemBlobs) GetResult(ctx context.Context, name string) ([]byte, error) {
+	return b.Get(ctx, name)
 }
 
 // List returns the names starting with prefix, sorted.

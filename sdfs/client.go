@@ -309,6 +309,44 @@ func (c *Client) PutImmutable(ctx context.Context, name string, body []byte, syn
 	return lastErr
 }
 
+// GetImmutable returns the bytes of a name written by PutImmutable. Any replica's copy is
+// the copy (its version is derived from its bytes, which the client checks), so it asks
+// the name's replicas one at a time, in rendezvous order, for their newest version and its
+// bytes: one call, where Get asks up to 2N nodes for their versions first and then fetches
+// the manifest and the block. A name no replica returns so (moved by membership changes,
+// several blocks, or absent) is read by Get.
+func (c *Client) GetImmutable(ctx context.Context, name string) ([]byte, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	peers, err := c.members(ctx)
+	if err != nil {
+		return nil, err
+	}
+	args, _ := json.Marshal(versionArgs{Name: name})
+	for _, p := range firstN(Rank(name, peers), c.cfg.Replicas) {
+		cctx, cancel := context.WithTimeout(ctx, c.cfg.BlockTimeout)
+		r, err := c.rc.Call(cctx, p.Addr, &rpc.Message{Method: "sdfs.getsmall", Args: args})
+		cancel()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if err != nil {
+			continue
+		}
+		sum := sha256.Sum256(r.Body)
+		var v Version
+		if json.Unmarshal(r.Args, &v) == nil && v == (Version{Seq: 1, Writer: hex.EncodeToString(sum[:8])}) {
+			return r.Body, nil
+		}
+	}
+	var buf bytes.Buffer
+	if _, err := c.Get(ctx, name, &buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
 // Delete hides every version of name behind a tombstone written like a put.
 func (c *Client) Delete(ctx context.Context, name string) error {
 	if _, _, err := c.latest(ctx, name); err != nil {

@@ -206,6 +206,32 @@ func (s *Store) handlers() map[string]rpc.Handler {
 		}
 		return &rpc.Message{Body: b}, nil
 	})
+	// sdfs.getsmall: the newest version held of a name, if it is one block, as its version
+	// (Args) and its bytes (Body): Client.GetImmutable's one call.
+	hs["sdfs.getsmall"] = rpc.Handler(func(ctx context.Context, m *rpc.Message) (*rpc.Message, error) {
+		var a versionArgs
+		if err := json.Unmarshal(m.Args, &a); err != nil {
+			return nil, fmt.Errorf("sdfs: getsmall: bad arguments: %w", err)
+		}
+		vs := s.disk.versions(a.Name)
+		if len(vs) == 0 || vs[len(vs)-1].Deleted {
+			return nil, fmt.Errorf("sdfs: %s not held by %s", a.Name, s.self.Name)
+		}
+		v := vs[len(vs)-1].Version
+		if mf := s.disk.manifest(a.Name, v); mf == nil || len(mf.Sums) != 1 {
+			return nil, fmt.Errorf("sdfs: %s version %s is not one block here", a.Name, v)
+		}
+		b, err := s.disk.readBlock(a.Name, v, 0)
+		if errors.Is(err, errCorrupt) {
+			s.Logf("%v; repairing from a replica", err)
+			go s.repairBlock(a.Name, v, 0)
+		}
+		if err != nil {
+			return nil, err
+		}
+		args, _ := json.Marshal(v)
+		return &rpc.Message{Args: args, Body: b}, nil
+	})
 	hs["sdfs.drop"] = jsonHandler("sdfs.drop", func(ctx context.Context, a versionArgs) (empty, error) {
 		s.disk.drop(a.Name, a.Version)
 		return empty{}, nil

@@ -624,6 +624,67 @@ func TestPutImmutable(t *testing.T) {
 	}
 }
 
+// TestGetImmutable: a task's result is read back in one call to one replica, from the next
+// when the first is down or holds damaged bytes; a name written otherwise (its versions not
+// derived from its bytes), a big one and a missing one go through Get.
+func TestGetImmutable(t *testing.T) {
+	tc := newTestCluster(t, 6, testConfig())
+	ctx := context.Background()
+	c := tc.client()
+	data := []byte("0,3,0.91\n1,7,0.88\n")
+	if err := c.PutImmutable(ctx, "jobs/b/task-0.csv", data, false); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.GetImmutable(ctx, "jobs/b/task-0.csv"); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("GetImmutable: %q, %v", got, err)
+	}
+	// the first replica dead but still listed, the second's copy damaged on disk
+	sum := sha256.Sum256(data)
+	v := Version{Seq: 1, Writer: hex.EncodeToString(sum[:8])}
+	target := firstN(Rank("jobs/b/task-0.csv", mustPeers(t, c)), 4)
+	tc.node(target[0].Name).srv.Close()
+	second := tc.node(target[1].Name).store.disk
+	loc, ok := second.packedAt("jobs/b/task-0.csv", v)
+	if !ok {
+		t.Fatal("the result is not in the second replica's volume")
+	}
+	f, _ := os.OpenFile(second.vol.path(loc.file), os.O_WRONLY, 0o644)
+	f.WriteAt([]byte("X"), loc.off)
+	f.Close()
+	listed := NewClient(tc.cfg, tc.rc, func(context.Context) ([]Peer, error) {
+		var out []Peer
+		for _, nd := range tc.nodes {
+			out = append(out, Peer{Name: nd.name, Addr: nd.addr})
+		}
+		return out, nil
+	})
+	if got, err := listed.GetImmutable(ctx, "jobs/b/task-0.csv"); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("GetImmutable past a dead and a damaged replica: %q, %v", got, err)
+	}
+	// an ordinary put, twice: the newest version
+	for _, b := range []string{"old\n", "new\n"} {
+		if _, err := c.Put(ctx, "jobs/b/plain.csv", bytes.NewReader([]byte(b))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := c.GetImmutable(ctx, "jobs/b/plain.csv"); err != nil || string(got) != "new\n" {
+		t.Fatalf("GetImmutable of a plain put: %q, %v", got, err)
+	}
+	big := randBytes(300<<10, 4)
+	if err := c.PutImmutable(ctx, "jobs/b/big.csv", big, false); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.GetImmutable(ctx, "jobs/b/big.csv"); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("GetImmutable of a big result: %d bytes, %v", len(got), err)
+	}
+	if _, err := c.GetImmutable(ctx, "jobs/b/missing.csv"); err == nil {
+		t.Fatal("GetImmutable of a missing name succeeded")
+	}
+	if _, err := c.GetImmutable(ctx, "../escape"); err == nil {
+		t.Fatal("a bad name was accepted")
+	}
+}
+
 // A repair scan checks only what changed since the last: names it found fully replicated
 // are skipped while the membership and the local versions stay the same, and every
 // FullScanEvery scans recheck each of them once.
