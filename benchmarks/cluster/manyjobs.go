@@ -301,8 +301,8 @@ func manyRun(o options, d *scenario.Driver, n int) (manyResult, error) {
 	}
 	lastAdd := marks[len(marks)-1].X
 	s.runFor(80 * time.Second)
-	// Events (--many-events): two workers killed (SIGKILL), then the last job removed; the
-	// steady-state figures stop at the first.
+	// Events (--many-events): two workers killed (SIGKILL), the same two restarted (they
+	// rejoin), then the last job removed; the steady-state figures stop at the first.
 	steadyTo := math.Inf(1)
 	var events []plot.Mark
 	if o.manyEvents {
@@ -313,6 +313,11 @@ func manyRun(o options, d *scenario.Driver, n int) (manyResult, error) {
 		}
 		events = append(events, plot.Mark{X: time.Since(s.start).Seconds(), Label: "kill " + strings.Join(ws[:2], ",")})
 		if err := d.Cluster.Kill(ws[:2]...); err != nil {
+			return manyResult{}, err
+		}
+		s.runFor(30 * time.Second)
+		events = append(events, plot.Mark{X: time.Since(s.start).Seconds(), Label: "join " + strings.Join(ws[:2], ",")})
+		if err := d.Cluster.Restart(ws[:2]...); err != nil {
 			return manyResult{}, err
 		}
 		s.runFor(30 * time.Second)
