@@ -344,7 +344,10 @@ func (s *Store) pushVersion(ctx context.Context, m *Manifest, targets []Peer) er
 		return b, err
 	}
 	// A copy of an acknowledged version is never rolled back: where it landed, it stays.
+	// A version held in the volume (a task's result, not fsynced) is copied the same way,
+	// into the target's volume: a node's death has every survivor copy thousands of them.
 	if len(m.Sums) <= 1 && m.Size <= smallFile {
+		_, packed := s.disk.packedAt(m.Name, m.Version)
 		var body []byte
 		if len(m.Sums) == 1 {
 			b, err := next(nil)
@@ -353,7 +356,7 @@ func (s *Store) pushVersion(ctx context.Context, m *Manifest, targets []Peer) er
 			}
 			body = b
 		}
-		_, _, err := s.client.writeSmall(ctx, targets, tmpl, body, false, true)
+		_, _, err := s.client.writeSmall(ctx, targets, tmpl, body, false, !packed)
 		return err
 	}
 	_, _, err := s.client.writeVersion(ctx, targets, tmpl, next, false)

@@ -733,8 +733,14 @@ func TestScanSkipsCleanNames(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h := tc.holders(n, info.Version); len(h) != 4 {
+		h := tc.holders(n, info.Version)
+		if len(h) != 4 {
 			t.Fatalf("%s on %v after the crash and two scans", n, h)
+		}
+		for _, holder := range h { // an immutable put's copies: into each holder's volume
+			if _, ok := tc.node(holder).store.disk.packedAt(n, info.Version); !ok && n != name {
+				t.Fatalf("%s on %s not in its volume", n, holder)
+			}
 		}
 	}
 	// With nothing changed, FullScanEvery scans check every name exactly once between them,
