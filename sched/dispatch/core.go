@@ -384,7 +384,7 @@ func (c *Core) Control(now time.Time) []Resize {
 	for i, j := range js {
 		c.slack = math.Max(c.slack, 0.5*float64(j.Tasks.Sizing().TaskSize)/loads[i].weight())
 	}
-	c.assign = AssignWorkers(c.workers, names, shares)
+	c.assign = ReassignWorkers(c.assign, c.workers, names, shares)
 	costs := CostEstimates(loads)
 	var out []Resize
 	for i, j := range js {

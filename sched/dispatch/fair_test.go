@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"testing"
+
 	"time"
 )
 
@@ -245,4 +246,63 @@ func BenchmarkFairDecision(b *testing.B) {
 			q.Leased(job, 32)
 		}
 	}
+}
+
+// TestReassignWorkersMovesLittle: when 2 of 9 workers fail, the survivors keep their jobs
+// where the shares allow, so at most half as many workers get a job new to them as packing
+// anew gives (fewer when the 2 join back); every job keeps a worker and its share of the
+// workers (but for slivers under minNewShare, left unassigned).
+func TestReassignWorkersMovesLittle(t *testing.T) {
+	ws := []string{"n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9"}
+	jobs := []string{"r50a", "r18a", "mba", "lea", "r50b", "r18b", "mbb", "leb"}
+	shares := []float64{0.4, 0.04, 0.05, 0.01, 0.4, 0.04, 0.05, 0.01}
+	a := ReassignWorkers(nil, ws, jobs, shares)
+	newJobs := func(prev, next map[string][]Share) int {
+		n := 0
+		for w, shs := range next {
+			for _, sh := range shs {
+				if !slices.ContainsFunc(prev[w], func(p Share) bool { return p.Job == sh.Job }) {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	check := func(what string, workers []string, split map[string][]Share) {
+		t.Helper()
+		total := map[string]float64{}
+		for w, shs := range split {
+			if !slices.Contains(workers, w) {
+				t.Fatalf("%s: %s is not a worker", what, w)
+			}
+			sum := 0.0
+			for _, sh := range shs {
+				total[sh.Job] += sh.Weight
+				sum += sh.Weight
+			}
+			if sum > 1+1e-9 {
+				t.Fatalf("%s: %s given %.3f of its time", what, w, sum)
+			}
+		}
+		for i, j := range jobs {
+			want := shares[i] * float64(len(workers))
+			if total[j] <= 0 || total[j] > want+1e-9 || total[j] < want-minNewShare*float64(len(workers)) {
+				t.Fatalf("%s: %s has %.3f workers, want %.3f", what, j, total[j], want)
+			}
+		}
+	}
+	survivors := ws[2:] // n1 and n2 fail: packing anew shifts every other worker
+	kept := ReassignWorkers(a, survivors, jobs, shares)
+	check("after the failure", survivors, kept)
+	packed := AssignWorkers(survivors, jobs, shares)
+	if k, p := newJobs(a, kept), newJobs(a, packed); k*2 > p {
+		t.Fatalf("after the failure: %d workers' jobs new to them, against %d packing anew", k, p)
+	}
+	back := ReassignWorkers(kept, ws, jobs, shares)
+	check("after the rejoin", ws, back)
+	if k, p := newJobs(kept, back), newJobs(kept, AssignWorkers(ws, jobs, shares)); k >= p {
+		t.Fatalf("after the rejoin: %d workers' jobs new to them, against %d packing anew", k, p)
+	}
+	t.Logf("new (worker, job) pairs: failure %d (packing anew %d), rejoin %d (%d)", newJobs(a, kept), newJobs(a, packed),
+		newJobs(kept, back), newJobs(kept, AssignWorkers(ws, jobs, shares)))
 }
