@@ -2075,8 +2075,63 @@ static idk_status_t lower_lrn(idk_plan_t *p, const idk_op_t *op) {
     return simple_prim(p, op, &d, &md, sb, &md);
 }
 
+/* global_avg_pool lowers a mean over both spatial dims of a 4-D x (MnasNet's
+ * x.mean([2, 3])) as average pooling over the input's own layout: a reduction primitive
+ * needs it plain, and the reorder of a blocked 1x1280x7x7 to plain plus the reduction took
+ * 0.17 + 0.15 ms (MnasNet batch 1, 2 threads), pooling 0.02 ms. It returns
+ * IDK_ERR_UNSUPPORTED, having added nothing, where oneDNN would pool with its reference
+ * kernel. */
+static idk_status_t global_avg_pool(idk_plan_t *p, const idk_op_t *op) {
+    const idk_tensor_t *x = T(0), *o = OUT;
+    int S = x->ndims - 2;
+    dnnl_dims_t k, st, dl, pb, pe;
+    for (int i = 0; i < S; i++) {
+        k[i] = x->dims[2 + i];
+        st[i] = 1;
+        dl[i] = pb[i] = pe[i] = 0;
+    }
+    idk_view_t *v;
+    if (idk_primary(p, op->in[0], &v) != 0) return IDK_ERR_DNNL;
+    dnnl_memory_desc_t src = v->md, dst;
+    int sb = v->buf;
+    any_md_dt(&dst, o, src.data_type);
+    dnnl_pooling_v2_desc_t d;
+    dnnl_status_t ds = dnnl_pooling_v2_forward_desc_init(&d, dnnl_forward_inference, dnnl_pooling_avg_exclude_padding, &src,
+                                                         &dst, st, k, dl, pb, pe);
+    if (ds != dnnl_success) return IDK_ERR_UNSUPPORTED;
+    dnnl_primitive_attr_t attr = new_attr();
+    dnnl_primitive_desc_t pd;
+    ds = dnnl_primitive_desc_create(&pd, &d, attr, p->eng, NULL);
+    dnnl_primitive_attr_destroy(attr);
+    if (ds != dnnl_success) return IDK_ERR_UNSUPPORTED;
+    if (pd_is_ref(pd)) {
+        dnnl_primitive_desc_destroy(pd);
+        return IDK_ERR_UNSUPPORTED;
+    }
+    dnnl_memory_desc_t dmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+    int db = new_out(p, op->out[0], &dmd);
+    idk_step_t *s;
+    idk_status_t rc = db < 0 ? IDK_ERR_NOMEM : finish_prim(p, pd, &s);
+    if (rc == IDK_OK) {
+        idk_step_arg(s, DNNL_ARG_SRC, &src, sb);
+        idk_step_arg(s, DNNL_ARG_DST, &dmd, db);
+    }
+    dnnl_primitive_desc_destroy(pd);
+    return rc == IDK_ERR_UNSUPPORTED ? IDK_ERR_DNNL : rc;
+}
+
 static idk_status_t lower_reduce_mean(idk_plan_t *p, const idk_op_t *op) {
     dnnl_memory_desc_t smd, dmd;
+    {
+        const idk_tensor_t *x = T(0), *o = OUT;
+        int spatial = x->ndims == 4 && o->ndims == 4 && idk_tensor_volume(o) > 0 && o->dims[0] == x->dims[0] &&
+                      o->dims[1] == x->dims[1];
+        for (int i = 2; spatial && i < 4; i++) spatial = o->dims[i] == 1 && x->dims[i] > 1;
+        if (spatial) {
+            idk_status_t rc = global_avg_pool(p, op);
+            if (rc != IDK_ERR_UNSUPPORTED) return rc;
+        }
+    }
     idk_plain_md(&smd, T(0)->ndims, T(0)->dims);
     idk_plain_md(&dmd, OUT->ndims, OUT->dims);
     int sb;
