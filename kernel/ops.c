@@ -515,10 +515,23 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
      *   layout: its jit depthwise kernel there beats the nhwc brgemm one (MobileNetV2 and
      *   V3 at batch 1 on one thread: 125-130 against 102-111 images per CPU-second);
      * - a 1x1 convolution keeps an nhwc input's layout (brgemm kernel) and takes nChw16c
-     *   otherwise (jit kernel; about as fast), so blocked blocks need no reorder;
+     *   otherwise (jit kernel; about as fast), so blocked blocks need no reorder; one whose
+     *   sum post-op's summand is larger than its input (a bottleneck's last convolution)
+     *   follows the summand's layout instead, reordering the smaller tensor;
      * - a first convolution (fewer than 8 input channels) is nChw16c in networks whose other
      *   convolutions are all 1x1, depthwise or grouped (MobileNet, MnasNet, EfficientNet-B0,
      *   ShuffleNet, RegNet: their 1x1 jit kernels on nChw16c), else nhwc;
+     * - a dense 3x3 stride-1 convolution with at least 28x28 outputs (channels multiples of 16)
+     *   runs oneDNN's Winograd kernels on nChw16c (F(2x2,3x3) at batch 1, F(4x4,3x3) at
+     *   batch 8): fewer multiplications, and faster than brgconv at these shapes (per-layer
+     *   minimum ms with DNNL_VERBOSE on a loaded 2-vCPU Ice Lake VM: ResNet-18/50 batch 1 on
+     *   one thread 56x56x64 0.76-0.80 against 1.28-1.41, 28x28x128 0.85-0.89 against
+     *   1.27-1.33; batch 8 on two threads 4.3 against 6.8 and 3.8 against 6.3), but not at
+     *   14x14 and 7x7 (1.9 against 1.5 ms at 14x14x256 on one thread; 1.33 against 0.86 and
+     *   1.42 against 1.27 ms on two: little to split across threads). The nhwc<->nChw16c
+     *   reorders around them cost ResNet-50 batch 1 about 1 ms of the 3 saved; its numerics
+     *   stay within the torch cross-checks (1e-6 relative). IDK_CONV_ALGO=winograd or direct
+     *   and IDK_WINO_MIN (output pixels) override, for experiments;
      * - every other convolution lets oneDNN choose (format any: nhwc and its brgemm
      *   kernels), which runs dense 3x3 convolutions 1.3-2x faster than the nChw16c jit
      *   kernel at batch 1 and 8 on AVX-512 (ResNet-18 batch 1: 29-33 against 21-23 images
@@ -529,8 +542,20 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
      * faster than the AVX512_BF16 blocked ones on ResNet-50 batch 8. IDK_CONV_LAYOUT=any or
      * blocked16 overrides, for experiments. */
     const char *lay = getenv("IDK_CONV_LAYOUT");
-    int blocked = 0;
-    if (nd == 4 && lay) {
+    int blocked = 0, wino = 0;
+    {
+        /* Winograd (oneDNN's jit kernels, on nChw16c) for dense 3x3 stride-1 convolutions
+         * with large outputs: see the layout comment above. */
+        const char *al = getenv("IDK_CONV_ALGO");
+        const char *mw = getenv("IDK_WINO_MIN");
+        int64_t minsp = mw ? atoll(mw) : 28 * 28;
+        if (nd == 4 && dt == dnnl_f32 && g == 1 && w->dims[2] == 3 && w->dims[3] == 3 && st[0] == 1 && st[1] == 1 &&
+            dl[0] == 0 && dl[1] == 0 && x->dims[1] % 16 == 0 && o->dims[1] % 16 == 0)
+            wino = al ? strcmp(al, "winograd") == 0 : o->dims[2] * o->dims[3] >= minsp;
+    }
+    if (wino && !lay) {
+        blocked = 1;
+    } else if (nd == 4 && lay) {
         blocked = strcmp(lay, "blocked16") == 0;
     } else if (nd == 4 && dt == dnnl_f32) {
         int k1 = w->dims[2] == 1 && w->dims[3] == 1;
@@ -539,12 +564,22 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
         } else if (x->dims[1] < 8) {
             blocked = !p->dense_kxk;
         } else if (k1) {
+            /* follow the input's layout, or the summand's when it is the larger (a bottleneck's
+             * last 1x1 convolution: reordering its input costs a quarter of the summand) */
+            int follow = op->in[0];
+            for (int i = 0; i < op->npost; i++) {
+                int t = op->post[i].tensor;
+                if (op->post[i].kind == IDK_POST_SUM && p->t[t].ndims == 4 &&
+                    idk_tensor_volume(&p->t[t]) > idk_tensor_volume(x))
+                    follow = t;
+            }
+            const idk_tensor_t *f = &p->t[follow];
             idk_view_t *v;
             dnnl_memory_desc_t nhwc;
             dnnl_dims_t d;
-            for (int i = 0; i < 4; i++) d[i] = x->dims[i];
+            for (int i = 0; i < 4; i++) d[i] = f->dims[i];
             dnnl_memory_desc_init_by_tag(&nhwc, 4, d, dt, dnnl_nhwc);
-            blocked = !(idk_primary(p, op->in[0], &v) == 0 && dnnl_memory_desc_equal(&v->md, &nhwc));
+            blocked = !(idk_primary(p, follow, &v) == 0 && dnnl_memory_desc_equal(&v->md, &nhwc));
         }
     }
 retry:
@@ -575,10 +610,11 @@ retry:
     int has_bias = op->nin == 3;
     if (has_bias) dims_md(&bias, 1, &o->dims[1]);
     dnnl_convolution_desc_t cd;
-    dnnl_status_t ds = dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct,
+    dnnl_status_t ds = dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
+                                                                  wino ? dnnl_convolution_winograd : dnnl_convolution_direct,
                                                                   &src, &wei, has_bias ? &bias : NULL, &dst, st, dl, pb, pe);
     if (ds != dnnl_success && blocked) {
-        blocked = 0;
+        blocked = wino = 0;
         goto retry;
     }
     if (ds != dnnl_success) return dnnl_err(p, "conv desc", ds);
@@ -593,7 +629,7 @@ retry:
     ds = dnnl_primitive_desc_create(&pd, &cd, attr, p->eng, NULL);
     dnnl_primitive_attr_destroy(attr);
     if (ds != dnnl_success && blocked) {
-        blocked = 0;
+        blocked = wino = 0;
         goto retry;
     }
     if (ds != dnnl_success) return dnnl_err(p, "conv primitive desc", ds);
@@ -604,7 +640,7 @@ retry:
          * Letting oneDNN choose the layout finds a jit kernel there. */
         if (pd_is_ref(pd)) {
             dnnl_primitive_desc_destroy(pd);
-            blocked = 0;
+            blocked = wino = 0;
             goto retry;
         }
     }
@@ -2039,8 +2075,63 @@ static idk_status_t lower_lrn(idk_plan_t *p, const idk_op_t *op) {
     return simple_prim(p, op, &d, &md, sb, &md);
 }
 
+/* global_avg_pool lowers a mean over both spatial dims of a 4-D x (MnasNet's
+ * x.mean([2, 3])) as average pooling over the input's own layout: a reduction primitive
+ * needs it plain, and the reorder of a blocked 1x1280x7x7 to plain plus the reduction took
+ * 0.17 + 0.15 ms (MnasNet batch 1, 2 threads), pooling 0.02 ms. It returns
+ * IDK_ERR_UNSUPPORTED, having added nothing, where oneDNN would pool with its reference
+ * kernel. */
+static idk_status_t global_avg_pool(idk_plan_t *p, const idk_op_t *op) {
+    const idk_tensor_t *x = T(0), *o = OUT;
+    int S = x->ndims - 2;
+    dnnl_dims_t k, st, dl, pb, pe;
+    for (int i = 0; i < S; i++) {
+        k[i] = x->dims[2 + i];
+        st[i] = 1;
+        dl[i] = pb[i] = pe[i] = 0;
+    }
+    idk_view_t *v;
+    if (idk_primary(p, op->in[0], &v) != 0) return IDK_ERR_DNNL;
+    dnnl_memory_desc_t src = v->md, dst;
+    int sb = v->buf;
+    any_md_dt(&dst, o, src.data_type);
+    dnnl_pooling_v2_desc_t d;
+    dnnl_status_t ds = dnnl_pooling_v2_forward_desc_init(&d, dnnl_forward_inference, dnnl_pooling_avg_exclude_padding, &src,
+                                                         &dst, st, k, dl, pb, pe);
+    if (ds != dnnl_success) return IDK_ERR_UNSUPPORTED;
+    dnnl_primitive_attr_t attr = new_attr();
+    dnnl_primitive_desc_t pd;
+    ds = dnnl_primitive_desc_create(&pd, &d, attr, p->eng, NULL);
+    dnnl_primitive_attr_destroy(attr);
+    if (ds != dnnl_success) return IDK_ERR_UNSUPPORTED;
+    if (pd_is_ref(pd)) {
+        dnnl_primitive_desc_destroy(pd);
+        return IDK_ERR_UNSUPPORTED;
+    }
+    dnnl_memory_desc_t dmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+    int db = new_out(p, op->out[0], &dmd);
+    idk_step_t *s;
+    idk_status_t rc = db < 0 ? IDK_ERR_NOMEM : finish_prim(p, pd, &s);
+    if (rc == IDK_OK) {
+        idk_step_arg(s, DNNL_ARG_SRC, &src, sb);
+        idk_step_arg(s, DNNL_ARG_DST, &dmd, db);
+    }
+    dnnl_primitive_desc_destroy(pd);
+    return rc == IDK_ERR_UNSUPPORTED ? IDK_ERR_DNNL : rc;
+}
+
 static idk_status_t lower_reduce_mean(idk_plan_t *p, const idk_op_t *op) {
     dnnl_memory_desc_t smd, dmd;
+    {
+        const idk_tensor_t *x = T(0), *o = OUT;
+        int spatial = x->ndims == 4 && o->ndims == 4 && idk_tensor_volume(o) > 0 && o->dims[0] == x->dims[0] &&
+                      o->dims[1] == x->dims[1];
+        for (int i = 2; spatial && i < 4; i++) spatial = o->dims[i] == 1 && x->dims[i] > 1;
+        if (spatial) {
+            idk_status_t rc = global_avg_pool(p, op);
+            if (rc != IDK_ERR_UNSUPPORTED) return rc;
+        }
+    }
     idk_plain_md(&smd, T(0)->ndims, T(0)->dims);
     idk_plain_md(&dmd, OUT->ndims, OUT->dims);
     int sb;
