@@ -685,8 +685,42 @@ out:
     return rc;
 }
 
+/* pool_prim adds a pooling primitive over op's input in its own layout. With optional set,
+ * it returns IDK_ERR_UNSUPPORTED, having added nothing and recorded no error, where oneDNN
+ * has no pooling for it or only its reference kernel (the caller lowers the op another way). */
+static idk_status_t pool_prim(idk_plan_t *p, const idk_op_t *op, dnnl_alg_kind_t alg, const dnnl_dims_t k,
+                              const dnnl_dims_t st, const dnnl_dims_t dl, const dnnl_dims_t pb, const dnnl_dims_t pe,
+                              int optional) {
+    idk_view_t *v;
+    if (idk_primary(p, op->in[0], &v) != 0) return IDK_ERR_DNNL;
+    dnnl_memory_desc_t src = v->md, dst;
+    int sb = v->buf;
+    any_md_dt(&dst, OUT, src.data_type); /* bf16 in, bf16 out */
+    dnnl_pooling_v2_desc_t d;
+    dnnl_status_t ds = dnnl_pooling_v2_forward_desc_init(&d, dnnl_forward_inference, alg, &src, &dst, st, k, dl, pb, pe);
+    if (ds != dnnl_success) return optional ? IDK_ERR_UNSUPPORTED : dnnl_err(p, "pool desc", ds);
+    dnnl_primitive_attr_t attr = new_attr();
+    dnnl_primitive_desc_t pd;
+    ds = dnnl_primitive_desc_create(&pd, &d, attr, p->eng, NULL);
+    dnnl_primitive_attr_destroy(attr);
+    if (ds != dnnl_success) return optional ? IDK_ERR_UNSUPPORTED : dnnl_err(p, "pool primitive desc", ds);
+    if (optional && pd_is_ref(pd)) {
+        dnnl_primitive_desc_destroy(pd);
+        return IDK_ERR_UNSUPPORTED;
+    }
+    dnnl_memory_desc_t dmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+    int db = new_out(p, op->out[0], &dmd);
+    idk_step_t *s;
+    idk_status_t rc = db < 0 ? IDK_ERR_NOMEM : finish_prim(p, pd, &s);
+    if (rc == IDK_OK) {
+        idk_step_arg(s, DNNL_ARG_SRC, &src, sb);
+        idk_step_arg(s, DNNL_ARG_DST, &dmd, db);
+    }
+    dnnl_primitive_desc_destroy(pd);
+    return optional && rc == IDK_ERR_UNSUPPORTED ? IDK_ERR_DNNL : rc;
+}
+
 static idk_status_t lower_pool(idk_plan_t *p, const idk_op_t *op) {
-    const idk_tensor_t *o = OUT;
     int S = (int)op->ia[1];
     const int64_t *ia = op->ia;
     dnnl_dims_t k, st, dl, pb, pe;
@@ -697,32 +731,10 @@ static idk_status_t lower_pool(idk_plan_t *p, const idk_op_t *op) {
         pb[i] = ia[2 + 3 * S + i];
         pe[i] = ia[2 + 4 * S + i];
     }
-    idk_view_t *v;
-    idk_primary(p, op->in[0], &v);
-    dnnl_memory_desc_t src = v->md, dst;
-    int sb = v->buf;
-    any_md_dt(&dst, o, src.data_type); /* bf16 in, bf16 out */
     dnnl_alg_kind_t alg = ia[0] == IDK_POOL_MAX ? dnnl_pooling_max
                           : ia[0] == IDK_POOL_AVG_INCLUDE_PAD ? dnnl_pooling_avg_include_padding
                                                               : dnnl_pooling_avg_exclude_padding;
-    dnnl_pooling_v2_desc_t d;
-    dnnl_status_t ds = dnnl_pooling_v2_forward_desc_init(&d, dnnl_forward_inference, alg, &src, &dst, st, k, dl, pb, pe);
-    if (ds != dnnl_success) return dnnl_err(p, "pool desc", ds);
-    dnnl_primitive_attr_t attr = new_attr();
-    dnnl_primitive_desc_t pd;
-    ds = dnnl_primitive_desc_create(&pd, &d, attr, p->eng, NULL);
-    dnnl_primitive_attr_destroy(attr);
-    if (ds != dnnl_success) return dnnl_err(p, "pool primitive desc", ds);
-    dnnl_memory_desc_t dmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
-    int db = new_out(p, op->out[0], &dmd);
-    idk_step_t *s;
-    idk_status_t rc = db < 0 ? IDK_ERR_NOMEM : finish_prim(p, pd, &s);
-    if (rc == IDK_OK) {
-        idk_step_arg(s, DNNL_ARG_SRC, &src, sb);
-        idk_step_arg(s, DNNL_ARG_DST, &dmd, db);
-    }
-    dnnl_primitive_desc_destroy(pd);
-    return rc;
+    return pool_prim(p, op, alg, k, st, dl, pb, pe, 0);
 }
 
 /* eltwise_step adds one eltwise primitive from (md, sb) into (md, db). */
@@ -2082,7 +2094,7 @@ static idk_status_t lower_lrn(idk_plan_t *p, const idk_op_t *op) {
  * IDK_ERR_UNSUPPORTED, having added nothing, where oneDNN would pool with its reference
  * kernel. */
 static idk_status_t global_avg_pool(idk_plan_t *p, const idk_op_t *op) {
-    const idk_tensor_t *x = T(0), *o = OUT;
+    const idk_tensor_t *x = T(0);
     int S = x->ndims - 2;
     dnnl_dims_t k, st, dl, pb, pe;
     for (int i = 0; i < S; i++) {
@@ -2090,34 +2102,7 @@ static idk_status_t global_avg_pool(idk_plan_t *p, const idk_op_t *op) {
         st[i] = 1;
         dl[i] = pb[i] = pe[i] = 0;
     }
-    idk_view_t *v;
-    if (idk_primary(p, op->in[0], &v) != 0) return IDK_ERR_DNNL;
-    dnnl_memory_desc_t src = v->md, dst;
-    int sb = v->buf;
-    any_md_dt(&dst, o, src.data_type);
-    dnnl_pooling_v2_desc_t d;
-    dnnl_status_t ds = dnnl_pooling_v2_forward_desc_init(&d, dnnl_forward_inference, dnnl_pooling_avg_exclude_padding, &src,
-                                                         &dst, st, k, dl, pb, pe);
-    if (ds != dnnl_success) return IDK_ERR_UNSUPPORTED;
-    dnnl_primitive_attr_t attr = new_attr();
-    dnnl_primitive_desc_t pd;
-    ds = dnnl_primitive_desc_create(&pd, &d, attr, p->eng, NULL);
-    dnnl_primitive_attr_destroy(attr);
-    if (ds != dnnl_success) return IDK_ERR_UNSUPPORTED;
-    if (pd_is_ref(pd)) {
-        dnnl_primitive_desc_destroy(pd);
-        return IDK_ERR_UNSUPPORTED;
-    }
-    dnnl_memory_desc_t dmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
-    int db = new_out(p, op->out[0], &dmd);
-    idk_step_t *s;
-    idk_status_t rc = db < 0 ? IDK_ERR_NOMEM : finish_prim(p, pd, &s);
-    if (rc == IDK_OK) {
-        idk_step_arg(s, DNNL_ARG_SRC, &src, sb);
-        idk_step_arg(s, DNNL_ARG_DST, &dmd, db);
-    }
-    dnnl_primitive_desc_destroy(pd);
-    return rc == IDK_ERR_UNSUPPORTED ? IDK_ERR_DNNL : rc;
+    return pool_prim(p, op, dnnl_pooling_avg_exclude_padding, k, st, dl, pb, pe, 1);
 }
 
 static idk_status_t lower_reduce_mean(idk_plan_t *p, const idk_op_t *op) {
