@@ -20,7 +20,9 @@ type memCluster struct {
 	mem   *StaticMembership
 	blobs *MemBlobs
 	exec  *FakeExecutor
-	cfg   SchedConfig
+	// execFor, if set, gives each node an executor of its own (else exec serves all).
+	execFor func(node string) Executor
+	cfg     SchedConfig
 	nodes map[string]*memNode
 	mu    sync.Mutex
 	logs  bytes.Buffer
@@ -92,8 +94,12 @@ func (c *memCluster) start(name string) {
 	nd.srv = rpc.NewServer(testSecret)
 	nd.srv.Logf = func(string, ...any) {}
 	nd.cli = rpc.NewClient(testSecret)
+	var exec Executor = c.exec
+	if c.execFor != nil {
+		exec = c.execFor(name)
+	}
 	s, err := NewScheduler(Deps{Name: name, RPCAddr: nd.addr, DataDir: nd.dir, Membership: c.mem, Blobs: c.blobs,
-		Executor: c.exec, Client: nd.cli, Logf: c.logf(name)}, c.cfg, nd.srv)
+		Executor: exec, Client: nd.cli, Logf: c.logf(name)}, c.cfg, nd.srv)
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -290,6 +290,8 @@ type PullArgs struct {
 	Want   int          `json:"want"`
 	Held   []TaskRef    `json:"held"`
 	Done   []TaskReport `json:"done"`
+	// Waiting lists the held tasks that wait for their job's model to load (see Preparer).
+	Waiting []TaskRef `json:"waiting,omitempty"`
 }
 
 // PullReply hands out tasks and acknowledges reports.
@@ -312,7 +314,7 @@ func (s *Scheduler) handlePull(epoch uint64, a PullArgs) (PullReply, uint64, err
 	if s.role != roleCoordinator {
 		return r, s.maxEpoch, fmt.Errorf("sched: %s is not the coordinator", s.name)
 	}
-	if len(a.Held) > MaxPullItems || len(a.Done) > MaxPullItems || a.Want > 64 {
+	if len(a.Held) > MaxPullItems || len(a.Done) > MaxPullItems || len(a.Waiting) > MaxPullItems || a.Want > 64 {
 		return r, s.maxEpoch, fmt.Errorf("sched: pull from %s over the size limits", a.Worker)
 	}
 	now := s.now()
@@ -324,7 +326,11 @@ func (s *Scheduler) handlePull(epoch uint64, a PullArgs) (PullReply, uint64, err
 	for i, d := range a.Done {
 		done[i] = dispatch.TaskRef{Job: d.Job, Task: d.Task}
 	}
-	for _, l := range s.co.core.Heard(now, a.Worker, held, done) {
+	waiting := make([]dispatch.TaskRef, len(a.Waiting))
+	for i, h := range a.Waiting {
+		waiting[i] = dispatch.TaskRef(h)
+	}
+	for _, l := range s.co.core.Heard(now, a.Worker, held, done, waiting) {
 		s.logf("sched: worker %s gave up task %s/%d: back to the queue", a.Worker, l.Job, l.Task)
 	}
 	for _, d := range a.Done {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"idunno/kernel"
@@ -46,16 +47,20 @@ type KernelExecutor struct {
 
 type cachedModel struct {
 	once sync.Once
-	m    *kernel.Model
-	h    *modelcache.Handle // Models' hold on m (nil: m is the executor's own)
-	dims []int64
-	err  error
-	buf  []float32 // reused input buffer (the worker runs one task at a time)
-	mu   sync.Mutex
+	done atomic.Bool // once has run and m is loaded (Ready reads it without waiting)
+	// prepared holds the batch sizes whose plan is built (Ready reads it while a run holds mu)
+	prepared sync.Map
+	m        *kernel.Model
+	h        *modelcache.Handle // Models' hold on m (nil: m is the executor's own)
+	dims     []int64
+	err      error
+	buf      []float32 // reused input buffer (the worker runs one task at a time)
+	mu       sync.Mutex
 }
 
 type cachedData struct {
 	once sync.Once
+	done atomic.Bool // once has run without error
 	ds   dataset.Dataset
 	arr  *dataset.Array // format "array": a named input's .npy
 	err  error
@@ -75,10 +80,7 @@ func (x *KernelExecutor) model(ctx context.Context, name, prec string) (*cachedM
 	if err != nil {
 		return nil, fmt.Errorf("sched: model %q: %w", name, err)
 	}
-	key := name
-	if pr != kernel.FP32 {
-		key = name + "\x00" + pr.String()
-	}
+	key := modelKey(name, pr)
 	x.mu.Lock()
 	if x.models == nil {
 		// An evicted model is let go of once no run holds it (see release).
@@ -133,6 +135,7 @@ func (x *KernelExecutor) model(ctx context.Context, name, prec string) (*cachedM
 			return
 		}
 		c.m, c.dims = m, m.Inputs()[0].Dims
+		c.done.Store(true)
 	})
 	if c.err != nil {
 		x.mu.Lock()
@@ -142,6 +145,73 @@ func (x *KernelExecutor) model(ctx context.Context, name, prec string) (*cachedM
 		x.mu.Unlock()
 	}
 	return c, c.err
+}
+
+func modelKey(name string, pr kernel.Precision) string {
+	if pr != kernel.FP32 {
+		return name + "\x00" + pr.String()
+	}
+	return name
+}
+
+// Ready reports whether a task of the job would start computing at once: its model is
+// loaded, the plan for its batch size built, and its dataset read (Preparer). It never
+// waits for a load in progress.
+func (x *KernelExecutor) Ready(spec JobSpec) bool {
+	pr, err := kernel.ParsePrecision(spec.Precision)
+	if err != nil {
+		return true // Run reports the error at once
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.models == nil {
+		return false
+	}
+	c, ok := x.models.Peek(modelKey(spec.Model, pr))
+	if !ok || !c.done.Load() {
+		return false
+	}
+	if _, ok := c.prepared.Load(spec.Batch); !ok {
+		return false
+	}
+	if len(spec.Inputs) > 0 {
+		return true
+	}
+	if x.data == nil {
+		return false
+	}
+	d, ok := x.data.Peek(spec.Format + "|" + spec.Data)
+	return ok && d.done.Load()
+}
+
+// Prepare gets the job ready to run (Preparer): it loads the model, builds the plan for
+// the job's batch size and reads the dataset, as the job's first task would.
+func (x *KernelExecutor) Prepare(ctx context.Context, spec JobSpec) error {
+	c, err := x.model(ctx, spec.Model, spec.Precision)
+	if err != nil {
+		return err
+	}
+	if len(spec.Inputs) == 0 {
+		if _, err := x.dataset(ctx, spec.Data, spec.Format); err != nil {
+			return err
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.prepare(x, spec.Batch)
+}
+
+// prepare builds the plan for batch size batch. Called with c.mu held.
+func (c *cachedModel) prepare(x *KernelExecutor, batch int) error {
+	if c.m == nil {
+		return fmt.Errorf("sched: model released")
+	}
+	var err error
+	x.lowered(func() { err = c.m.Prepare(batch) })
+	if err == nil {
+		c.prepared.Store(batch, true)
+	}
+	return err
 }
 
 // lowered runs f (a kernel call) on a thread at nice x.Nice.
@@ -267,6 +337,9 @@ func (x *KernelExecutor) cachedDataset(ctx context.Context, name, format string)
 			c.err = fmt.Errorf("sched: dataset %q: %w", name, c.err)
 		}
 	})
+	if c.err == nil {
+		c.done.Store(true)
+	}
 	if c.err != nil {
 		x.mu.Lock()
 		if cur, ok := x.data.Peek(key); ok && cur == c {
@@ -395,8 +468,7 @@ func (x *KernelExecutor) Run(ctx context.Context, spec JobSpec, from, to int) ([
 	// The plan for this batch size is built before the first batch is timed: that one-off
 	// belongs to the task's busy time (the controller's cost leaves it out, see
 	// JobStats.Record), not to the latency of the queries in the batch.
-	x.lowered(func() { err = c.m.Prepare(spec.Batch) })
-	if err != nil {
+	if err := c.prepare(x, spec.Batch); err != nil {
 		return nil, nil, err
 	}
 	preds := make([]Prediction, 0, to-from)
@@ -441,7 +513,7 @@ func (x *KernelExecutor) runArrays(ctx context.Context, spec JobSpec, c *cachedM
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.m.Prepare(spec.Batch); err != nil {
+	if err := c.prepare(x, spec.Batch); err != nil {
 		return nil, nil, err
 	}
 	preds := make([]Prediction, 0, to-from)

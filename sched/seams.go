@@ -55,6 +55,17 @@ type Executor interface {
 	Run(ctx context.Context, spec JobSpec, from, to int) ([]Prediction, []int64, error)
 }
 
+// Preparer is an Executor that can get a job ready to run (its model loaded, its plan
+// built, its data read) apart from running a task of it. A worker then loads a job new to
+// it in the background while it runs the tasks of the jobs it has ready, instead of
+// holding them behind a load of seconds.
+type Preparer interface {
+	// Ready reports whether a task of the job would start computing at once.
+	Ready(spec JobSpec) bool
+	// Prepare gets the job ready; an error is left for the task's Run to report.
+	Prepare(ctx context.Context, spec JobSpec) error
+}
+
 // StaticMembership is a fake Membership whose view tests set directly.
 type StaticMembership struct {
 	mu    sync.Mutex

@@ -3,6 +3,7 @@ package sched
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -26,12 +27,73 @@ type workerState struct {
 	sideW   chan struct{} // wakes the side run loop
 	depth   int
 	bound   int
+	// preparing is the job being made ready in the background ("" for none; see
+	// Preparer); prepErr the ones that failed to, whose tasks run (and report the error).
+	preparing string
+	prepErr   map[string]bool
 }
 
 func (w *workerState) init(cfg SchedConfig) {
 	w.kick, w.work, w.sideW = make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{}, 1)
 	w.writing, w.writeQ = map[TaskRef]bool{}, make(chan computed, max(cfg.Writers, 1))
 	w.depth, w.bound = max(cfg.Depth, 1), max(cfg.MaxBuffered, 1)
+	w.prepErr = map[string]bool{}
+}
+
+// prepKey names what Preparer.Prepare makes ready for spec.
+func prepKey(spec JobSpec) string {
+	return fmt.Sprintf("%s\x00%s\x00%d\x00%s\x00%s", spec.Model, spec.Precision, spec.Batch, spec.Format, spec.Data)
+}
+
+// ready reports whether o can start computing at once. Called with w.mu held.
+func (s *Scheduler) ready(o TaskOrder) bool {
+	p, ok := s.exec.(Preparer)
+	return !ok || s.w.prepErr[prepKey(o.Spec)] || p.Ready(o.Spec)
+}
+
+// runnable returns the index in q of the first task that can start computing at once
+// (-1: none), and has the first that cannot prepared in the background, one job at a
+// time: a worker keeps running the jobs it has ready while it loads a new one. Called
+// with w.mu held.
+func (s *Scheduler) runnable(ctx context.Context, q []TaskOrder) int {
+	for i, o := range q {
+		if s.ready(o) {
+			return i
+		}
+		s.prepare(ctx, o.Spec)
+	}
+	return -1
+}
+
+// prepare starts making spec's job ready in the background unless a preparation runs.
+// Called with w.mu held.
+func (s *Scheduler) prepare(ctx context.Context, spec JobSpec) {
+	w := &s.w
+	p, ok := s.exec.(Preparer)
+	if !ok || w.preparing != "" || ctx.Err() != nil {
+		return
+	}
+	key := prepKey(spec)
+	w.preparing = key
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		start := time.Now()
+		err := p.Prepare(ctx, spec)
+		w.mu.Lock()
+		w.preparing = ""
+		if err != nil && ctx.Err() == nil {
+			w.prepErr[key] = true
+		}
+		w.mu.Unlock()
+		if err != nil {
+			s.logf("sched: worker %s preparing job %s: %v (its task will report it)", s.name, spec.Name, err)
+		} else {
+			s.logf("sched: worker %s has job %s ready (model %s loaded, plan for batch %d) in %.2f s",
+				s.name, spec.Name, spec.Model, spec.Batch, time.Since(start).Seconds())
+		}
+		w.wakeRunner()
+	}()
 }
 
 func (w *workerState) wake() {
@@ -86,7 +148,17 @@ func (s *Scheduler) pullOnce() {
 	}
 	w := &s.w
 	w.mu.Lock()
-	args := PullArgs{Worker: s.name, Want: w.depth - len(w.queue)}
+	// A task waiting for its job's model to load does not fill the queue: the worker asks
+	// for work it can run meanwhile (the coordinator leases no second task of a job to a
+	// worker loading it).
+	args := PullArgs{Worker: s.name, Want: w.depth}
+	for _, o := range w.queue {
+		if s.ready(o) {
+			args.Want--
+		} else {
+			args.Waiting = append(args.Waiting, TaskRef{o.Spec.Name, o.Task})
+		}
+	}
 	if w.running != nil {
 		args.Want--
 		args.Held = append(args.Held, TaskRef{w.running.Spec.Name, w.running.Task})
@@ -203,7 +275,11 @@ func (s *Scheduler) runLoop(ctx context.Context, side bool) {
 	}
 	for {
 		w.mu.Lock()
-		if len(*queue) == 0 {
+		i := 0
+		if !side {
+			i = s.runnable(ctx, *queue)
+		}
+		if len(*queue) == 0 || i < 0 {
 			w.mu.Unlock()
 			select {
 			case <-s.stop:
@@ -212,8 +288,9 @@ func (s *Scheduler) runLoop(ctx context.Context, side bool) {
 			}
 			continue
 		}
-		o := (*queue)[0]
-		*queue = (*queue)[1:]
+		o := (*queue)[i]
+		*queue = append((*queue)[:i:i], (*queue)[i+1:]...)
+		delete(w.prepErr, prepKey(o.Spec))
 		*running = &o
 		w.mu.Unlock()
 		w.wake() // ask for the next task while this one runs

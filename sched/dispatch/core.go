@@ -40,6 +40,11 @@ type Config struct {
 	// costs), unless TaskSeconds or FairTaskSeconds ask for fewer (see TaskTarget).
 	// Defaults 1,024, 16 and 64.
 	TaskQueries, MaxTaskBatches, MinTaskQueries int
+	// ColdHelpAfter: a worker takes a job whose model it has not loaded (neither assigned
+	// to it by the split nor run by it before) only after it has found nothing else to
+	// lease for this long: a load costs seconds, and the fair limit idles workers for a
+	// moment every time the job furthest behind lags (see Pick). Default 300 ms.
+	ColdHelpAfter time.Duration
 }
 
 // DefaultConfig returns the defaults.
@@ -54,6 +59,7 @@ func DefaultConfig() Config {
 		TaskQueries:     1024,
 		MaxTaskBatches:  16,
 		MinTaskQueries:  64,
+		ColdHelpAfter:   300 * time.Millisecond,
 	}
 }
 
@@ -114,12 +120,15 @@ type Core struct {
 	fairRate    float64 // queries per second per unit of weight each running job gets
 	slack       float64 // FairQueue's slack: FairSlack at the fair rate, at least a task
 	lastControl time.Time
+	warm        *warmth              // which workers ran which jobs, and tasks waiting for loads
+	idle        map[string]time.Time // worker -> since when its pulls found nothing to lease
 }
 
 // New returns a Core with no jobs and no workers.
 func New(cfg Config) *Core {
 	return &Core{cfg: cfg, jobs: map[string]*coreJob{}, tasks: NewTaskTable(), fair: NewFairQueue(),
-		heard: map[string]time.Time{}, assign: map[string][]Share{}, shares: map[string]float64{}}
+		heard: map[string]time.Time{}, assign: map[string][]Share{}, shares: map[string]float64{},
+		warm: newWarmth(), idle: map[string]time.Time{}}
 }
 
 // AddJob starts scheduling a job (at its add, or every job of the journal at a takeover).
@@ -147,6 +156,7 @@ func (c *Core) RemoveJob(name string) {
 	}
 	c.tasks.RemoveJob(name)
 	c.fair.Remove(name)
+	c.warm.removeJob(name)
 }
 
 // SetCost records a job's measured cost per query in worker-seconds (the caller's
@@ -226,6 +236,16 @@ func (c *Core) Tick(now time.Time, alive []string, self string) ([]Expiry, []Res
 			delete(c.heard, w)
 		}
 	}
+	for w := range c.warm.warm {
+		if !live[w] {
+			c.warm.forget(w) // back, it is a fresh process with no model loaded
+		}
+	}
+	for w := range c.idle {
+		if !live[w] {
+			delete(c.idle, w)
+		}
+	}
 	var rs []Resize
 	if now.Sub(c.lastControl) >= c.cfg.ControlEvery || !equalStrings(workers, c.workers) {
 		c.workers = workers
@@ -235,16 +255,20 @@ func (c *Core) Tick(now time.Time, alive []string, self string) ([]Expiry, []Res
 }
 
 func (c *Core) gaveBack(l Lease) {
+	if q := c.warm.drop(l.Worker, TaskRef{l.Job, l.Task}); q > 0 {
+		c.fair.Unwait(l.Job, q)
+	}
 	if j := c.jobs[l.Job]; j != nil {
 		f, t := j.Tasks.TaskRange(l.Task)
 		c.fair.Returned(l.Job, t-f)
 	}
 }
 
-// Heard is a worker's pull: it holds held (running or queued) and reports done. Tasks
-// leased to it that it neither holds nor reports are taken back (it gave up on them) and
-// returned. Call Completed for each done task the caller commits.
-func (c *Core) Heard(now time.Time, worker string, held, done []TaskRef) []Lease {
+// Heard is a worker's pull: it holds held (running or queued; waiting among them wait for
+// their job's model to load) and reports done. Tasks leased to it that it neither holds
+// nor reports are taken back (it gave up on them) and returned. Call Completed for each
+// done task the caller commits.
+func (c *Core) Heard(now time.Time, worker string, held, done, waiting []TaskRef) []Lease {
 	c.heard[worker] = now
 	keep := make(map[TaskRef]bool, len(held)+len(done))
 	for _, h := range held {
@@ -261,6 +285,14 @@ func (c *Core) Heard(now time.Time, worker string, held, done []TaskRef) []Lease
 	for _, l := range out {
 		c.gaveBack(l)
 	}
+	c.warm.report(worker, waiting, func(r TaskRef) (int, bool) {
+		j := c.jobs[r.Job]
+		if w, ok := c.tasks.LeaseOf(r.Job, r.Task); !ok || w != worker || j == nil {
+			return 0, false
+		}
+		f, t := j.Tasks.TaskRange(r.Task)
+		return t - f, true
+	}, c.fair.Wait, c.fair.Unwait)
 	return out
 }
 
@@ -268,7 +300,7 @@ func (c *Core) Heard(now time.Time, worker string, held, done []TaskRef) []Lease
 // cost is the job's measured cost per query after it (0: unchanged). A first measured
 // cost, or a job out of tasks, re-splits the workers at once (the decisions returned).
 func (c *Core) Completed(now time.Time, job string, task int, cost float64) []Resize {
-	c.tasks.Complete(job, task)
+	worker := c.tasks.Complete(job, task)
 	c.tasks.Touch(job)
 	j := c.jobs[job]
 	if j == nil {
@@ -276,6 +308,11 @@ func (c *Core) Completed(now time.Time, job string, task int, cost float64) []Re
 	}
 	j.producing = true
 	c.fair.Started(job)
+	if worker != "" {
+		if q := c.warm.completed(worker, TaskRef{job, task}); q > 0 {
+			c.fair.Unwait(job, q)
+		}
+	}
 	if c.SetCost(job, cost) || !c.isRunning(j) {
 		return c.Control(now)
 	}
@@ -284,7 +321,11 @@ func (c *Core) Completed(now time.Time, job string, task int, cost float64) []Re
 
 // Release drops the lease of a task found done already (a repeated report).
 func (c *Core) Release(job string, task int) {
-	c.tasks.Complete(job, task)
+	if w := c.tasks.Complete(job, task); w != "" {
+		if q := c.warm.drop(w, TaskRef{job, task}); q > 0 {
+			c.fair.Unwait(job, q)
+		}
+	}
 	c.tasks.Touch(job)
 }
 
@@ -311,8 +352,12 @@ func (c *Core) Lease(now time.Time, worker string, want int) []Order {
 			}
 		}
 	}
+	cold := false
+	if t, ok := c.idle[worker]; ok && now.Sub(t) >= c.cfg.ColdHelpAfter {
+		cold = true
+	}
 	for i := 0; i < want; i++ {
-		name := c.Pick(worker)
+		name := c.Pick(worker, cold)
 		if name == "" {
 			break
 		}
@@ -321,6 +366,11 @@ func (c *Core) Lease(now time.Time, worker string, want int) []Order {
 			break // Pick saw a pending task Lease did not find: a broken invariant, not a worker's fault
 		}
 		out = append(out, o)
+	}
+	if len(out) > 0 || want <= 0 {
+		delete(c.idle, worker)
+	} else if _, ok := c.idle[worker]; !ok {
+		c.idle[worker] = now
 	}
 	return out
 }
@@ -342,15 +392,30 @@ func (c *Core) lease(now time.Time, worker string, j *coreJob, express bool) (Or
 
 // Pick chooses the job worker runs next ("" for none): the job furthest behind in queries
 // leased over weight, preferring the worker's assigned jobs by FairSlack (see FairQueue).
-func (c *Core) Pick(worker string) string {
+// A worker helps a job not assigned to it if it has completed a task of it (Warm: the
+// model is loaded there); one that has not only with coldHelp (Lease sets it once the
+// worker's pulls found nothing else to lease for ColdHelpAfter), and only a job no worker
+// is loading: else, at a cold start, every worker the fair limit idles for a moment
+// would load every model (simulated: 36 loads on 9 workers for 4 jobs). A worker with a
+// task waiting for a job's model gets no other task of that job until it is loaded.
+func (c *Core) Pick(worker string, coldHelp bool) string {
 	mine := c.assign[worker]
-	return c.fair.Pick(c.tasks.HasPending, func(job string) bool {
+	return c.fair.Pick(c.tasks.HasPending, func(job string) Affinity {
+		if c.warm.loads(worker, job) {
+			return Barred // one task waits for the load; more once it is loaded
+		}
 		for _, sh := range mine {
 			if sh.Job == job && sh.Weight > 0 {
-				return true
+				return Assigned
 			}
 		}
-		return false
+		if c.warm.isWarm(worker, job) {
+			return Warm
+		}
+		if !coldHelp || c.warm.isLoading(job) {
+			return Barred
+		}
+		return Cold
 	}, c.slack)
 }
 

@@ -5,7 +5,7 @@
 // The coordinator (package sched) owns a Core under its mutex and wraps the I/O around it:
 //
 //	exp, rs := core.Tick(now, alive, self)       // every Tick: expire leases, run the controller
-//	gave := core.Heard(now, worker, held, done)  // a worker's pull: adopt and reconcile its leases
+//	gave := core.Heard(now, worker, held, done, waiting) // a worker's pull: adopt and reconcile its leases
 //	// ... journal each done task, then:
 //	rs = core.Completed(now, job, task, cost)
 //	orders, rs := core.Lease(now, worker, want)  // then send the orders

@@ -322,6 +322,7 @@ type fairJob struct {
 	name     string
 	weight   float64
 	progress float64 // queries leased (less those given back) / weight, from the start level
+	waiting  float64 // of those, leased to workers loading the job's model (Wait) / weight
 	warming  bool    // nothing completed yet (Warm, Started)
 }
 
@@ -412,6 +413,24 @@ func (q *FairQueue) Returned(job string, queries int) {
 	}
 }
 
+// Wait records queries of job leased to a worker that waits for the job's model to load
+// before it can run them; Unwait that they run (or are done, or given back). A job's
+// waiting queries still count in its progress for the limit on the others (a load does
+// not hold the cluster back), but not for which job is furthest behind: the workers that
+// have the model take the job first, so its completions keep up with its leases.
+func (q *FairQueue) Wait(job string, queries int) {
+	if j := q.jobs[job]; j != nil {
+		j.waiting += float64(queries) / j.weight
+	}
+}
+
+// Unwait: see Wait.
+func (q *FairQueue) Unwait(job string, queries int) {
+	if j := q.jobs[job]; j != nil {
+		j.waiting = math.Max(0, j.waiting-float64(queries)/j.weight)
+	}
+}
+
 // Progress is a job's leased queries over its weight, from its start level.
 func (q *FairQueue) Progress(job string) float64 {
 	if j := q.jobs[job]; j != nil {
@@ -431,13 +450,31 @@ func (q *FairQueue) floor() (float64, bool) {
 	return floor, ok
 }
 
+// Affinity is how a worker stands to a job when it asks FairQueue.Pick for work.
+type Affinity int
+
+const (
+	// Assigned: the split gives the worker's time to the job (its model is loaded there or
+	// will be); the worker prefers it by slack.
+	Assigned Affinity = iota
+	// Warm: not assigned, but the worker has run the job (its model is loaded): it helps
+	// the job when the job is behind its own.
+	Warm
+	// Cold: neither; the worker would first fetch the model and build its plan (seconds),
+	// so it takes the job only when nothing Assigned or Warm is eligible (it would wait).
+	Cold
+	// Barred: the worker must not take the job.
+	Barred
+)
+
 // Pick returns the job a worker runs next ("" for none): pending says whether a job has a
-// task to lease, assigned whether the job is one of the worker's own (by the split), and
-// slack is the lead, in queries over weight, that affinity may cost and that no job may
-// exceed. A job whose remaining tasks are all leased (its tail) gets no slack: the others
-// lease no further ahead of it than its own progress, and wait for it. A warming job
-// goes only to the workers assigned to it, and limits nobody.
-func (q *FairQueue) Pick(pending, assigned func(job string) bool, slack float64) string {
+// task to lease, affinity how the worker stands to the job (assigned to it by the split,
+// or able to help it), and slack is the lead, in queries over weight, that affinity may
+// cost and that no job may exceed. A job whose remaining tasks are all leased (its tail)
+// gets no slack: the others lease no further ahead of it than its own progress, and wait
+// for it. A warming job goes only to the workers assigned to it, and limits nobody. A
+// Cold job is picked only when no Assigned or Warm one is eligible.
+func (q *FairQueue) Pick(pending func(job string) bool, affinity func(job string) Affinity, slack float64) string {
 	if len(q.order) == 0 {
 		return ""
 	}
@@ -457,17 +494,31 @@ func (q *FairQueue) Pick(pending, assigned func(job string) bool, slack float64)
 	}
 	limit := math.Min(floor+slack, tail)
 	best, bestScore := "", math.Inf(1)
+	cold, coldScore := "", math.Inf(1)
 	for i, j := range q.order {
-		if !q.has[i] || (!j.warming && j.progress > limit) || (j.warming && !assigned(j.name)) {
+		if !q.has[i] || (!j.warming && j.progress > limit) {
 			continue
 		}
-		score := j.progress
-		if score-slack < bestScore && assigned(j.name) {
+		a := affinity(j.name)
+		if a == Barred || (j.warming && a != Assigned) {
+			continue
+		}
+		score := j.progress - j.waiting
+		if a == Cold {
+			if score < coldScore {
+				cold, coldScore = j.name, score
+			}
+			continue
+		}
+		if score-slack < bestScore && a == Assigned {
 			score -= slack
 		}
 		if score < bestScore {
 			best, bestScore = j.name, score
 		}
+	}
+	if best == "" {
+		return cold
 	}
 	return best
 }

@@ -118,12 +118,21 @@ func TestAssignWorkersPacksInOrder(t *testing.T) {
 // TestFairQueuePick: the rules of the dispatch, one at a time.
 func TestFairQueuePick(t *testing.T) {
 	all := func(string) bool { return true }
-	none := func(string) bool { return false }
 	only := func(names ...string) func(string) bool {
 		return func(j string) bool { return slices.Contains(names, j) }
 	}
+	// aff: the jobs named are Assigned, the rest as other says.
+	aff := func(other Affinity, names ...string) func(string) Affinity {
+		return func(j string) Affinity {
+			if slices.Contains(names, j) {
+				return Assigned
+			}
+			return other
+		}
+	}
+	none, allMine := aff(Warm), aff(Assigned)
 	q := NewFairQueue()
-	if q.Pick(all, all, 10) != "" {
+	if q.Pick(all, allMine, 10) != "" {
 		t.Fatal("picked from an empty queue")
 	}
 	q.Add("a", 1)
@@ -134,10 +143,10 @@ func TestFairQueuePick(t *testing.T) {
 		t.Fatalf("furthest behind: got %q, want b", got)
 	}
 	// A worker assigned a prefers it while it is at most slack ahead.
-	if got := q.Pick(all, only("a"), 60); got != "a" {
+	if got := q.Pick(all, aff(Warm, "a"), 60); got != "a" {
 		t.Fatalf("affinity within slack: got %q, want a", got)
 	}
-	if got := q.Pick(all, only("a"), 40); got != "b" {
+	if got := q.Pick(all, aff(Warm, "a"), 40); got != "b" {
 		t.Fatalf("affinity beyond slack: got %q, want b", got)
 	}
 	// A job added starts level with the furthest behind, not at zero.
@@ -147,13 +156,29 @@ func TestFairQueuePick(t *testing.T) {
 	}
 	// A job whose tasks are all leased (b, in its tail) holds the others back to its level.
 	q.Leased("c", 10) // c: 60
-	if got := q.Pick(only("a", "c"), all, 1000); got != "" {
+	if got := q.Pick(only("a", "c"), allMine, 1000); got != "" {
 		t.Fatalf("ahead of a job in its tail: got %q, want none", got)
 	}
 	q.Returned("c", 20) // c: 40, a worker failed with its task
-	if got := q.Pick(only("a", "c"), all, 1000); got != "c" {
+	if got := q.Pick(only("a", "c"), allMine, 1000); got != "c" {
 		t.Fatalf("after a give-back: got %q, want c", got)
 	}
+	// Queries waiting for a load count for the limit, not for who is furthest behind.
+	q.Add("d", 1)     // d: 40, level with c
+	q.Leased("d", 10) // d: 50
+	q.Wait("d", 10)   // d: 50, 10 of them waiting
+	if got := q.Pick(only("c", "d"), none, 0); got != "c" {
+		t.Fatalf("c and d level but for d's waiting queries: got %q, want c (earlier added)", got)
+	}
+	q.Leased("c", 5) // c: 45, d: 50 with 10 waiting
+	if got := q.Pick(only("c", "d"), none, 20); got != "d" {
+		t.Fatalf("d behind but for its waiting queries: got %q, want d", got)
+	}
+	q.Unwait("d", 10)
+	if got := q.Pick(only("c", "d"), none, 20); got != "c" {
+		t.Fatalf("after the load: got %q, want c", got)
+	}
+	q.Remove("d")
 	q.Remove("b")
 	if got := q.Jobs(); !slices.Equal(got, []string{"a", "c"}) {
 		t.Fatalf("jobs %v", got)
@@ -242,7 +267,12 @@ func BenchmarkFairDecision(b *testing.B) {
 			for _, sh := range assign[w] {
 				mine[sh.Job] = true
 			}
-			job := q.Pick(pending, func(j string) bool { return mine[j] }, slack)
+			job := q.Pick(pending, func(j string) Affinity {
+				if mine[j] {
+					return Assigned
+				}
+				return Warm
+			}, slack)
 			q.Leased(job, 32)
 		}
 	}
@@ -305,4 +335,72 @@ func TestReassignWorkersMovesLittle(t *testing.T) {
 	}
 	t.Logf("new (worker, job) pairs: failure %d (packing anew %d), rejoin %d (%d)", newJobs(a, kept), newJobs(a, packed),
 		newJobs(kept, back), newJobs(kept, AssignWorkers(ws, jobs, shares)))
+}
+
+// TestCoreWaitingTasks: a task a worker reports waiting for its model's load still counts
+// in its job's progress (the others are not held back by the load), the worker gets no
+// second task of that job meanwhile, and a failed worker's waiting task is given back
+// once. (TestFairQueuePick: a waiting job goes first to the other workers.)
+func TestCoreWaitingTasks(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	c := New(DefaultConfig())
+	for _, name := range []string{"a", "b"} {
+		c.AddJob(Job{Name: name, Weight: 1, FLOPs: 1e6, Tasks: NewMemTasks(100000, 10, 10, false)})
+	}
+	c.Tick(t0, []string{"coord", "w1", "w2"}, "coord")
+	// Both workers run a task of each job, so both have both models.
+	for _, w := range []string{"w1", "w2"} {
+		for _, name := range []string{"a", "b"} {
+			task, ok := c.tasks.Lease(name, w, t0)
+			if !ok {
+				t.Fatal("no task")
+			}
+			c.fair.Leased(name, 10)
+			c.Completed(t0, name, task, 1e-3)
+		}
+	}
+	var a0 TaskRef
+	var held []TaskRef
+	for len(held) < 6 {
+		os := c.Lease(t0, "w1", 1)
+		if len(os) == 0 {
+			t.Fatal("w1 got nothing")
+		}
+		for _, o := range os {
+			if o.Job == "a" && a0.Job == "" {
+				a0 = TaskRef{o.Job, o.Task}
+			}
+			held = append(held, TaskRef{o.Job, o.Task})
+		}
+	}
+	if a0.Job == "" {
+		t.Fatalf("w1 got no task of a: %v", held)
+	}
+	before := c.Progress("a")
+	c.Heard(t0, "w1", held, nil, []TaskRef{a0})
+	if got := c.Progress("a"); got != before {
+		t.Fatalf("progress of a with a task waiting: %v, want %v", got, before)
+	}
+	for i := 0; i < 4; i++ {
+		for _, o := range c.Lease(t0, "w1", 1) {
+			if o.Job == "a" {
+				t.Fatalf("w1 got task %d of a while a task of a waits for its load", o.Task)
+			}
+			held = append(held, TaskRef{o.Job, o.Task})
+		}
+	}
+	ofA := 0
+	for _, h := range held {
+		if h.Job == "a" {
+			ofA++
+		}
+	}
+	before = c.Progress("a")
+	c.Tick(t0.Add(time.Second), []string{"coord", "w2"}, "coord") // w1 fails: its leases are given back
+	if got, want := c.Progress("a"), before-float64(10*ofA); got != want {
+		t.Fatalf("progress after the failure: %v, want %v", got, want)
+	}
+	if c.fair.jobs["a"].waiting != 0 || c.warm.isLoading("a") {
+		t.Fatalf("a still has a task waiting after the failure")
+	}
 }

@@ -104,9 +104,9 @@ type SimJob struct {
 	// TaskSize 0: the core's usual choice for a job added beside the running ones (about
 	// FairTaskSeconds at its fair rate by its prior, at most 1,024 queries), resizable.
 	TaskSize int
-	// LoadTime is the worker time a worker's first task of the job costs on top (fetching
-	// the model from SDFS and building its plan; ResNet-50 took 15-25 s on the benchmark's
-	// shared cores).
+	// LoadTime is how long a worker new to the job takes to fetch its model from SDFS and
+	// build its plan (ResNet-50 took 15-25 s on the benchmark's shared cores). As sched's
+	// worker does, it loads in the background while it runs the tasks of loaded jobs.
 	LoadTime time.Duration
 }
 
@@ -114,17 +114,19 @@ type SimJob struct {
 // whenever a task finishes and every PullEvery, and reports a task ReportDelay after it
 // finished computing (the result's write), as sched's worker does.
 type SimWorker struct {
-	Name   string
-	Slow   float64 // factor on every task's duration (0: 1)
-	queue  []Order
-	run    *simRun
-	side   []Order // express tasks: run one at a time beside run, as sched's worker does
-	srun   *simRun // sharing the worker's one CPU with run: run is delayed by srun's time
-	done   []TaskRef
-	ready  []simReady // computed, being written
-	next   time.Time  // its next periodic pull
-	dead   bool
-	loaded map[string]bool // jobs whose model it has loaded (SimJob.LoadTime)
+	Name    string
+	Slow    float64 // factor on every task's duration (0: 1)
+	queue   []Order
+	run     *simRun
+	side    []Order // express tasks: run one at a time beside run, as sched's worker does
+	srun    *simRun // sharing the worker's one CPU with run: run is delayed by srun's time
+	done    []TaskRef
+	ready   []simReady // computed, being written
+	next    time.Time  // its next periodic pull
+	dead    bool
+	loaded  map[string]bool      // jobs whose model it has loaded (SimJob.LoadTime)
+	loading map[string]time.Time // jobs whose model it is loading, and when it is done
+	Loads   int                  // models it loaded
 }
 
 type simRun struct {
@@ -203,7 +205,7 @@ func (s *Sim) FailWorkers(n int) {
 			return
 		}
 		if !w.dead {
-			w.dead, w.run, w.queue, w.ready, w.done, w.side, w.srun = true, nil, nil, nil, nil, nil, nil
+			w.dead, w.run, w.queue, w.ready, w.done, w.side, w.srun, w.loading = true, nil, nil, nil, nil, nil, nil, nil
 			n--
 		}
 	}
@@ -267,7 +269,13 @@ func (s *Sim) pull(w *SimWorker) {
 	for _, r := range w.ready {
 		held = append(held, r.ref)
 	}
-	s.Core.Heard(s.Now, w.Name, held, w.done)
+	var waiting []TaskRef
+	for _, o := range append(w.queue, w.side...) {
+		if !s.ready(w, o.Job) {
+			waiting = append(waiting, TaskRef{o.Job, o.Task})
+		}
+	}
+	s.Core.Heard(s.Now, w.Name, held, w.done, waiting)
 	for _, d := range w.done {
 		ts := s.Tasks[d.Job]
 		if ts == nil || !ts.Done(d.Task) {
@@ -280,7 +288,12 @@ func (s *Sim) pull(w *SimWorker) {
 		s.apply(s.Core.Completed(s.Now, d.Job, d.Task, j.Cost.Seconds()))
 	}
 	w.done = w.done[:0]
-	want := s.Depth - len(w.queue)
+	want := s.Depth
+	for _, o := range w.queue {
+		if s.ready(w, o.Job) {
+			want-- // a task waiting for its model's load does not fill the queue
+		}
+	}
 	if w.run != nil {
 		want--
 	}
@@ -301,12 +314,45 @@ func (s *Sim) pull(w *SimWorker) {
 	w.next = s.Now.Add(s.PullEvery)
 }
 
+// ready reports whether w has job's model loaded, starting the load if it has not.
+func (s *Sim) ready(w *SimWorker, job string) bool {
+	j := s.Jobs[job]
+	if j == nil || j.LoadTime <= 0 || w.loaded[job] {
+		return true
+	}
+	if _, ok := w.loading[job]; !ok {
+		if w.loading == nil {
+			w.loading = map[string]time.Time{}
+		}
+		d := float64(j.LoadTime)
+		if w.Slow > 0 {
+			d *= w.Slow
+		}
+		w.loading[job] = s.Now.Add(time.Duration(d))
+		w.Loads++
+	}
+	return false
+}
+
+// nextReady takes the first order of q whose model is loaded (ok false: none).
+func (s *Sim) nextReady(w *SimWorker, q *[]Order) (Order, bool) {
+	for i, o := range *q {
+		if s.ready(w, o.Job) {
+			*q = append((*q)[:i:i], (*q)[i+1:]...)
+			return o, true
+		}
+	}
+	return Order{}, false
+}
+
 func (s *Sim) startNext(w *SimWorker) {
-	if w.run != nil || len(w.queue) == 0 {
+	if w.run != nil {
 		return
 	}
-	o := w.queue[0]
-	w.queue = w.queue[1:]
+	o, ok := s.nextReady(w, &w.queue)
+	if !ok {
+		return
+	}
 	if w.run = s.runTask(w, o); w.run == nil {
 		s.startNext(w) // a removed job's task: dropped
 		return
@@ -317,11 +363,13 @@ func (s *Sim) startNext(w *SimWorker) {
 }
 
 func (s *Sim) startSide(w *SimWorker) {
-	if w.srun != nil || len(w.side) == 0 {
+	if w.srun != nil {
 		return
 	}
-	o := w.side[0]
-	w.side = w.side[1:]
+	o, ok := s.nextReady(w, &w.side)
+	if !ok {
+		return
+	}
 	if w.srun = s.runTask(w, o); w.srun == nil {
 		s.startSide(w)
 		return
@@ -345,13 +393,6 @@ func (s *Sim) runTask(w *SimWorker, o Order) *simRun {
 	}
 	if s.Jitter != nil {
 		d *= s.Jitter(s.rng, o.Job)
-	}
-	if j.LoadTime > 0 && !w.loaded[o.Job] {
-		if w.loaded == nil {
-			w.loaded = map[string]bool{}
-		}
-		w.loaded[o.Job] = true
-		d += float64(j.LoadTime)
 	}
 	r := &simRun{o: o, until: s.Now.Add(time.Duration(math.Max(d, 1)))}
 	s.Busy += r.until.Sub(s.Now)
@@ -378,6 +419,11 @@ func (s *Sim) RunUntil(end time.Time) {
 			}
 			if w.next.Before(at) {
 				at, kind, who = w.next, 3, w
+			}
+			for _, t := range w.loading {
+				if t.Before(at) {
+					at, kind, who = t, 5, w
+				}
 			}
 		}
 		if at.After(end) {
@@ -411,6 +457,18 @@ func (s *Sim) RunUntil(end time.Time) {
 			s.pull(who)
 		case 3:
 			s.pull(who)
+		case 5:
+			for job, t := range who.loading {
+				if !t.After(s.Now) {
+					delete(who.loading, job)
+					if who.loaded == nil {
+						who.loaded = map[string]bool{}
+					}
+					who.loaded[job] = true
+				}
+			}
+			s.startNext(who)
+			s.startSide(who)
 		}
 	}
 }
@@ -455,4 +513,18 @@ func (s *Sim) Rates(t time.Time, window time.Duration) map[string]float64 {
 		out[k] /= window.Seconds()
 	}
 	return out
+}
+
+// ReviveWorkers restarts the first n failed workers under their old names, as fresh
+// processes: no task, no model loaded. They rejoin at the next Tick or their first pull.
+func (s *Sim) ReviveWorkers(n int) {
+	for _, w := range s.Workers {
+		if n == 0 {
+			return
+		}
+		if w.dead {
+			w.dead, w.loaded, w.loading, w.next = false, nil, nil, s.Now
+			n--
+		}
+	}
 }

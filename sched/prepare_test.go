@@ -1,0 +1,120 @@
+package sched
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+// loadingExec is a FakeExecutor whose models take LoadTime to load on a node (one
+// loadingExec per node) before they run, as the kernel's do: a Preparer.
+type loadingExec struct {
+	*FakeExecutor
+	LoadTime map[string]time.Duration // model -> load time (missing: loaded at once)
+
+	mu     sync.Mutex
+	loaded map[string]bool
+	wait   map[string]chan struct{}
+}
+
+func (l *loadingExec) Ready(spec JobSpec) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.LoadTime[spec.Model] == 0 || l.loaded[spec.Model]
+}
+
+func (l *loadingExec) Prepare(ctx context.Context, spec JobSpec) error {
+	l.mu.Lock()
+	if l.LoadTime[spec.Model] == 0 || l.loaded[spec.Model] {
+		l.mu.Unlock()
+		return nil
+	}
+	ch, loading := l.wait[spec.Model]
+	if !loading {
+		ch = make(chan struct{})
+		l.wait[spec.Model] = ch
+	}
+	l.mu.Unlock()
+	if !loading {
+		time.Sleep(l.LoadTime[spec.Model])
+		l.mu.Lock()
+		l.loaded[spec.Model] = true
+		l.mu.Unlock()
+		close(ch)
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (l *loadingExec) Run(ctx context.Context, spec JobSpec, from, to int) ([]Prediction, []int64, error) {
+	if err := l.Prepare(ctx, spec); err != nil { // a task of a job not ready loads it first
+		return nil, nil, err
+	}
+	return l.FakeExecutor.Run(ctx, spec, from, to)
+}
+
+// TestWorkerRunsReadyJobsWhileAModelLoads: a worker given a task of a job whose model
+// takes 2 s to load keeps running another job's tasks meanwhile (before, the load held
+// its whole queue), and the coordinator leases it no second task of the loading job.
+func TestWorkerRunsReadyJobsWhileAModelLoads(t *testing.T) {
+	var execs sync.Map
+	c := newMemClusterConfig(t, 2, func(cfg *SchedConfig) {})
+	for name := range c.nodes {
+		c.kill(name)
+	}
+	c.execFor = func(node string) Executor {
+		l := &loadingExec{FakeExecutor: c.exec, LoadTime: map[string]time.Duration{"slow.onnx": 2 * time.Second},
+			loaded: map[string]bool{}, wait: map[string]chan struct{}{}}
+		execs.Store(node, l)
+		return l
+	}
+	for name := range c.nodes {
+		c.start(name)
+	}
+	co := c.waitCoordinator("")
+	if err := c.callRetry("sched.phase", PhaseArgs{PhaseInference}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var r JobAddReply
+	if err := c.callRetry("sched.job.add", JobSpec{Name: "loads", Model: "slow.onnx", Data: "small.idx", Batch: 10, TaskSize: 100}, &r); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the worker has a task of it, and loads its model
+	if err := c.callRetry("sched.job.add", JobSpec{Name: "ready", Model: "fast.onnx", Data: "small.idx", Batch: 10, TaskSize: 100}, &r); err != nil {
+		t.Fatal(err)
+	}
+	var worker *loadingExec
+	execs.Range(func(k, v any) bool {
+		if k.(string) != co.name {
+			worker = v.(*loadingExec)
+		}
+		return true
+	})
+	// While the model loads, the other job completes tasks on the same (only) worker.
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	var js JobSummary
+	for time.Now().Before(deadline) {
+		if err := c.callRetry("sched.job.get", NameArgs{"ready"}, &js); err == nil && js.DoneTasks >= 3 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if worker.Ready(JobSpec{Model: "slow.onnx"}) {
+		t.Fatal("the model loaded before the check: make the load longer")
+	}
+	if js.DoneTasks < 3 {
+		t.Fatalf("the ready job completed %d tasks while the other job's model loaded", js.DoneTasks)
+	}
+	var lj JobSummary
+	c.callRetry("sched.job.get", NameArgs{"loads"}, &lj)
+	t.Logf("while the model loaded: ready job %d tasks done, loading job %d", js.DoneTasks, lj.DoneTasks)
+	c.waitJob("ready", 30*time.Second)
+	c.waitJob("loads", 30*time.Second)
+	c.checkResult("ready", "small.idx", 2000)
+	c.checkResult("loads", "small.idx", 2000)
+}
