@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -195,5 +196,61 @@ func TestKernelExecutorCachesAreLRU(t *testing.T) {
 	spec := sched.JobSpec{Name: "j", Model: "a.onnx", Inputs: map[string]string{"ids": "ids.npy", "mask": "mask.npy"}, Batch: 2}
 	if _, _, err := y.Run(ctx, spec, 0, 2); err != nil {
 		t.Fatalf("two arrays through a cache of one: %v", err)
+	}
+}
+
+// TestKernelExecutorPrepare: Ready is false until the job's model is loaded, the plan for
+// its batch size built and its inputs read; Prepare gets it there (Preparer), and a task
+// then gives the same predictions as one run on a fresh executor.
+func TestKernelExecutorPrepare(t *testing.T) {
+	if err := kernel.Available(); err != nil {
+		t.Fatalf("the kernel library is needed: %v", err)
+	}
+	m, err := zoo.BuildText(zoo.TextOptions{Vocab: 50, Length: 5, Layers: 1, Heads: 2, Width: 16, Classes: 4, Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rows = 4
+	ids := make([]int64, rows*5)
+	mask := make([]int64, rows*5)
+	for i := range ids {
+		ids[i], mask[i] = int64(i*7)%50, 1
+	}
+	blobs := sched.NewMemBlobs()
+	ctx := context.Background()
+	blobs.Put(ctx, "te.onnx", onnx.Encode(m))
+	blobs.Put(ctx, "ids.npy", npyInt64([]int{rows, 5}, ids))
+	blobs.Put(ctx, "mask.npy", npyInt64([]int{rows, 5}, mask))
+	spec := sched.JobSpec{Name: "j", Model: "te.onnx", Inputs: map[string]string{"ids": "ids.npy", "mask": "mask.npy"}, Batch: 2}
+	var x sched.Preparer = &sched.KernelExecutor{Blobs: blobs, Threads: 1}
+	if x.Ready(spec) {
+		t.Fatal("ready before anything was loaded")
+	}
+	if err := x.Prepare(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if !x.Ready(spec) {
+		t.Fatal("not ready after Prepare")
+	}
+	other := spec
+	other.Batch = 4
+	if x.Ready(other) {
+		t.Fatal("ready at a batch size whose plan was never built")
+	}
+	got, _, err := x.(sched.Executor).Run(ctx, spec, 0, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _, err := (&sched.KernelExecutor{Blobs: blobs, Threads: 1}).Run(ctx, spec, 0, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("predictions after Prepare %v, fresh %v", got, want)
+	}
+	missing := spec
+	missing.Model = "nope.onnx"
+	if err := x.Prepare(ctx, missing); err == nil || x.Ready(missing) {
+		t.Fatalf("a missing model: Prepare %v, Ready %v", err, x.Ready(missing))
 	}
 }
