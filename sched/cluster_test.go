@@ -44,6 +44,12 @@ func newMemCluster(t *testing.T, n int) *memCluster {
 }
 
 func newMemClusterConfig(t *testing.T, n int, set func(*SchedConfig)) *memCluster {
+	return newMemClusterExec(t, n, set, nil)
+}
+
+// newMemClusterExec is newMemClusterConfig whose nodes get executors of their own from
+// execFor (given the shared FakeExecutor and the node's name), if it is not nil.
+func newMemClusterExec(t *testing.T, n int, set func(*SchedConfig), execFor func(f *FakeExecutor, node string) Executor) *memCluster {
 	cfg := DefaultSchedConfig()
 	cfg.TakeoverGrace = 500 * time.Millisecond
 	cfg.PullEvery = 50 * time.Millisecond
@@ -54,6 +60,9 @@ func newMemClusterConfig(t *testing.T, n int, set func(*SchedConfig)) *memCluste
 			Datasets: map[string]int{"small.idx": 2000, "big.npy": 3001},
 			Models:   map[string]time.Duration{"fast.onnx": 200 * time.Microsecond, "slow.onnx": 2 * time.Millisecond},
 		}}
+	if execFor != nil {
+		c.execFor = func(node string) Executor { return execFor(c.exec, node) }
+	}
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("node%d", i)
 		c.nodes[name] = &memNode{name: name, dir: t.TempDir()}

@@ -59,23 +59,16 @@ func (l *loadingExec) Run(ctx context.Context, spec JobSpec, from, to int) ([]Pr
 }
 
 // TestWorkerRunsReadyJobsWhileAModelLoads: a worker given a task of a job whose model
-// takes 2 s to load keeps running another job's tasks meanwhile (before, the load held
+// takes 3 s to load keeps running another job's tasks meanwhile (before, the load held
 // its whole queue), and the coordinator leases it no second task of the loading job.
 func TestWorkerRunsReadyJobsWhileAModelLoads(t *testing.T) {
 	var execs sync.Map
-	c := newMemClusterConfig(t, 2, func(cfg *SchedConfig) {})
-	for name := range c.nodes {
-		c.kill(name)
-	}
-	c.execFor = func(node string) Executor {
-		l := &loadingExec{FakeExecutor: c.exec, LoadTime: map[string]time.Duration{"slow.onnx": 2 * time.Second},
+	c := newMemClusterExec(t, 2, func(cfg *SchedConfig) {}, func(f *FakeExecutor, node string) Executor {
+		l := &loadingExec{FakeExecutor: f, LoadTime: map[string]time.Duration{"slow.onnx": 3 * time.Second},
 			loaded: map[string]bool{}, wait: map[string]chan struct{}{}}
 		execs.Store(node, l)
 		return l
-	}
-	for name := range c.nodes {
-		c.start(name)
-	}
+	})
 	co := c.waitCoordinator("")
 	if err := c.callRetry("sched.phase", PhaseArgs{PhaseInference}, nil); err != nil {
 		t.Fatal(err)
@@ -96,7 +89,7 @@ func TestWorkerRunsReadyJobsWhileAModelLoads(t *testing.T) {
 		return true
 	})
 	// While the model loads, the other job completes tasks on the same (only) worker.
-	deadline := time.Now().Add(1500 * time.Millisecond)
+	deadline := time.Now().Add(2500 * time.Millisecond)
 	var js JobSummary
 	for time.Now().Before(deadline) {
 		if err := c.callRetry("sched.job.get", NameArgs{"ready"}, &js); err == nil && js.DoneTasks >= 3 {

@@ -393,7 +393,8 @@ func (c *Core) lease(now time.Time, worker string, j *coreJob, express bool) (Or
 // Pick chooses the job worker runs next ("" for none): the job furthest behind in queries
 // leased over weight, preferring the worker's assigned jobs by FairSlack (see FairQueue).
 // A worker helps a job not assigned to it if it has completed a task of it (Warm: the
-// model is loaded there); one that has not only with coldHelp (Lease sets it once the
+// model is loaded there), or if no worker ever reported a task of the job waiting for
+// its model (it loads between two pulls); one that has not only with coldHelp (Lease sets it once the
 // worker's pulls found nothing else to lease for ColdHelpAfter), and only a job no worker
 // is loading: else, at a cold start, every worker the fair limit idles for a moment
 // would load every model (simulated: 36 loads on 9 workers for 4 jobs). A worker with a

@@ -18,14 +18,18 @@ type warmth struct {
 	warm    map[string]map[string]bool // worker -> jobs it has completed a task of
 	waiting map[string]map[TaskRef]int // worker -> its tasks waiting for a load: their queries
 	loading map[string]int             // job -> its tasks waiting for a load, on any worker
+	slow    map[string]bool            // jobs a worker ever reported a task of waiting
 }
 
 func newWarmth() *warmth {
-	return &warmth{warm: map[string]map[string]bool{}, waiting: map[string]map[TaskRef]int{}, loading: map[string]int{}}
+	return &warmth{warm: map[string]map[string]bool{}, waiting: map[string]map[TaskRef]int{}, loading: map[string]int{},
+		slow: map[string]bool{}}
 }
 
-// isWarm reports whether worker has completed a task of job.
-func (w *warmth) isWarm(worker, job string) bool { return w.warm[worker][job] }
+// isWarm reports whether worker can run a task of job without a load that matters: it
+// has completed one, or no worker ever reported a task of job waiting for its model (the
+// model loads between two pulls, or the executor loads nothing).
+func (w *warmth) isWarm(worker, job string) bool { return w.warm[worker][job] || !w.slow[job] }
 
 // isLoading reports whether a task of job waits for a load on some worker.
 func (w *warmth) isLoading(job string) bool { return w.loading[job] > 0 }
@@ -59,6 +63,7 @@ func (w *warmth) report(worker string, waiting []TaskRef, size func(TaskRef) (in
 		}
 		w.waiting[worker][r] = q
 		w.loading[r.Job]++
+		w.slow[r.Job] = true
 		wait(r.Job, q)
 	}
 	for r, q := range w.waiting[worker] {
@@ -111,4 +116,5 @@ func (w *warmth) removeJob(job string) {
 	for _, js := range w.warm {
 		delete(js, job)
 	}
+	delete(w.slow, job)
 }
