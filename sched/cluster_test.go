@@ -23,9 +23,9 @@ type memCluster struct {
 	// execFor, if set, gives each node an executor of its own (else exec serves all).
 	execFor func(node string) Executor
 	cfg     SchedConfig
-	nodes map[string]*memNode
-	mu    sync.Mutex
-	logs  bytes.Buffer
+	nodes   map[string]*memNode
+	mu      sync.Mutex
+	logs    bytes.Buffer
 }
 
 type memNode struct {
