@@ -40,11 +40,6 @@ type Config struct {
 	// costs), unless TaskSeconds or FairTaskSeconds ask for fewer (see TaskTarget).
 	// Defaults 1,024, 16 and 64.
 	TaskQueries, MaxTaskBatches, MinTaskQueries int
-	// ColdHelpAfter: a worker takes a job whose model it has not loaded (neither assigned
-	// to it by the split nor run by it before) only after it has found nothing else to
-	// lease for this long: a load costs seconds, and the fair limit idles workers for a
-	// moment every time the job furthest behind lags (see Pick). Default 300 ms.
-	ColdHelpAfter time.Duration
 }
 
 // DefaultConfig returns the defaults.
@@ -59,7 +54,6 @@ func DefaultConfig() Config {
 		TaskQueries:     1024,
 		MaxTaskBatches:  16,
 		MinTaskQueries:  64,
-		ColdHelpAfter:   300 * time.Millisecond,
 	}
 }
 
@@ -120,15 +114,14 @@ type Core struct {
 	fairRate    float64 // queries per second per unit of weight each running job gets
 	slack       float64 // FairQueue's slack: FairSlack at the fair rate, at least a task
 	lastControl time.Time
-	warm        *warmth              // which workers ran which jobs, and tasks waiting for loads
-	idle        map[string]time.Time // worker -> since when its pulls found nothing to lease
+	waits       *waits // tasks workers report waiting for their job's model to load
 }
 
 // New returns a Core with no jobs and no workers.
 func New(cfg Config) *Core {
 	return &Core{cfg: cfg, jobs: map[string]*coreJob{}, tasks: NewTaskTable(), fair: NewFairQueue(),
 		heard: map[string]time.Time{}, assign: map[string][]Share{}, shares: map[string]float64{},
-		warm: newWarmth(), idle: map[string]time.Time{}}
+		waits: newWaits()}
 }
 
 // AddJob starts scheduling a job (at its add, or every job of the journal at a takeover).
@@ -156,7 +149,7 @@ func (c *Core) RemoveJob(name string) {
 	}
 	c.tasks.RemoveJob(name)
 	c.fair.Remove(name)
-	c.warm.removeJob(name)
+	c.waits.removeJob(name)
 }
 
 // SetCost records a job's measured cost per query in worker-seconds (the caller's
@@ -236,16 +229,6 @@ func (c *Core) Tick(now time.Time, alive []string, self string) ([]Expiry, []Res
 			delete(c.heard, w)
 		}
 	}
-	for w := range c.warm.warm {
-		if !live[w] {
-			c.warm.forget(w) // back, it is a fresh process with no model loaded
-		}
-	}
-	for w := range c.idle {
-		if !live[w] {
-			delete(c.idle, w)
-		}
-	}
 	var rs []Resize
 	if now.Sub(c.lastControl) >= c.cfg.ControlEvery || !equalStrings(workers, c.workers) {
 		c.workers = workers
@@ -255,7 +238,7 @@ func (c *Core) Tick(now time.Time, alive []string, self string) ([]Expiry, []Res
 }
 
 func (c *Core) gaveBack(l Lease) {
-	if q := c.warm.drop(l.Worker, TaskRef{l.Job, l.Task}); q > 0 {
+	if q := c.waits.drop(l.Worker, TaskRef{l.Job, l.Task}); q > 0 {
 		c.fair.Unwait(l.Job, q)
 	}
 	if j := c.jobs[l.Job]; j != nil {
@@ -285,7 +268,7 @@ func (c *Core) Heard(now time.Time, worker string, held, done, waiting []TaskRef
 	for _, l := range out {
 		c.gaveBack(l)
 	}
-	c.warm.report(worker, waiting, func(r TaskRef) (int, bool) {
+	c.waits.report(worker, waiting, func(r TaskRef) (int, bool) {
 		j := c.jobs[r.Job]
 		if w, ok := c.tasks.LeaseOf(r.Job, r.Task); !ok || w != worker || j == nil {
 			return 0, false
@@ -308,10 +291,8 @@ func (c *Core) Completed(now time.Time, job string, task int, cost float64) []Re
 	}
 	j.producing = true
 	c.fair.Started(job)
-	if worker != "" {
-		if q := c.warm.completed(worker, TaskRef{job, task}); q > 0 {
-			c.fair.Unwait(job, q)
-		}
+	if q := c.waits.drop(worker, TaskRef{job, task}); q > 0 {
+		c.fair.Unwait(job, q)
 	}
 	if c.SetCost(job, cost) || !c.isRunning(j) {
 		return c.Control(now)
@@ -322,7 +303,7 @@ func (c *Core) Completed(now time.Time, job string, task int, cost float64) []Re
 // Release drops the lease of a task found done already (a repeated report).
 func (c *Core) Release(job string, task int) {
 	if w := c.tasks.Complete(job, task); w != "" {
-		if q := c.warm.drop(w, TaskRef{job, task}); q > 0 {
+		if q := c.waits.drop(w, TaskRef{job, task}); q > 0 {
 			c.fair.Unwait(job, q)
 		}
 	}
@@ -352,12 +333,8 @@ func (c *Core) Lease(now time.Time, worker string, want int) []Order {
 			}
 		}
 	}
-	cold := false
-	if t, ok := c.idle[worker]; ok && now.Sub(t) >= c.cfg.ColdHelpAfter {
-		cold = true
-	}
 	for i := 0; i < want; i++ {
-		name := c.Pick(worker, cold)
+		name := c.Pick(worker)
 		if name == "" {
 			break
 		}
@@ -366,11 +343,6 @@ func (c *Core) Lease(now time.Time, worker string, want int) []Order {
 			break // Pick saw a pending task Lease did not find: a broken invariant, not a worker's fault
 		}
 		out = append(out, o)
-	}
-	if len(out) > 0 || want <= 0 {
-		delete(c.idle, worker)
-	} else if _, ok := c.idle[worker]; !ok {
-		c.idle[worker] = now
 	}
 	return out
 }
@@ -391,32 +363,21 @@ func (c *Core) lease(now time.Time, worker string, j *coreJob, express bool) (Or
 }
 
 // Pick chooses the job worker runs next ("" for none): the job furthest behind in queries
-// leased over weight, preferring the worker's assigned jobs by FairSlack (see FairQueue).
-// A worker helps a job not assigned to it if it has completed a task of it (Warm: the
-// model is loaded there), or if no worker ever reported a task of the job waiting for
-// its model (it loads between two pulls); one that has not only with coldHelp (Lease sets it once the
-// worker's pulls found nothing else to lease for ColdHelpAfter), and only a job no worker
-// is loading: else, at a cold start, every worker the fair limit idles for a moment
-// would load every model (simulated: 36 loads on 9 workers for 4 jobs). A worker with a
-// task waiting for a job's model gets no other task of that job until it is loaded.
-func (c *Core) Pick(worker string, coldHelp bool) string {
+// leased over weight (less those waiting for loads), preferring the worker's assigned
+// jobs by FairSlack (see FairQueue). A worker with a task of a job waiting for the job's
+// model gets no other task of that job until it is loaded.
+func (c *Core) Pick(worker string) string {
 	mine := c.assign[worker]
 	return c.fair.Pick(c.tasks.HasPending, func(job string) Affinity {
-		if c.warm.loads(worker, job) {
-			return Barred // one task waits for the load; more once it is loaded
+		if c.waits.loads(worker, job) {
+			return Barred
 		}
 		for _, sh := range mine {
 			if sh.Job == job && sh.Weight > 0 {
 				return Assigned
 			}
 		}
-		if c.warm.isWarm(worker, job) {
-			return Warm
-		}
-		if !coldHelp || c.warm.isLoading(job) {
-			return Barred
-		}
-		return Cold
+		return Other
 	}, c.slack)
 }
 

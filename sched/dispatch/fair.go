@@ -457,23 +457,18 @@ const (
 	// Assigned: the split gives the worker's time to the job (its model is loaded there or
 	// will be); the worker prefers it by slack.
 	Assigned Affinity = iota
-	// Warm: not assigned, but the worker has run the job (its model is loaded): it helps
-	// the job when the job is behind its own.
-	Warm
-	// Cold: neither; the worker would first fetch the model and build its plan (seconds),
-	// so it takes the job only when nothing Assigned or Warm is eligible (it would wait).
-	Cold
+	// Other: the worker helps the job when the job is behind its own by more than slack.
+	Other
 	// Barred: the worker must not take the job.
 	Barred
 )
 
 // Pick returns the job a worker runs next ("" for none): pending says whether a job has a
-// task to lease, affinity how the worker stands to the job (assigned to it by the split,
-// or able to help it), and slack is the lead, in queries over weight, that affinity may
-// cost and that no job may exceed. A job whose remaining tasks are all leased (its tail)
-// gets no slack: the others lease no further ahead of it than its own progress, and wait
-// for it. A warming job goes only to the workers assigned to it, and limits nobody. A
-// Cold job is picked only when no Assigned or Warm one is eligible.
+// task to lease, affinity how the worker stands to the job, and slack is the lead, in
+// queries over weight, that affinity may cost and that no job may exceed. A job whose
+// remaining tasks are all leased (its tail) gets no slack: the others lease no further
+// ahead of it than its own progress, and wait for it. A warming job goes only to the
+// workers assigned to it, and limits nobody.
 func (q *FairQueue) Pick(pending func(job string) bool, affinity func(job string) Affinity, slack float64) string {
 	if len(q.order) == 0 {
 		return ""
@@ -494,7 +489,6 @@ func (q *FairQueue) Pick(pending func(job string) bool, affinity func(job string
 	}
 	limit := math.Min(floor+slack, tail)
 	best, bestScore := "", math.Inf(1)
-	cold, coldScore := "", math.Inf(1)
 	for i, j := range q.order {
 		if !q.has[i] || (!j.warming && j.progress > limit) {
 			continue
@@ -504,21 +498,12 @@ func (q *FairQueue) Pick(pending func(job string) bool, affinity func(job string
 			continue
 		}
 		score := j.progress - j.waiting
-		if a == Cold {
-			if score < coldScore {
-				cold, coldScore = j.name, score
-			}
-			continue
-		}
 		if score-slack < bestScore && a == Assigned {
 			score -= slack
 		}
 		if score < bestScore {
 			best, bestScore = j.name, score
 		}
-	}
-	if best == "" {
-		return cold
 	}
 	return best
 }

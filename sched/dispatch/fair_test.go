@@ -130,7 +130,7 @@ func TestFairQueuePick(t *testing.T) {
 			return other
 		}
 	}
-	none, allMine := aff(Warm), aff(Assigned)
+	none, allMine := aff(Other), aff(Assigned)
 	q := NewFairQueue()
 	if q.Pick(all, allMine, 10) != "" {
 		t.Fatal("picked from an empty queue")
@@ -143,11 +143,20 @@ func TestFairQueuePick(t *testing.T) {
 		t.Fatalf("furthest behind: got %q, want b", got)
 	}
 	// A worker assigned a prefers it while it is at most slack ahead.
-	if got := q.Pick(all, aff(Warm, "a"), 60); got != "a" {
+	if got := q.Pick(all, aff(Other, "a"), 60); got != "a" {
 		t.Fatalf("affinity within slack: got %q, want a", got)
 	}
-	if got := q.Pick(all, aff(Warm, "a"), 40); got != "b" {
+	if got := q.Pick(all, aff(Other, "a"), 40); got != "b" {
 		t.Fatalf("affinity beyond slack: got %q, want b", got)
+	}
+	barB := func(j string) Affinity {
+		if j == "b" {
+			return Barred
+		}
+		return Other
+	}
+	if got := q.Pick(all, barB, 60); got != "a" {
+		t.Fatalf("b furthest behind but barred: got %q, want a", got)
 	}
 	// A job added starts level with the furthest behind, not at zero.
 	q.Add("c", 1)
@@ -271,7 +280,7 @@ func BenchmarkFairDecision(b *testing.B) {
 				if mine[j] {
 					return Assigned
 				}
-				return Warm
+				return Other
 			}, slack)
 			q.Leased(job, 32)
 		}
@@ -400,7 +409,7 @@ func TestCoreWaitingTasks(t *testing.T) {
 	if got, want := c.Progress("a"), before-float64(10*ofA); got != want {
 		t.Fatalf("progress after the failure: %v, want %v", got, want)
 	}
-	if c.fair.jobs["a"].waiting != 0 || c.warm.isLoading("a") {
+	if c.fair.jobs["a"].waiting != 0 || c.waits.loads("w1", "a") {
 		t.Fatalf("a still has a task waiting after the failure")
 	}
 }
