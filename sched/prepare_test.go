@@ -59,12 +59,12 @@ func (l *loadingExec) Run(ctx context.Context, spec JobSpec, from, to int) ([]Pr
 }
 
 // TestWorkerRunsReadyJobsWhileAModelLoads: a worker given a task of a job whose model
-// takes 3 s to load keeps running another job's tasks meanwhile (before, the load held
+// takes 5 s to load keeps running another job's tasks meanwhile (before, the load held
 // its whole queue), and the coordinator leases it no second task of the loading job.
 func TestWorkerRunsReadyJobsWhileAModelLoads(t *testing.T) {
 	var execs sync.Map
 	c := newMemClusterExec(t, 2, func(cfg *SchedConfig) {}, func(f *FakeExecutor, node string) Executor {
-		l := &loadingExec{FakeExecutor: f, LoadTime: map[string]time.Duration{"slow.onnx": 3 * time.Second},
+		l := &loadingExec{FakeExecutor: f, LoadTime: map[string]time.Duration{"slow.onnx": 5 * time.Second},
 			loaded: map[string]bool{}, wait: map[string]chan struct{}{}}
 		execs.Store(node, l)
 		return l
@@ -89,7 +89,7 @@ func TestWorkerRunsReadyJobsWhileAModelLoads(t *testing.T) {
 		return true
 	})
 	// While the model loads, the other job completes tasks on the same (only) worker.
-	deadline := time.Now().Add(2500 * time.Millisecond)
+	deadline := time.Now().Add(4 * time.Second)
 	var js JobSummary
 	for time.Now().Before(deadline) {
 		if err := c.callRetry("sched.job.get", NameArgs{"ready"}, &js); err == nil && js.DoneTasks >= 3 {

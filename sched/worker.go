@@ -27,9 +27,9 @@ type workerState struct {
 	sideW   chan struct{} // wakes the side run loop
 	depth   int
 	bound   int
-	// preparing is the job being made ready in the background ("" for none; see
-	// Preparer); prepErr the ones that failed to, whose tasks run (and report the error).
-	preparing string
+	// preparing holds the jobs being made ready in the background (see Preparer), by
+	// prepKey; prepErr the ones that failed to, whose tasks run (and report the error).
+	preparing map[string]bool
 	prepErr   map[string]bool
 }
 
@@ -37,7 +37,7 @@ func (w *workerState) init(cfg SchedConfig) {
 	w.kick, w.work, w.sideW = make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{}, 1)
 	w.writing, w.writeQ = map[TaskRef]bool{}, make(chan computed, max(cfg.Writers, 1))
 	w.depth, w.bound = max(cfg.Depth, 1), max(cfg.MaxBuffered, 1)
-	w.prepErr = map[string]bool{}
+	w.preparing, w.prepErr = map[string]bool{}, map[string]bool{}
 }
 
 // prepKey names what Preparer.Prepare makes ready for spec.
@@ -52,9 +52,11 @@ func (s *Scheduler) ready(o TaskOrder) bool {
 }
 
 // runnable returns the index in q of the first task that can start computing at once
-// (-1: none), and has the first that cannot prepared in the background, one job at a
-// time: a worker keeps running the jobs it has ready while it loads a new one. Called
-// with w.mu held.
+// (-1: none), and has the ones before it prepared in the background: a worker keeps
+// running the jobs it has ready while it loads new ones. Each job loads on its own
+// goroutine, so a small model (LeNet-5, 50 ms) does not wait behind a large one
+// (ResNet-50 took 10-15 s at a cold start on the benchmark's shared cores). Called with
+// w.mu held.
 func (s *Scheduler) runnable(ctx context.Context, q []TaskOrder) int {
 	for i, o := range q {
 		if s.ready(o) {
@@ -65,23 +67,23 @@ func (s *Scheduler) runnable(ctx context.Context, q []TaskOrder) int {
 	return -1
 }
 
-// prepare starts making spec's job ready in the background unless a preparation runs.
+// prepare starts making spec's job ready in the background unless that runs already.
 // Called with w.mu held.
 func (s *Scheduler) prepare(ctx context.Context, spec JobSpec) {
 	w := &s.w
 	p, ok := s.exec.(Preparer)
-	if !ok || w.preparing != "" || ctx.Err() != nil {
+	key := prepKey(spec)
+	if !ok || w.preparing[key] || ctx.Err() != nil {
 		return
 	}
-	key := prepKey(spec)
-	w.preparing = key
+	w.preparing[key] = true
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		start := time.Now()
 		err := p.Prepare(ctx, spec)
 		w.mu.Lock()
-		w.preparing = ""
+		delete(w.preparing, key)
 		if err != nil && ctx.Err() == nil {
 			w.prepErr[key] = true
 		}
