@@ -53,7 +53,8 @@ func (t jobTasks) Sizing() dispatch.Sizing {
 // Called with s.mu held.
 func (s *Scheduler) coreAdd(js *JobState) {
 	n := js.Spec.Name
-	s.co.core.AddJob(dispatch.Job{Name: n, Weight: js.Spec.RateWeight(), FLOPs: js.Spec.FLOPsPerQuery, Tasks: jobTasks{js, s.cfg.TaskQueries}})
+	s.co.core.AddJob(dispatch.Job{Name: n, Weight: js.Spec.RateWeight(), FLOPs: js.Spec.FLOPsPerQuery, Model: ModelKey(js.Spec),
+		Tasks: jobTasks{js, s.cfg.TaskQueries}})
 	s.co.core.SetCost(n, s.jobStats(n).cost)
 }
 
@@ -292,6 +293,8 @@ type PullArgs struct {
 	Done   []TaskReport `json:"done"`
 	// Waiting lists the held tasks that wait for their job's model to load (see Preparer).
 	Waiting []TaskRef `json:"waiting,omitempty"`
+	// Models lists the models the worker has loaded (ModelKey); null if it does not say.
+	Models []string `json:"models"`
 }
 
 // PullReply hands out tasks and acknowledges reports.
@@ -314,7 +317,7 @@ func (s *Scheduler) handlePull(epoch uint64, a PullArgs) (PullReply, uint64, err
 	if s.role != roleCoordinator {
 		return r, s.maxEpoch, fmt.Errorf("sched: %s is not the coordinator", s.name)
 	}
-	if len(a.Held) > MaxPullItems || len(a.Done) > MaxPullItems || len(a.Waiting) > MaxPullItems || a.Want > 64 {
+	if len(a.Held) > MaxPullItems || len(a.Done) > MaxPullItems || len(a.Waiting) > MaxPullItems || len(a.Models) > MaxPullItems || a.Want > 64 {
 		return r, s.maxEpoch, fmt.Errorf("sched: pull from %s over the size limits", a.Worker)
 	}
 	now := s.now()
@@ -330,6 +333,7 @@ func (s *Scheduler) handlePull(epoch uint64, a PullArgs) (PullReply, uint64, err
 	for i, h := range a.Waiting {
 		waiting[i] = dispatch.TaskRef(h)
 	}
+	s.co.core.Models(a.Worker, a.Models)
 	for _, l := range s.co.core.Heard(now, a.Worker, held, done, waiting) {
 		s.logf("sched: worker %s gave up task %s/%d: back to the queue", a.Worker, l.Job, l.Task)
 	}

@@ -154,6 +154,32 @@ func modelKey(name string, pr kernel.Precision) string {
 	return name
 }
 
+// ModelKey names a job's model as workers report the models they have loaded: the SDFS
+// name, and the precision unless fp32 (jobs of one model and precision share it).
+func ModelKey(spec JobSpec) string {
+	pr, err := kernel.ParsePrecision(spec.Precision)
+	if err != nil {
+		return spec.Model
+	}
+	return modelKey(spec.Model, pr)
+}
+
+// Loaded lists the models loaded (Preparer).
+func (x *KernelExecutor) Loaded() []string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	out := []string{}
+	if x.models == nil {
+		return out
+	}
+	for _, k := range x.models.Keys() {
+		if c, ok := x.models.Peek(k); ok && c.done.Load() {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 // Ready reports whether a task of the job would start computing at once: its model is
 // loaded, the plan for its batch size built, and its dataset read (Preparer). It never
 // waits for a load in progress.

@@ -223,14 +223,14 @@ func TestKernelExecutorPrepare(t *testing.T) {
 	blobs.Put(ctx, "mask.npy", npyInt64([]int{rows, 5}, mask))
 	spec := sched.JobSpec{Name: "j", Model: "te.onnx", Inputs: map[string]string{"ids": "ids.npy", "mask": "mask.npy"}, Batch: 2}
 	var x sched.Preparer = &sched.KernelExecutor{Blobs: blobs, Threads: 1}
-	if x.Ready(spec) {
-		t.Fatal("ready before anything was loaded")
+	if x.Ready(spec) || len(x.Loaded()) != 0 {
+		t.Fatalf("ready before anything was loaded (loaded %q)", x.Loaded())
 	}
 	if err := x.Prepare(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
-	if !x.Ready(spec) {
-		t.Fatal("not ready after Prepare")
+	if !x.Ready(spec) || !slices.Equal(x.Loaded(), []string{sched.ModelKey(spec)}) {
+		t.Fatalf("not ready after Prepare (loaded %q)", x.Loaded())
 	}
 	other := spec
 	other.Batch = 4

@@ -24,6 +24,18 @@ func (l *loadingExec) Ready(spec JobSpec) bool {
 	return l.LoadTime[spec.Model] == 0 || l.loaded[spec.Model]
 }
 
+func (l *loadingExec) Loaded() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := []string{}
+	for m := range l.FakeExecutor.Models {
+		if l.LoadTime[m] == 0 || l.loaded[m] {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 func (l *loadingExec) Prepare(ctx context.Context, spec JobSpec) error {
 	l.mu.Lock()
 	if l.LoadTime[spec.Model] == 0 || l.loaded[spec.Model] {

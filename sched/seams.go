@@ -64,6 +64,8 @@ type Preparer interface {
 	Ready(spec JobSpec) bool
 	// Prepare gets the job ready; an error is left for the task's Run to report.
 	Prepare(ctx context.Context, spec JobSpec) error
+	// Loaded lists the models loaded (ModelKey of their jobs), never nil.
+	Loaded() []string
 }
 
 // StaticMembership is a fake Membership whose view tests set directly.

@@ -161,6 +161,9 @@ func (s *Scheduler) pullOnce() {
 			args.Waiting = append(args.Waiting, TaskRef{o.Spec.Name, o.Task})
 		}
 	}
+	if p, ok := s.exec.(Preparer); ok {
+		args.Models = p.Loaded()
+	}
 	if w.running != nil {
 		args.Want--
 		args.Held = append(args.Held, TaskRef{w.running.Spec.Name, w.running.Task})

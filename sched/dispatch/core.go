@@ -62,7 +62,10 @@ type Job struct {
 	Name   string
 	Weight float64 // fair-time weight (<= 0 means 1)
 	FLOPs  float64 // the model's compute per query (0: unknown), the cost prior
-	Tasks  Tasks
+	// Model names the job's model as workers report the models they have loaded (Models);
+	// jobs of one model share it. "": every worker counts as having it.
+	Model string
+	Tasks Tasks
 }
 
 // Order is a task leased to a worker.
@@ -114,14 +117,15 @@ type Core struct {
 	fairRate    float64 // queries per second per unit of weight each running job gets
 	slack       float64 // FairQueue's slack: FairSlack at the fair rate, at least a task
 	lastControl time.Time
-	waits       *waits // tasks workers report waiting for their job's model to load
+	waits       *waits                     // tasks workers report waiting for their job's model to load
+	models      map[string]map[string]bool // worker -> the models it has loaded, if it reports them
 }
 
 // New returns a Core with no jobs and no workers.
 func New(cfg Config) *Core {
 	return &Core{cfg: cfg, jobs: map[string]*coreJob{}, tasks: NewTaskTable(), fair: NewFairQueue(),
 		heard: map[string]time.Time{}, assign: map[string][]Share{}, shares: map[string]float64{},
-		waits: newWaits()}
+		waits: newWaits(), models: map[string]map[string]bool{}}
 }
 
 // AddJob starts scheduling a job (at its add, or every job of the journal at a takeover).
@@ -229,6 +233,11 @@ func (c *Core) Tick(now time.Time, alive []string, self string) ([]Expiry, []Res
 			delete(c.heard, w)
 		}
 	}
+	for w := range c.models {
+		if !live[w] {
+			delete(c.models, w) // back, it is a fresh process with no model loaded
+		}
+	}
 	var rs []Resize
 	if now.Sub(c.lastControl) >= c.cfg.ControlEvery || !equalStrings(workers, c.workers) {
 		c.workers = workers
@@ -300,6 +309,26 @@ func (c *Core) Completed(now time.Time, job string, task int, cost float64) []Re
 	return nil
 }
 
+// Models records the models worker has loaded (Job.Model names), as its pull reports
+// them; nil: it does not report them (every model counts as loaded there).
+func (c *Core) Models(worker string, models []string) {
+	if models == nil {
+		delete(c.models, worker)
+		return
+	}
+	set := make(map[string]bool, len(models))
+	for _, m := range models {
+		set[m] = true
+	}
+	c.models[worker] = set
+}
+
+// cold reports whether worker is known not to have job's model loaded.
+func (c *Core) cold(worker string, j *coreJob) bool {
+	set, known := c.models[worker]
+	return known && j.Model != "" && !set[j.Model]
+}
+
 // Release drops the lease of a task found done already (a repeated report).
 func (c *Core) Release(job string, task int) {
 	if w := c.tasks.Complete(job, task); w != "" {
@@ -355,6 +384,9 @@ func (c *Core) lease(now time.Time, worker string, j *coreJob, express bool) (Or
 	j.started = true
 	f, t := j.Tasks.TaskRange(task)
 	c.fair.Leased(j.Name, t-f)
+	if c.cold(worker, j) && c.waits.add(worker, TaskRef{j.Name, task}, t-f) {
+		c.fair.Wait(j.Name, t-f) // it waits for the load until the worker says otherwise
+	}
 	if q := float64(t - f); usable(j.cost) && q*j.cost <= c.cfg.ExpressSeconds.Seconds() &&
 		q > c.cfg.FairTaskSeconds.Seconds()*c.fairRate*(JobLoad{Weight: j.Weight}).weight() {
 		express = true // a cheap task that its batch keeps larger than FairTaskSeconds
@@ -365,7 +397,10 @@ func (c *Core) lease(now time.Time, worker string, j *coreJob, express bool) (Or
 // Pick chooses the job worker runs next ("" for none): the job furthest behind in queries
 // leased over weight (less those waiting for loads), preferring the worker's assigned
 // jobs by FairSlack (see FairQueue). A worker with a task of a job waiting for the job's
-// model gets no other task of that job until it is loaded.
+// model gets no other task of that job until it is loaded, and a worker without the
+// model (Models) helps a job only while no other worker is loading it: else, at a cold
+// start, every worker pulling while a job was behind took one of its tasks and loaded
+// its model, seven ResNet-18 loads at once taking 7-8 s each on the shared cores.
 func (c *Core) Pick(worker string) string {
 	mine := c.assign[worker]
 	return c.fair.Pick(c.tasks.HasPending, func(job string) Affinity {
@@ -376,6 +411,9 @@ func (c *Core) Pick(worker string) string {
 			if sh.Job == job && sh.Weight > 0 {
 				return Assigned
 			}
+		}
+		if j := c.jobs[job]; j != nil && c.cold(worker, j) && c.waits.loading(job) {
+			return Barred
 		}
 		return Other
 	}, c.slack)

@@ -223,7 +223,7 @@ func (s *Sim) AddJob(j SimJob) {
 	}
 	ts := NewMemTasks(j.Queries, j.Batch, size, chosen)
 	s.Jobs[j.Name], s.Tasks[j.Name] = &j, ts
-	s.Core.AddJob(Job{Name: j.Name, Weight: j.Weight, FLOPs: j.FLOPs, Tasks: ts})
+	s.Core.AddJob(Job{Name: j.Name, Weight: j.Weight, FLOPs: j.FLOPs, Model: j.Name, Tasks: ts})
 	s.apply(s.Core.Control(s.Now))
 }
 
@@ -276,6 +276,13 @@ func (s *Sim) pull(w *SimWorker) {
 		}
 	}
 	s.Core.Heard(s.Now, w.Name, held, w.done, waiting)
+	models := []string{}
+	for name, j := range s.Jobs {
+		if j.LoadTime <= 0 || w.loaded[name] {
+			models = append(models, name)
+		}
+	}
+	s.Core.Models(w.Name, models)
 	for _, d := range w.done {
 		ts := s.Tasks[d.Job]
 		if ts == nil || !ts.Done(d.Task) {

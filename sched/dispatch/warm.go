@@ -12,9 +12,29 @@ package dispatch
 // jobs at 16-31 q/s for 10 s of a cold start).
 type waits struct {
 	byWorker map[string]map[TaskRef]int // worker -> its tasks waiting for a load: their queries
+	perJob   map[string]int             // job -> its tasks waiting, on any worker
 }
 
-func newWaits() *waits { return &waits{byWorker: map[string]map[TaskRef]int{}} }
+func newWaits() *waits {
+	return &waits{byWorker: map[string]map[TaskRef]int{}, perJob: map[string]int{}}
+}
+
+// loading reports whether a task of job waits for a load on some worker.
+func (w *waits) loading(job string) bool { return w.perJob[job] > 0 }
+
+// add records a task waiting on worker (leased to a worker known not to have the job's
+// model: waiting before its first report says so) and reports whether it is new.
+func (w *waits) add(worker string, r TaskRef, queries int) bool {
+	if _, ok := w.byWorker[worker][r]; ok {
+		return false
+	}
+	if w.byWorker[worker] == nil {
+		w.byWorker[worker] = map[TaskRef]int{}
+	}
+	w.byWorker[worker][r] = queries
+	w.perJob[r.Job]++
+	return true
+}
 
 // loads reports whether worker has a task of job waiting for a load.
 func (w *waits) loads(worker, job string) bool {
@@ -36,15 +56,9 @@ func (w *waits) report(worker string, waiting []TaskRef, size func(TaskRef) (int
 		if _, ok := w.byWorker[worker][r]; ok {
 			continue
 		}
-		q, ok := size(r)
-		if !ok {
-			continue
+		if q, ok := size(r); ok && w.add(worker, r, q) {
+			wait(r.Job, q)
 		}
-		if w.byWorker[worker] == nil {
-			w.byWorker[worker] = map[TaskRef]int{}
-		}
-		w.byWorker[worker][r] = q
-		wait(r.Job, q)
 	}
 	for r, q := range w.byWorker[worker] {
 		if !now[r] {
@@ -64,6 +78,9 @@ func (w *waits) drop(worker string, r TaskRef) int {
 	delete(w.byWorker[worker], r)
 	if len(w.byWorker[worker]) == 0 {
 		delete(w.byWorker, worker)
+	}
+	if w.perJob[r.Job]--; w.perJob[r.Job] <= 0 {
+		delete(w.perJob, r.Job)
 	}
 	return q
 }
