@@ -40,8 +40,12 @@ func load() error {
 // spinCount is the OpenMP spin count the kernel runs with unless the user sets
 // OMP_WAIT_POLICY or GOMP_SPINCOUNT: libgomp's default (300,000 spins) burns whole time
 // slices at every barrier when the cores are shared (several models in one worker, or
-// other processes), while a short spin keeps back-to-back primitives from sleeping.
-const spinCount = "30000"
+// other processes), while a short spin keeps back-to-back primitives from sleeping. 3,000
+// spins of PAUSE are about 150 µs on the Ice Lake VM, far more than the gap between two
+// primitives; 30,000 (until plans kept one OpenMP pool each, libgomp throttled the spin
+// anyway, see osThread) made MnasNet batch 1 on two threads fall to 12-20 images/s beside
+// one or two busy loops, where 3,000 keeps 62-103 (ONNX Runtime: 42-60).
+const spinCount = "3000"
 
 // tuneOpenMP sets GOMP_SPINCOUNT in the C environment before libgomp is loaded (it reads
 // its settings once, when it is loaded with the kernel library).

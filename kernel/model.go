@@ -130,10 +130,12 @@ type Model struct {
 	closed bool
 }
 
-// planEntry is one cached plan; mu serialises its runs (it owns one arena).
+// planEntry is one cached plan; mu serialises its runs (it owns one arena). th is the OS
+// thread a multi-threaded plan is compiled, run and destroyed on (see osThread).
 type planEntry struct {
 	mu   sync.Mutex
 	p    *plan
+	th   *osThread
 	dead bool
 }
 
@@ -256,8 +258,14 @@ func (m *Model) planFor(shapes map[string][]int64, consts map[string]*onnx.Tenso
 	if err != nil {
 		return nil, fmt.Errorf("kernel: %w", err)
 	}
-	p, err := lowerGraph(g, m.src.Opset, m.threads, m.prec)
+	var th *osThread // nil: the caller's thread (see osThread)
+	if m.threads > 1 {
+		th = newOSThread()
+	}
+	var p *plan
+	th.do(func() { p, err = lowerGraph(g, m.src.Opset, m.threads, m.prec) })
 	if err != nil {
+		th.stop()
 		return nil, err
 	}
 	if len(m.order) >= maxPlans {
@@ -267,7 +275,7 @@ func (m *Model) planFor(shapes map[string][]int64, consts map[string]*onnx.Tenso
 		delete(m.plans, old)
 		go e.destroy() // waits for a run in progress
 	}
-	e := &planEntry{p: p}
+	e := &planEntry{p: p, th: th}
 	m.plans[key] = e
 	m.order = append(m.order, key)
 	return e, nil
@@ -277,7 +285,8 @@ func (e *planEntry) destroy() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !e.dead {
-		idkPlanDestroy(e.p.h)
+		e.th.do(func() { idkPlanDestroy(e.p.h) })
+		e.th.stop()
 		e.dead = true
 	}
 }
@@ -464,11 +473,14 @@ func (e *planEntry) run(inputs []*onnx.Tensor, decl []onnx.ValueInfo) ([]*onnx.T
 		e.mu.Unlock()
 		return nil, errEvicted
 	}
-	st := idkPlanRun(p.h, &inPtrs[0], &outPtrs[0])
+	var st int32
 	var msg string
-	if st != statusOK {
-		msg = idkPlanError(p.h)
-	}
+	e.th.do(func() {
+		st = idkPlanRun(p.h, &inPtrs[0], &outPtrs[0])
+		if st != statusOK {
+			msg = idkPlanError(p.h)
+		}
+	})
 	e.mu.Unlock()
 	runtime.KeepAlive(keep)
 	runtime.KeepAlive(outs)
@@ -527,7 +539,9 @@ func PeakGFLOPS(threads int) float64 {
 	if threads < 1 {
 		threads = 1
 	}
-	return idkPeakGflops(int32(threads), 0.3)
+	var g float64
+	onOwnThread(func() { g = idkPeakGflops(int32(threads), 0.3) })
+	return g
 }
 
 // PeakBF16GFLOPS measures this machine's bf16 dot-product peak (AVX512_BF16) with the given
@@ -539,7 +553,9 @@ func PeakBF16GFLOPS(threads int) float64 {
 	if threads < 1 {
 		threads = 1
 	}
-	return idkPeakBF16(int32(threads), 0.3)
+	var g float64
+	onOwnThread(func() { g = idkPeakBF16(int32(threads), 0.3) })
+	return g
 }
 
 // PeakGFLOPSPerCPUSecond measures the FP32 FMA peak of one core per second of CPU time

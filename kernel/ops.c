@@ -513,7 +513,14 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
     /* Layout, per convolution (fp32, 2-D), from the shapes and the input's layout:
      * - depthwise convolutions (one input channel per group) use oneDNN's nChw16c blocked
      *   layout: its jit depthwise kernel there beats the nhwc brgemm one (MobileNetV2 and
-     *   V3 at batch 1 on one thread: 125-130 against 102-111 images per CPU-second);
+     *   V3 at batch 1 on one thread: 125-130 against 102-111 images per CPU-second); but
+     *   those with at most 49 output pixels in all (the 7x7 stage at batch 1) let oneDNN
+     *   choose (nhwc, brdgmm), and the 1x1 convolutions after them follow: brgemm's 1x1
+     *   kernel runs the 192->1152 channel 7x7 expansions in 0.18 ms where the nChw16c jit
+     *   one takes 0.31-0.34 (MnasNet on one thread; per-layer minimum with DNNL_VERBOSE,
+     *   sum over layers on one / two threads: MnasNet 6.43 -> 6.07 / 3.55 -> 3.42 ms,
+     *   MobileNetV2 6.53 -> 5.79 / 4.59 -> 4.13, EfficientNet-B0 12.7 -> 11.3 / 6.70 -> 6.66,
+     *   ShuffleNetV2 4.76 -> 4.69 on one). IDK_DW_NHWC_MAX (output pixels) overrides;
      * - a 1x1 convolution keeps an nhwc input's layout (brgemm kernel) and takes nChw16c
      *   otherwise (jit kernel; about as fast), so blocked blocks need no reorder; one whose
      *   sum post-op's summand is larger than its input (a bottleneck's last convolution)
@@ -560,7 +567,10 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
     } else if (nd == 4 && dt == dnnl_f32) {
         int k1 = w->dims[2] == 1 && w->dims[3] == 1;
         if (g > 1) {
-            blocked = w->dims[1] == 1;
+            /* depthwise: nChw16c (jit_dw), except small outputs (see the layout comment) */
+            const char *dm = getenv("IDK_DW_NHWC_MAX");
+            int64_t dwmax = dm ? atoll(dm) : 49;
+            blocked = w->dims[1] == 1 && o->dims[0] * o->dims[2] * o->dims[3] > dwmax;
         } else if (x->dims[1] < 8) {
             blocked = !p->dense_kxk;
         } else if (k1) {
