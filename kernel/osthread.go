@@ -18,11 +18,17 @@ type osThread struct {
 	work chan func()
 }
 
-// newOSThread starts the thread; stop ends it.
+// newOSThread starts the thread, at the nice value of the calling thread (a node runs
+// the kernel's calls on threads of lowered priority, and the OpenMP workers a plan starts
+// inherit its thread's: so compute keeps yielding to the rest of the machine); stop ends it.
 func newOSThread() *osThread {
 	t := &osThread{work: make(chan func())}
+	nice, ok := callerNice()
 	go func() {
 		runtime.LockOSThread()
+		if ok {
+			setThreadNice(nice)
+		}
 		// Returning without UnlockOSThread ends the OS thread with the goroutine, and
 		// libgomp frees the worker pool it started there.
 		for f := range t.work {
