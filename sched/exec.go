@@ -206,7 +206,7 @@ func (x *KernelExecutor) Ready(spec JobSpec) bool {
 	if x.data == nil {
 		return false
 	}
-	d, ok := x.data.Peek(spec.Format + "|" + spec.Data)
+	d, ok := x.data.Peek(dataKey(spec.Data, spec.Format))
 	return ok && d.done.Load()
 }
 
@@ -319,10 +319,13 @@ func (x *KernelExecutor) dataset(ctx context.Context, name, format string) (data
 	return c.ds, nil
 }
 
+// dataKey names a dataset's entry in the LRU cache of datasets (cachedDataset, Ready).
+func dataKey(name, format string) string { return format + "|" + name }
+
 // cachedDataset returns the dataset stored as name in format, loaded once and kept in the
 // LRU cache of datasets; a failed load is not kept.
 func (x *KernelExecutor) cachedDataset(ctx context.Context, name, format string) (*cachedData, error) {
-	key := format + "|" + name
+	key := dataKey(name, format)
 	x.mu.Lock()
 	if x.data == nil {
 		x.data, _ = lru.New[string, *cachedData](x.keep())

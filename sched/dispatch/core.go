@@ -247,9 +247,7 @@ func (c *Core) Tick(now time.Time, alive []string, self string) ([]Expiry, []Res
 }
 
 func (c *Core) gaveBack(l Lease) {
-	if q := c.waits.drop(l.Worker, TaskRef{l.Job, l.Task}); q > 0 {
-		c.fair.Unwait(l.Job, q)
-	}
+	c.unwait(l.Worker, TaskRef{l.Job, l.Task})
 	if j := c.jobs[l.Job]; j != nil {
 		f, t := j.Tasks.TaskRange(l.Task)
 		c.fair.Returned(l.Job, t-f)
@@ -300,13 +298,19 @@ func (c *Core) Completed(now time.Time, job string, task int, cost float64) []Re
 	}
 	j.producing = true
 	c.fair.Started(job)
-	if q := c.waits.drop(worker, TaskRef{job, task}); q > 0 {
-		c.fair.Unwait(job, q)
-	}
+	c.unwait(worker, TaskRef{job, task})
 	if c.SetCost(job, cost) || !c.isRunning(j) {
 		return c.Control(now)
 	}
 	return nil
+}
+
+// unwait forgets r's lease to worker ("" for none): if the task waited for a load, the
+// FairQueue no longer counts it as waiting.
+func (c *Core) unwait(worker string, r TaskRef) {
+	if q := c.waits.drop(worker, r); q > 0 {
+		c.fair.Unwait(r.Job, q)
+	}
 }
 
 // Models records the models worker has loaded (Job.Model names), as its pull reports
@@ -331,11 +335,7 @@ func (c *Core) cold(worker string, j *coreJob) bool {
 
 // Release drops the lease of a task found done already (a repeated report).
 func (c *Core) Release(job string, task int) {
-	if w := c.tasks.Complete(job, task); w != "" {
-		if q := c.waits.drop(w, TaskRef{job, task}); q > 0 {
-			c.fair.Unwait(job, q)
-		}
-	}
+	c.unwait(c.tasks.Complete(job, task), TaskRef{job, task})
 	c.tasks.Touch(job)
 }
 
