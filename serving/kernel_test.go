@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -250,12 +251,12 @@ func TestNodeServiceLoadsFromStoreAndReloadsAfterRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fetches := 0
+	var fetches atomic.Int32 // restore fetches on its own goroutine
 	fetch := func(ctx context.Context, name string, w io.Writer) error {
 		if name != "models/lenet5.onnx" {
 			return fmt.Errorf("no file %q", name)
 		}
-		fetches++
+		fetches.Add(1)
 		_, err := w.Write(model)
 		return err
 	}
@@ -268,7 +269,7 @@ func TestNodeServiceLoadsFromStoreAndReloadsAfterRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		svc := NewNodeService(NodeOptions{Addr: "127.0.0.1:0", DataDir: dataDir, Threads: 1, RPC: srv, Client: client,
-			SelfRPC: ln.Addr().String(), Peers: StaticPeers{}, Fetch: fetch})
+			SelfRPC: ln.Addr().String(), Peers: StaticPeers{}, Fetch: fetch, Config: Config{Logf: t.Logf}})
 		go srv.Serve(ln)
 		if err := svc.Start(t.Context()); err != nil {
 			t.Fatal(err)
@@ -300,8 +301,8 @@ func TestNodeServiceLoadsFromStoreAndReloadsAfterRestart(t *testing.T) {
 	// A new service on the same data directory (a restarted node) serves it again by itself.
 	svc2, addr2, client2 := start()
 	waitFor(t, func() bool { _, ok := svc2.Server().Local.Metadata("lenet5"); return ok })
-	if fetches != 2 {
-		t.Fatalf("model fetched %d times, want once per start", fetches)
+	if n := fetches.Load(); n != 2 {
+		t.Fatalf("model fetched %d times, want once per start", n)
 	}
 	if got := svc2.Server().Local.Served(); len(got) != 1 || got[0].Batch.MaxBatch != 4 {
 		t.Fatalf("restored %+v", got)
@@ -319,7 +320,7 @@ func TestNodeServiceLoadsFromStoreAndReloadsAfterRestart(t *testing.T) {
 	svc2.Stop()
 	svc3, _, _ := start()
 	time.Sleep(300 * time.Millisecond)
-	if _, ok := svc3.Server().Local.Metadata("lenet5"); ok || fetches != 2 {
-		t.Fatalf("an unserved model came back after a restart (fetches %d)", fetches)
+	if _, ok := svc3.Server().Local.Metadata("lenet5"); ok || fetches.Load() != 2 {
+		t.Fatalf("an unserved model came back after a restart (fetches %d)", fetches.Load())
 	}
 }

@@ -107,14 +107,17 @@ func (s *NodeService) Start(ctx context.Context) error {
 	s.served = make(chan error, 1)
 	go func() { s.served <- s.srv.Serve(ln) }()
 	s.logf("http: serving on %s", s.o.Addr)
+	// The served file is read here, not in restore's goroutine: a model served through
+	// this new instance before that goroutine ran would otherwise be loaded twice.
 	s.mu.Lock()
+	todo := s.readServed()
 	s.pending = map[string]bool{}
-	for _, r := range s.readServed() {
+	for _, r := range todo {
 		s.pending[r.Name] = true
 	}
 	s.mu.Unlock()
 	s.wg.Add(3)
-	go s.restore()
+	go s.restore(todo)
 	go s.place()
 	go s.sample()
 	return nil
@@ -226,12 +229,9 @@ func (s *NodeService) readServed() []ServeRequest {
 	return r
 }
 
-// restore reloads the models served before a restart, retrying while SDFS is not ready.
-func (s *NodeService) restore() {
+// restore reloads todo, the models served before a restart, retrying while SDFS is not ready.
+func (s *NodeService) restore(todo []ServeRequest) {
 	defer s.wg.Done()
-	s.mu.Lock()
-	todo := s.readServed()
-	s.mu.Unlock()
 	for wait := 200 * time.Millisecond; len(todo) > 0; wait = min(2*wait, 5*time.Second) {
 		var left []ServeRequest
 		s.mu.Lock()
