@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"idunno/client/localcluster"
 	"idunno/fd"
 	"idunno/node"
 	"idunno/rpc"
@@ -138,7 +139,7 @@ func (c *Cluster) Start(i int) error {
 	cmd.Env = os.Environ()
 	// Its own process group; killed with this process if the test dies.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := localcluster.StartCmd(cmd); err != nil { // see StartCmd: Pdeathsig is per thread
 		return fmt.Errorf("chaos: start %s: %w", c.Name(i), err)
 	}
 	p := &nodeProc{pid: cmd.Process.Pid, done: make(chan struct{})}

@@ -196,7 +196,7 @@ func (c *Cluster) spawn(i int) error {
 	if DieWithParent {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}
-	if err := cmd.Start(); err != nil {
+	if err := StartCmd(cmd); err != nil {
 		return fmt.Errorf("localcluster: start %s: %w", nd.Name, err)
 	}
 	p := &proc{cmd: cmd, done: make(chan struct{})}
