@@ -53,13 +53,34 @@ type listSampler struct {
 	live  [][]bool  // the job ran (added, not complete) at the sample
 	cpu   []float64 // the cluster's processes' CPU seconds (user+system) at the sample
 	pids  map[int]float64
+	names map[int]string       // node name of each pid seen
+	nodes []map[string]float64 // per node name (all its processes), CPU seconds at the sample
+	mach  []machineCPU         // the whole machine's CPU at the sample
+}
+
+// machineCPU is the machine's cumulative CPU time in seconds from /proc/stat: busy (user,
+// nice, system, irq, softirq) and steal (taken by the hypervisor).
+type machineCPU struct{ busy, steal float64 }
+
+func readMachineCPU() machineCPU {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return machineCPU{}
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
+	if len(f) < 9 || f[0] != "cpu" {
+		return machineCPU{}
+	}
+	v := func(i int) float64 { var x float64; fmt.Sscan(f[i], &x); return x / 100 } // USER_HZ
+	return machineCPU{busy: v(1) + v(2) + v(3) + v(6) + v(7), steal: v(8)}
 }
 
 // clusterCPU is the CPU time (user+system, seconds) the cluster's node processes have
 // used, a killed one's last reading kept.
 func (s *listSampler) clusterCPU() float64 {
 	if s.pids == nil {
-		s.pids = map[int]float64{}
+		s.pids, s.names = map[int]float64{}, map[int]string{}
 	}
 	for _, n := range s.d.Cluster.Nodes() {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", n.PID))
@@ -75,12 +96,40 @@ func (s *listSampler) clusterCPU() float64 {
 		fmt.Sscan(f[11], &u)
 		fmt.Sscan(f[12], &st)
 		s.pids[n.PID] = (u + st) / 100 // USER_HZ
+		s.names[n.PID] = n.Name
 	}
 	t := 0.0
-	for _, c := range s.pids {
+	per := map[string]float64{}
+	for pid, c := range s.pids {
 		t += c
+		per[s.names[pid]] += c
 	}
+	s.nodes = append(s.nodes, per)
 	return t
+}
+
+// cpuBetween says where the machine's CPU went between samples k0 and k1, in cores: the
+// cluster's nodes (each), the machine's other processes, and steal.
+func (s *listSampler) cpuBetween(k0, k1 int) string {
+	dt := s.t[k1] - s.t[k0]
+	if dt <= 0 {
+		return ""
+	}
+	var names []string
+	for n := range s.nodes[k1] {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var parts []string
+	cl := 0.0
+	for _, n := range names {
+		c := (s.nodes[k1][n] - s.nodes[k0][n]) / dt
+		cl += c
+		parts = append(parts, fmt.Sprintf("%s %.2f", n, c))
+	}
+	busy := (s.mach[k1].busy - s.mach[k0].busy) / dt
+	return fmt.Sprintf("cluster %.2f cores (%s), other processes %.2f, steal %.2f",
+		cl, strings.Join(parts, ", "), busy-cl, (s.mach[k1].steal-s.mach[k0].steal)/dt)
 }
 
 func (s *listSampler) sample() {
@@ -90,6 +139,7 @@ func (s *listSampler) sample() {
 	}
 	s.t = append(s.t, time.Since(s.start).Seconds())
 	s.cpu = append(s.cpu, s.clusterCPU())
+	s.mach = append(s.mach, readMachineCPU())
 	for i, j := range s.jobs {
 		k := slices.IndexFunc(list, func(x sched.JobSummary) bool { return x.Name == j })
 		d, dt, sh, live := 0.0, 0.0, 0.0, false
@@ -480,6 +530,32 @@ func manyRun(o options, d *scenario.Driver, n int) (manyResult, error) {
 		}
 		res.lines = append(res.lines, fmt.Sprintf("manyjobs: %d jobs: event at %.0f s (%s): spread within 15%% for good %.1f s after it; from 10 s after it to the next event median %.1f%%, worst %.1f%%",
 			n, ev.X, ev.Label, settled, 100*med, 100*worst))
+	}
+	// Where the CPU went in each phase: the steady state, then 0-10 s and 10 s to the
+	// next event after each event (a rejoin that slows the cluster shows here).
+	phases := []float64{steadyFrom, math.Min(steadyTo, s.t[len(s.t)-1])}
+	for e, ev := range events {
+		next := s.t[len(s.t)-1]
+		if e+1 < len(events) {
+			next = events[e+1].X
+		}
+		phases = append(phases, ev.X, math.Min(ev.X+10, next), math.Min(ev.X+10, next), next)
+	}
+	for p := 0; p+1 < len(phases); p += 2 {
+		k0 := slices.IndexFunc(s.t, func(x float64) bool { return x >= phases[p] })
+		k1 := slices.IndexFunc(s.t, func(x float64) bool { return x >= phases[p+1] })
+		if k1 < 0 {
+			k1 = len(s.t) - 1
+		}
+		if k0 < 0 || k1 <= k0 {
+			continue
+		}
+		total := 0.0
+		for i := range jobs {
+			total += (s.done[i][k1] - s.done[i][k0]) / (s.t[k1] - s.t[k0])
+		}
+		res.lines = append(res.lines, fmt.Sprintf("manyjobs: %d jobs: %.0f-%.0f s: %.0f queries/s in all; %s",
+			n, s.t[k0], s.t[k1], total, s.cpuBetween(k0, k1)))
 	}
 	// With weights: each job's rate over its weight, over the mean of that (1 is exact).
 	weighted := false
