@@ -153,12 +153,14 @@ func (n *Node) newStore() (*sdfs.Store, error) {
 func (n *Node) newScheduler() (*sched.Scheduler, error) {
 	blobs := sdfsBlobs{sdfs.NewClient(sdfs.DefaultConfig(), n.client, n.sdfsPeers)}
 	logf := n.Logf("sched")
+	cfg := sched.DefaultSchedConfig()
+	cfg.MaxLoaders = n.cfg.MaxLoaders
 	return sched.NewScheduler(sched.Deps{
 		Name: n.cfg.Name, RPCAddr: n.cfg.RPCAddr(), DataDir: n.cfg.DataDir,
 		Membership: schedMembership{n}, Blobs: blobs,
 		Executor: &sched.KernelExecutor{Blobs: blobs, Threads: n.cfg.Threads, Nice: n.cfg.ComputeThreadNice(), Logf: logf, Models: n.models},
 		Client:   n.client, Logf: logf,
-	}, sched.DefaultSchedConfig(), n.rpc)
+	}, cfg, n.rpc)
 }
 
 // newHTTP builds the HTTP endpoint (KServe v2, /metrics, dashboard) on base port + 2.

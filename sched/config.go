@@ -38,6 +38,10 @@ type NodeConfig struct {
 	// its compute lowered. Nil means the default; 0 leaves the threads as they are.
 	FDNice      *int `json:"fd_nice,omitempty"`
 	ComputeNice *int `json:"compute_nice,omitempty"`
+	// MaxLoaders bounds how many workers load one job's model at once when this node
+	// coordinates (dispatch.Config.MaxLoaders; 0, the default, is no bound). Nodes that
+	// share a machine's cores set it to the cores: more loads at once only share them.
+	MaxLoaders int `json:"max_loaders,omitempty"`
 }
 
 // Default thread priorities (see NodeConfig.FDNice and ComputeNice). Lowering nice below 0

@@ -139,7 +139,7 @@ func start(dir string, n, basePort int, bin string) (*Cluster, error) {
 	}
 	for _, nd := range c.f.Nodes {
 		cfg := sched.NodeConfig{Name: nd.Name, Host: nd.Host, BasePort: nd.BasePort, DataDir: nd.DataDir,
-			Introducers: intro, Secret: c.f.Secret, Threads: ThreadsPerNode(n, runtime.NumCPU())}
+			Introducers: intro, Secret: c.f.Secret, Threads: ThreadsPerNode(n, runtime.NumCPU()), MaxLoaders: runtime.NumCPU()}
 		if err := os.MkdirAll(nd.DataDir, 0o755); err != nil {
 			return nil, fmt.Errorf("localcluster: %w", err)
 		}

@@ -413,3 +413,53 @@ func TestCoreWaitingTasks(t *testing.T) {
 		t.Fatalf("a still has a task waiting after the failure")
 	}
 }
+
+// TestCoreMaxLoaders: with MaxLoaders 2, of six workers without a job's model that the
+// split assigns to it, two get its tasks (and load it); the others get one when a loader
+// has it. With no bound, every one of them gets a task at once.
+func TestCoreMaxLoaders(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	workers := []string{"w1", "w2", "w3", "w4", "w5", "w6"}
+	run := func(maxLoaders int) (*Core, map[string]TaskRef) {
+		cfg := DefaultConfig()
+		cfg.MaxLoaders = maxLoaders
+		c := New(cfg)
+		c.AddJob(Job{Name: "big", Model: "m", Weight: 1, FLOPs: 1e9, Tasks: NewMemTasks(100000, 8, 8, false)})
+		c.Tick(t0, append([]string{"coord"}, workers...), "coord")
+		got := map[string]TaskRef{}
+		for _, w := range workers {
+			c.Models(w, []string{})
+			for _, o := range c.Lease(t0, w, 2) {
+				if _, dup := got[w]; dup {
+					t.Fatalf("%s got a second task of big while loading its model", w)
+				}
+				got[w] = TaskRef{o.Job, o.Task}
+			}
+		}
+		return c, got
+	}
+	if _, got := run(0); len(got) != len(workers) {
+		t.Fatalf("no bound: %d of %d workers got a task: %v", len(got), len(workers), got)
+	}
+	c, got := run(2)
+	if len(got) != 2 {
+		t.Fatalf("MaxLoaders 2: %d workers got a task: %v", len(got), got)
+	}
+	// One loader has the model: it reports it, and its task no longer waits.
+	var loader string
+	for w := range got {
+		loader = w
+		break
+	}
+	c.Models(loader, []string{"m"})
+	c.Heard(t0, loader, []TaskRef{got[loader]}, nil, nil)
+	more := 0
+	for _, w := range workers {
+		if _, ok := got[w]; !ok && len(c.Lease(t0, w, 1)) > 0 {
+			more++
+		}
+	}
+	if more != 1 {
+		t.Fatalf("after one loader finished, %d more workers got a task, want 1", more)
+	}
+}

@@ -126,7 +126,9 @@ type SimWorker struct {
 	dead    bool
 	loaded  map[string]bool      // jobs whose model it has loaded (SimJob.LoadTime)
 	loading map[string]time.Time // jobs whose model it is loading, and when it is done
-	Loads   int                  // models it loaded
+	// loadLeft is what remains of each load, in time on a core of its own (LoadCores).
+	loadLeft map[string]time.Duration
+	Loads    int // models it loaded
 }
 
 type simRun struct {
@@ -162,15 +164,20 @@ type Sim struct {
 	// writing results); default 0.
 	TaskOverhead time.Duration
 	// Jitter, if set, is a factor on one task's duration (a loaded machine's stalls).
-	Jitter  func(rng *rand.Rand, job string) float64
-	Workers []*SimWorker
-	Jobs    map[string]*SimJob
-	Tasks   map[string]*MemTasks
-	Done    []Completion
-	Self    string // the coordinator's node name (not a worker)
-	rng     *rand.Rand
-	nextTic time.Time
-	Leases  int // tasks leased, for benchmarks
+	Jitter func(rng *rand.Rand, job string) float64
+	// LoadCores, if set, is the cores all workers' model loads share, as on the
+	// benchmark's local cluster (10 nodes on 2 cores): n loads in flight each progress at
+	// min(1, LoadCores/n) of a core, so nine ResNet-50 loads at once take 4.5 times as long
+	// as one. 0: every load takes its LoadTime whatever else loads.
+	LoadCores float64
+	Workers   []*SimWorker
+	Jobs      map[string]*SimJob
+	Tasks     map[string]*MemTasks
+	Done      []Completion
+	Self      string // the coordinator's node name (not a worker)
+	rng       *rand.Rand
+	nextTic   time.Time
+	Leases    int // tasks leased, for benchmarks
 	// Busy is the worker time spent running tasks (overhead included) since the last
 	// ResetUtilization; workerT the live workers' time since then.
 	Busy    time.Duration
@@ -205,10 +212,11 @@ func (s *Sim) FailWorkers(n int) {
 			return
 		}
 		if !w.dead {
-			w.dead, w.run, w.queue, w.ready, w.done, w.side, w.srun, w.loading = true, nil, nil, nil, nil, nil, nil, nil
+			w.dead, w.run, w.queue, w.ready, w.done, w.side, w.srun, w.loading, w.loadLeft = true, nil, nil, nil, nil, nil, nil, nil, nil
 			n--
 		}
 	}
+	s.retimeLoads() // the loads left share the cores
 }
 
 // AddJob adds a job now.
@@ -336,7 +344,12 @@ func (s *Sim) ready(w *SimWorker, job string) bool {
 			d *= w.Slow
 		}
 		w.loading[job] = s.Now.Add(time.Duration(d))
+		if w.loadLeft == nil {
+			w.loadLeft = map[string]time.Duration{}
+		}
+		w.loadLeft[job] = time.Duration(d)
 		w.Loads++
+		s.retimeLoads()
 	}
 	return false
 }
@@ -468,14 +481,42 @@ func (s *Sim) RunUntil(end time.Time) {
 			for job, t := range who.loading {
 				if !t.After(s.Now) {
 					delete(who.loading, job)
+					delete(who.loadLeft, job)
 					if who.loaded == nil {
 						who.loaded = map[string]bool{}
 					}
 					who.loaded[job] = true
 				}
 			}
+			s.retimeLoads()
 			s.startNext(who)
 			s.startSide(who)
+		}
+	}
+}
+
+// loadRate is the share of a core each load in flight gets (LoadCores), 1 without it.
+func (s *Sim) loadRate() float64 {
+	if s.LoadCores <= 0 {
+		return 1
+	}
+	n := 0
+	for _, w := range s.Workers {
+		n += len(w.loadLeft)
+	}
+	return math.Min(1, s.LoadCores/float64(max(n, 1)))
+}
+
+// retimeLoads sets each load's end from what remains of it at the current share of a
+// core (the number of loads in flight changed).
+func (s *Sim) retimeLoads() {
+	if s.LoadCores <= 0 {
+		return
+	}
+	r := s.loadRate()
+	for _, w := range s.Workers {
+		for job, left := range w.loadLeft {
+			w.loading[job] = s.Now.Add(time.Duration(math.Ceil(float64(left) / r)))
 		}
 	}
 }
@@ -489,6 +530,18 @@ func (s *Sim) advance(t time.Time) {
 		}
 	}
 	s.workerT += time.Duration(live) * t.Sub(s.Now)
+	if s.LoadCores > 0 && t.After(s.Now) {
+		done := time.Duration(float64(t.Sub(s.Now)) * s.loadRate())
+		for _, w := range s.Workers {
+			for job, left := range w.loadLeft {
+				if w.loading[job].After(t) {
+					w.loadLeft[job] = max(left-done, 1)
+				} else {
+					w.loadLeft[job] = 0 // ends now (kind 5)
+				}
+			}
+		}
+	}
 	s.Now = t
 }
 
@@ -530,7 +583,7 @@ func (s *Sim) ReviveWorkers(n int) {
 			return
 		}
 		if w.dead {
-			w.dead, w.loaded, w.loading, w.next = false, nil, nil, s.Now
+			w.dead, w.loaded, w.loading, w.loadLeft, w.next = false, nil, nil, nil, s.Now
 			n--
 		}
 	}

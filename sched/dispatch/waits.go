@@ -19,8 +19,9 @@ func newWaits() *waits {
 	return &waits{byWorker: map[string]map[TaskRef]int{}, perJob: map[string]int{}}
 }
 
-// loading reports whether a task of job waits for a load on some worker.
-func (w *waits) loading(job string) bool { return w.perJob[job] > 0 }
+// loaders is how many workers load job's model: a worker has at most one task of a job
+// it loads, so it is the job's waiting tasks.
+func (w *waits) loaders(job string) int { return w.perJob[job] }
 
 // add records a task waiting on worker (leased to a worker known not to have the job's
 // model: waiting before its first report says so) and reports whether it is new.
