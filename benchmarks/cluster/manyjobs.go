@@ -285,8 +285,8 @@ func manyJobs(o options, counts []int) error {
 		}
 		alone[c] = (s.done[0][k1] - s.done[0][k0]) / (s.t[k1] - s.t[k0])
 		aloneCPU[c] = (s.done[0][k1] - s.done[0][k0]) / (s.cpu[k1] - s.cpu[k0])
-		fmt.Printf("manyjobs: alone: %s %s batch %d: %.1f queries/s, %.1f queries per cluster CPU-second, the cluster using %.2f cores (%.1f s measured)\n",
-			c.model, c.size, c.batch, alone[c], aloneCPU[c], (s.cpu[k1]-s.cpu[k0])/(s.t[k1]-s.t[k0]), s.t[k1]-s.t[k0])
+		fmt.Printf("manyjobs: alone: %s %s batch %d: %.1f queries/s, %.1f queries per cluster CPU-second, the cluster using %.2f cores (%.1f s measured); %s\n",
+			c.model, c.size, c.batch, alone[c], aloneCPU[c], (s.cpu[k1]-s.cpu[k0])/(s.t[k1]-s.t[k0]), s.t[k1]-s.t[k0], s.cpuBetween(k0, k1))
 		d.Run("job", "remove", name)
 	}
 	for _, r := range results {
