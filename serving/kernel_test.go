@@ -324,3 +324,59 @@ func TestNodeServiceLoadsFromStoreAndReloadsAfterRestart(t *testing.T) {
 		t.Fatalf("an unserved model came back after a restart (fetches %d)", fetches.Load())
 	}
 }
+
+// TestRPCStatsRatesLeaveOutHistograms: JobRates (the dashboard sampler's) asks the
+// coordinator for the job list and each job's stats, not its histogram; JobStats (/metrics)
+// asks for all three.
+func TestRPCStatsRatesLeaveOutHistograms(t *testing.T) {
+	srv := rpc.NewServer([]byte(testSecret))
+	var calls sync.Map
+	count := func(m string) {
+		n, _ := calls.LoadOrStore(m, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+	}
+	rpc.HandleJSON(srv, "sched.job.list", func(_ context.Context, _ struct{}) ([]map[string]string, error) {
+		count("list")
+		return []map[string]string{{"name": "a"}, {"name": "b"}}, nil
+	})
+	rpc.HandleJSON(srv, "sched.job.stats", func(_ context.Context, a map[string]string) (JobStats, error) {
+		count("stats")
+		return JobStats{Job: a["name"], Rate10s: 5}, nil
+	})
+	rpc.HandleJSON(srv, "sched.job.histogram", func(_ context.Context, a map[string]string) (LatencyHistogram, error) {
+		count("histogram")
+		return LatencyHistogram{BoundsMS: []float64{1}, Counts: []int64{3}}, nil
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	client := rpc.NewClient([]byte(testSecret))
+	t.Cleanup(client.Close)
+	r := &RPCStats{Client: client, Addr: ln.Addr().String()}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	got := func(m string) int32 {
+		n, ok := calls.Load(m)
+		if !ok {
+			return 0
+		}
+		return n.(*atomic.Int32).Load()
+	}
+	jobs, err := r.JobRates(ctx)
+	if err != nil || len(jobs) != 2 || jobs[0].Rate10s != 5 || jobs[0].Histogram != nil {
+		t.Fatalf("JobRates: %+v %v", jobs, err)
+	}
+	if got("histogram") != 0 || got("stats") != 2 {
+		t.Fatalf("JobRates made %d histogram and %d stats calls, want 0 and 2", got("histogram"), got("stats"))
+	}
+	jobs, err = r.JobStats(ctx)
+	if err != nil || len(jobs) != 2 || jobs[1].Histogram == nil {
+		t.Fatalf("JobStats: %+v %v", jobs, err)
+	}
+	if got("histogram") != 2 {
+		t.Fatalf("JobStats made %d histogram calls, want 2", got("histogram"))
+	}
+}

@@ -309,7 +309,12 @@ type RPCStats struct {
 }
 
 // JobStats implements StatsSource.
-func (r *RPCStats) JobStats(ctx context.Context) ([]JobStats, error) {
+func (r *RPCStats) JobStats(ctx context.Context) ([]JobStats, error) { return r.jobStats(ctx, true) }
+
+// JobRates implements RateSource.
+func (r *RPCStats) JobRates(ctx context.Context) ([]JobStats, error) { return r.jobStats(ctx, false) }
+
+func (r *RPCStats) jobStats(ctx context.Context, histograms bool) ([]JobStats, error) {
 	var jobs []struct {
 		Name string `json:"name"`
 	}
@@ -323,7 +328,9 @@ func (r *RPCStats) JobStats(ctx context.Context) ([]JobStats, error) {
 			return nil, fmt.Errorf("serving: stats of job %s: %w", j.Name, err)
 		}
 		var h LatencyHistogram
-		if err := r.Client.CallJSON(ctx, r.Addr, "sched.job.histogram", map[string]string{"name": j.Name}, &h); err == nil && len(h.Counts) == len(h.BoundsMS) {
+		if !histograms {
+			// left out
+		} else if err := r.Client.CallJSON(ctx, r.Addr, "sched.job.histogram", map[string]string{"name": j.Name}, &h); err == nil && len(h.Counts) == len(h.BoundsMS) {
 			st.Histogram = &h
 		}
 		out = append(out, st)

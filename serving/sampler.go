@@ -137,7 +137,9 @@ func (s *NodeService) sampleOnce(now time.Time) {
 	defer cancel()
 	var jobs []JobStats
 	jobsErr := errNoStats
-	if s.srv.Stats != nil {
+	if rs, ok := s.srv.Stats.(RateSource); ok {
+		jobs, jobsErr = rs.JobRates(ctx)
+	} else if s.srv.Stats != nil {
 		jobs, jobsErr = s.srv.Stats.JobStats(ctx)
 	}
 	workerOf := map[string]int{}
