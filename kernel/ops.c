@@ -415,19 +415,12 @@ static idk_status_t fn_copy(idk_plan_t *p, idk_step_t *s) {
     return IDK_OK;
 }
 
-/* buf_shared reports whether another tensor also has a view on buffer b. */
-static int buf_shared(idk_plan_t *p, int tid, int b) {
-    for (int i = 0; i < p->nt; i++) {
-        if (i == tid) continue;
-        for (int v = 0; v < p->t[i].nviews; v++)
-            if (p->t[i].views[v].buf == b) return 1;
-    }
-    return 0;
-}
-
 /* buf_live_elsewhere: buffer b holds another tensor still to be read (at or after the op
- * being lowered) or a graph input/output. A matmul's residual operand is a reshape of the
- * residual stream (a view of its buffer) that is dead once reshaped: the sum runs in place. */
+ * being lowered) or a graph input/output. Tensors already dead there do not count: a
+ * matmul's residual operand is a reshape of the residual stream (a view of its buffer) that
+ * is dead once reshaped, and a residual block's output written in place over its summand
+ * shares that dead summand's buffer, which the next block's sum may overwrite in turn (the
+ * earlier any-other-view test copied every other ResNet block's residual stream first). */
 static int buf_live_elsewhere(idk_plan_t *p, int tid, int b) {
     for (int i = 0; i < p->nt; i++) {
         const idk_tensor_t *t = &p->t[i];
@@ -473,8 +466,7 @@ static int dst_for_sum(idk_plan_t *p, const idk_op_t *op, int sum_tid, const dnn
     int rb;
     if (idk_get_view(p, sum_tid, dmd, &rb) != 0) return -1;
     idk_tensor_t *r = &p->t[sum_tid];
-    int inplace = r->lastuse == p->cur_op && !r->is_out && !r->is_in && !r->cdata &&
-                  !(op->kind == IDK_OP_MATMUL ? buf_live_elsewhere(p, sum_tid, rb) : buf_shared(p, sum_tid, rb));
+    int inplace = r->lastuse == p->cur_op && !r->is_out && !r->is_in && !r->cdata && !buf_live_elsewhere(p, sum_tid, rb);
     for (int i = 0; i < op->nin; i++)
         if (op->in[i] == sum_tid) inplace = 0;
     if (inplace) {
