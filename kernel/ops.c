@@ -542,12 +542,12 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
      * blocked16 overrides, for experiments. */
     const char *lay = getenv("IDK_CONV_LAYOUT");
     int blocked = 0, wino = 0;
+    const char *mw = getenv("IDK_WINO_MIN");
+    int64_t minsp = mw ? atoll(mw) : 28 * 28;
     {
         /* Winograd (oneDNN's jit kernels, on nChw16c) for dense 3x3 stride-1 convolutions
          * with large outputs: see the layout comment above. */
         const char *al = getenv("IDK_CONV_ALGO");
-        const char *mw = getenv("IDK_WINO_MIN");
-        int64_t minsp = mw ? atoll(mw) : 28 * 28;
         if (nd == 4 && dt == dnnl_f32 && g == 1 && w->dims[2] == 3 && w->dims[3] == 3 && st[0] == 1 && st[1] == 1 &&
             dl[0] == 0 && dl[1] == 0 && x->dims[1] % 16 == 0 && o->dims[1] % 16 == 0)
             wino = al ? strcmp(al, "winograd") == 0 : o->dims[2] * o->dims[3] >= minsp;
@@ -565,6 +565,14 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
             blocked = w->dims[1] == 1 && o->dims[0] * o->dims[2] * o->dims[3] > dwmax;
         } else if (x->dims[1] < 8) {
             blocked = !p->dense_kxk;
+        } else if (k1 && p->dense_kxk && o->dims[2] * o->dims[3] < minsp && !getenv("IDK_K1_FOLLOW")) {
+            /* past the Winograd stages of a network with dense kxk convolutions (a ResNet's
+             * 14x14 and 7x7 stages), whose 3x3 convolutions run brgemm on nhwc: nhwc (brgemm
+             * 1x1, as fast as the nChw16c jit one there), so the residual stream and the 3x3
+             * convolutions share one layout. Following a blocked input instead kept the
+             * whole stream blocked from the first Winograd stage on, with two reorders
+             * around every later 3x3 convolution (ResNet-50 batch 1: 16 of its 24). */
+            blocked = 0;
         } else if (k1) {
             /* follow the input's layout, or the summand's when it is the larger (a bottleneck's
              * last 1x1 convolution: reordering its input costs a quarter of the summand) */
