@@ -415,19 +415,12 @@ static idk_status_t fn_copy(idk_plan_t *p, idk_step_t *s) {
     return IDK_OK;
 }
 
-/* buf_shared reports whether another tensor also has a view on buffer b. */
-static int buf_shared(idk_plan_t *p, int tid, int b) {
-    for (int i = 0; i < p->nt; i++) {
-        if (i == tid) continue;
-        for (int v = 0; v < p->t[i].nviews; v++)
-            if (p->t[i].views[v].buf == b) return 1;
-    }
-    return 0;
-}
-
 /* buf_live_elsewhere: buffer b holds another tensor still to be read (at or after the op
- * being lowered) or a graph input/output. A matmul's residual operand is a reshape of the
- * residual stream (a view of its buffer) that is dead once reshaped: the sum runs in place. */
+ * being lowered) or a graph input/output. Tensors already dead there do not count: a
+ * matmul's residual operand is a reshape of the residual stream (a view of its buffer) that
+ * is dead once reshaped, and a residual block's output written in place over its summand
+ * shares that dead summand's buffer, which the next block's sum may overwrite in turn (the
+ * earlier any-other-view test copied every other ResNet block's residual stream first). */
 static int buf_live_elsewhere(idk_plan_t *p, int tid, int b) {
     for (int i = 0; i < p->nt; i++) {
         const idk_tensor_t *t = &p->t[i];
@@ -473,8 +466,7 @@ static int dst_for_sum(idk_plan_t *p, const idk_op_t *op, int sum_tid, const dnn
     int rb;
     if (idk_get_view(p, sum_tid, dmd, &rb) != 0) return -1;
     idk_tensor_t *r = &p->t[sum_tid];
-    int inplace = r->lastuse == p->cur_op && !r->is_out && !r->is_in && !r->cdata &&
-                  !(op->kind == IDK_OP_MATMUL ? buf_live_elsewhere(p, sum_tid, rb) : buf_shared(p, sum_tid, rb));
+    int inplace = r->lastuse == p->cur_op && !r->is_out && !r->is_in && !r->cdata && !buf_live_elsewhere(p, sum_tid, rb);
     for (int i = 0; i < op->nin; i++)
         if (op->in[i] == sum_tid) inplace = 0;
     if (inplace) {
@@ -495,6 +487,128 @@ static int dst_for_sum(idk_plan_t *p, const idk_op_t *op, int sum_tid, const dnn
 }
 
 /* ---- ops ---- */
+
+/* dw_fusable returns the op after op (a 1x1 convolution being lowered) when oneDNN can run
+ * the two as one primitive, a depthwise post-op on the 1x1 convolution: a 3x3 depthwise
+ * convolution of stride 1 or 2 and padding 1 that alone reads op's output, with constant
+ * weights and bias and eltwise post-ops only (MobileNetV2's expansion and depthwise pairs,
+ * some of MnasNet's). Otherwise NULL. */
+static const idk_op_t *dw_fusable(idk_plan_t *p, const idk_op_t *op) {
+    int ni = p->cur_op + 1;
+    const char *e = getenv("IDK_DW_FUSE");
+    if ((e && strcmp(e, "0") == 0) || ni >= p->nops || op->nout != 1) return NULL;
+    for (int i = 0; i < op->npost; i++)
+        if (op->post[i].kind == IDK_POST_SUM) return NULL;
+    const idk_op_t *d = &p->ops[ni];
+    const idk_tensor_t *mid = &p->t[op->out[0]];
+    if (d->kind != IDK_OP_CONV || d->nin != 3 || d->nout != 1 || d->in[0] != op->out[0] || d->ni != 10 ||
+        d->ia[0] != 2)
+        return NULL;
+    if (mid->lastuse != ni || mid->is_out || mid->ndims != 4) return NULL;
+    const idk_tensor_t *w = &p->t[d->in[1]], *b = &p->t[d->in[2]], *o = &p->t[d->out[0]];
+    int64_t C = mid->dims[1], s = d->ia[1];
+    /* ia: spatial rank, strides, dilations, pads begin, pads end, group */
+    if (d->ia[9] != C || w->dims[0] != C || w->dims[1] != 1 || w->dims[2] != 3 || w->dims[3] != 3 || !w->cdata ||
+        !b->cdata)
+        return NULL;
+    if ((s != 1 && s != 2) || d->ia[2] != s || d->ia[3] != 1 || d->ia[4] != 1) return NULL;
+    for (int i = 5; i < 9; i++)
+        if (d->ia[i] != 1) return NULL;
+    if (o->dims[2] != (mid->dims[2] + s - 1) / s || o->dims[3] != (mid->dims[3] + s - 1) / s) return NULL;
+    for (int i = 0; i < d->npost; i++)
+        if (d->post[i].kind == IDK_POST_SUM) return NULL;
+    return d;
+}
+
+/* lower_conv_dw lowers a 1x1 convolution (op: stride 1, no padding, fp32, nChw16c) and the
+ * depthwise convolution d after it (dw_fusable) as one oneDNN primitive: the expanded
+ * tensor between them never goes to memory, which is what these layers wait for at batch 8
+ * (1x1 16->96 then 3x3/2 depthwise at 112x112, batch 8, 2 threads, standalone: 3.55 ms as
+ * two primitives, 1.96 fused; 24->144 then 3x3/1 at 56x56: 1.68 against 1.52). oneDNN 2.6
+ * has a jit kernel for the pair only where it can split the rows of several images between
+ * the threads; elsewhere (batch 1) it offers its ref_fused_convolution, which runs the two
+ * kernels in turn and was no faster, so then this returns IDK_ERR_UNSUPPORTED having added
+ * nothing and the two are lowered separately. */
+static idk_status_t lower_conv_dw(idk_plan_t *p, const idk_op_t *op, const idk_op_t *d, const dnnl_memory_desc_t *src,
+                                  const dnnl_memory_desc_t *dst) {
+    const idk_tensor_t *w = T(1);
+    dnnl_memory_desc_t wei, bias;
+    dnnl_dims_t wdd = {w->dims[0], w->dims[1], 1, 1}, one = {1, 1}, zero = {0, 0};
+    dnnl_memory_desc_init_by_tag(&wei, 4, wdd, dnnl_f32, dnnl_format_tag_any);
+    int has_bias = op->nin == 3;
+    if (has_bias) dims_md(&bias, 1, &OUT->dims[1]);
+    dnnl_convolution_desc_t cd;
+    if (dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, src, &wei,
+                                           has_bias ? &bias : NULL, dst, one, zero, zero) != dnnl_success)
+        return IDK_ERR_UNSUPPORTED;
+    dnnl_post_ops_t po;
+    if (dnnl_post_ops_create(&po) != dnnl_success) return IDK_ERR_NOMEM;
+    dnnl_status_t ds = dnnl_success;
+    for (int i = 0; i < op->npost && ds == dnnl_success; i++)
+        ds = append_eltwise(po, op->post[i].alg, op->post[i].alpha, op->post[i].beta);
+    if (ds == dnnl_success)
+        ds = d->ia[1] == 1 ? dnnl_post_ops_append_dw_k3s1p1(po, dnnl_f32, dnnl_f32, dnnl_f32, 0, 0, NULL)
+                           : dnnl_post_ops_append_dw_k3s2p1(po, dnnl_f32, dnnl_f32, dnnl_f32, 0, 0, NULL);
+    for (int i = 0; i < d->npost && ds == dnnl_success; i++)
+        ds = append_eltwise(po, d->post[i].alg, d->post[i].alpha, d->post[i].beta);
+    dnnl_primitive_attr_t attr = new_attr();
+    if (ds == dnnl_success) ds = dnnl_primitive_attr_set_post_ops(attr, po);
+    dnnl_post_ops_destroy(po);
+    dnnl_primitive_desc_t pd = NULL;
+    if (ds == dnnl_success) ds = dnnl_primitive_desc_create(&pd, &cd, attr, p->eng, NULL);
+    dnnl_primitive_attr_destroy(attr);
+    if (ds != dnnl_success) return IDK_ERR_UNSUPPORTED;
+    if (pd_is_ref(pd)) {
+        dnnl_primitive_desc_destroy(pd);
+        return IDK_ERR_UNSUPPORTED;
+    }
+    dnnl_memory_desc_t smd = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+    dnnl_memory_desc_t wmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    dnnl_memory_desc_t dmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+    dnnl_memory_desc_t dwmd =
+        *dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS);
+    dnnl_memory_desc_t dbmd =
+        *dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS);
+    idk_status_t rc = IDK_ERR_DNNL;
+    int sb, wb, bb = -1, dwb, dbb, db;
+    if (idk_get_view(p, op->in[0], &smd, &sb) != 0 || idk_get_view(p, op->in[1], &wmd, &wb) != 0) goto out;
+    if (has_bias && idk_get_plain(p, op->in[2], &bb) != 0) goto out;
+    {
+        /* the depthwise weights (C, 1, 3, 3) viewed as oneDNN's grouped (C, 1, 1, 3, 3) first,
+         * as lower_conv does, so the reorder into the primitive's layout starts from it */
+        int pbuf;
+        if (idk_get_plain(p, d->in[1], &pbuf) != 0) goto out;
+        int64_t gd[5] = {p->t[d->in[1]].dims[0], 1, 1, 3, 3};
+        dnnl_memory_desc_t gm;
+        dims_md(&gm, 5, gd);
+        idk_tensor_t *wt = &p->t[d->in[1]];
+        int found = 0;
+        for (int v = 0; v < wt->nviews; v++)
+            if (dnnl_memory_desc_equal(&wt->views[v].md, &gm)) found = 1;
+        if (!found) {
+            if (wt->nviews >= IDK_MAX_VIEWS) goto out;
+            for (int v = wt->nviews; v > 0; v--) wt->views[v] = wt->views[v - 1];
+            wt->views[0] = (idk_view_t){gm, 0, pbuf};
+            wt->nviews++;
+        }
+    }
+    if (idk_get_view(p, d->in[1], &dwmd, &dwb) != 0 || idk_get_view(p, d->in[2], &dbmd, &dbb) != 0) goto out;
+    if ((db = new_out(p, d->out[0], &dmd)) < 0) goto out;
+    idk_step_t *s;
+    if ((rc = finish_prim(p, pd, &s)) != IDK_OK) goto out;
+    idk_step_arg(s, DNNL_ARG_SRC, &smd, sb);
+    idk_step_arg(s, DNNL_ARG_WEIGHTS, &wmd, wb);
+    if (has_bias) idk_step_arg(s, DNNL_ARG_BIAS, &bias, bb);
+    idk_step_arg(s, DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS, &dwmd, dwb);
+    idk_step_arg(s, DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS, &dbmd, dbb);
+    idk_step_arg(s, DNNL_ARG_DST, &dmd, db);
+    p->fused_next = 1;
+    rc = IDK_OK;
+out:
+    dnnl_primitive_desc_destroy(pd);
+    if (rc != IDK_OK && p->err[0] == 0) idk_fail(p, rc, "op %d: 1x1 and depthwise convolution lowering failed", p->cur_op);
+    return rc;
+}
 
 static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
     const idk_tensor_t *x = T(0), *w = T(1), *o = OUT;
@@ -550,12 +664,12 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
      * blocked16 overrides, for experiments. */
     const char *lay = getenv("IDK_CONV_LAYOUT");
     int blocked = 0, wino = 0;
+    const char *mw = getenv("IDK_WINO_MIN");
+    int64_t minsp = mw ? atoll(mw) : 28 * 28;
     {
         /* Winograd (oneDNN's jit kernels, on nChw16c) for dense 3x3 stride-1 convolutions
          * with large outputs: see the layout comment above. */
         const char *al = getenv("IDK_CONV_ALGO");
-        const char *mw = getenv("IDK_WINO_MIN");
-        int64_t minsp = mw ? atoll(mw) : 28 * 28;
         if (nd == 4 && dt == dnnl_f32 && g == 1 && w->dims[2] == 3 && w->dims[3] == 3 && st[0] == 1 && st[1] == 1 &&
             dl[0] == 0 && dl[1] == 0 && x->dims[1] % 16 == 0 && o->dims[1] % 16 == 0)
             wino = al ? strcmp(al, "winograd") == 0 : o->dims[2] * o->dims[3] >= minsp;
@@ -573,6 +687,14 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
             blocked = w->dims[1] == 1 && o->dims[0] * o->dims[2] * o->dims[3] > dwmax;
         } else if (x->dims[1] < 8) {
             blocked = !p->dense_kxk;
+        } else if (k1 && p->dense_kxk && o->dims[2] * o->dims[3] < minsp && !getenv("IDK_K1_FOLLOW")) {
+            /* past the Winograd stages of a network with dense kxk convolutions (a ResNet's
+             * 14x14 and 7x7 stages), whose 3x3 convolutions run brgemm on nhwc: nhwc (brgemm
+             * 1x1, as fast as the nChw16c jit one there), so the residual stream and the 3x3
+             * convolutions share one layout. Following a blocked input instead kept the
+             * whole stream blocked from the first Winograd stage on, with two reorders
+             * around every later 3x3 convolution (ResNet-50 batch 1: 16 of its 24). */
+            blocked = 0;
         } else if (k1) {
             /* follow the input's layout, or the summand's when it is the larger (a bottleneck's
              * last 1x1 convolution: reordering its input costs a quarter of the summand) */
@@ -599,6 +721,13 @@ retry:
         dnnl_memory_desc_init_by_tag(&src, 4, d, dt, x->dims[1] < 8 ? dnnl_nchw : dnnl_nChw16c);
         for (int i = 0; i < 4; i++) d[i] = o->dims[i];
         dnnl_memory_desc_init_by_tag(&dst, 4, d, dt, dnnl_nChw16c);
+        const idk_op_t *dw;
+        if (!wino && !lay && dt == dnnl_f32 && g == 1 && w->dims[2] == 1 && w->dims[3] == 1 && x->dims[1] >= 8 &&
+            st[0] == 1 && st[1] == 1 && pb[0] == 0 && pb[1] == 0 && pe[0] == 0 && pe[1] == 0 &&
+            (dw = dw_fusable(p, op)) != NULL) {
+            idk_status_t fr = lower_conv_dw(p, op, dw, &src, &dst);
+            if (fr != IDK_ERR_UNSUPPORTED) return fr;
+        }
     } else {
         any_md_dt(&src, x, dt);
         any_md_dt(&dst, o, dt);

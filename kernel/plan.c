@@ -611,6 +611,12 @@ IDK_API idk_status_t idk_plan_compile(idk_plan_t *p) {
         p->cur_op = o;
         idk_status_t st = idk_lower_op(p, o);
         if (st != IDK_OK) return st;
+        if (p->fused_next) {
+            /* op o + 1 runs inside op o's primitive (a depthwise convolution fused into the 1x1
+             * before it): nothing left to lower for it */
+            p->fused_next = 0;
+            o++;
+        }
     }
     p->cur_op = -1;
     for (int i = 0; i < p->nout; i++) {
