@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"idunno/rpc"
 )
 
@@ -263,6 +265,25 @@ func TestClusterTwoJobsWithWorkerAndCoordinatorFailures(t *testing.T) {
 	}
 	if st.Done != 3001 || st.Total != 3001 {
 		t.Fatalf("stats %+v", st)
+	}
+	// Every job's statistics in one call (the dashboard sampler's) are the per-job ones,
+	// in the job list's order (the 10 s rates move with the clock between the calls).
+	var all []JobStatsReport
+	if err := c.callRetry("sched.job.stats.all", struct{}{}, &all); err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 2 || all[0].Job != "fast" || all[1].Job != "slow" {
+		t.Fatalf("stats of all jobs: %+v", all)
+	}
+	for _, r := range all {
+		var one JobStatsReport
+		if err := c.callRetry("sched.job.stats", NameArgs{r.Job}, &one); err != nil {
+			t.Fatal(err)
+		}
+		r.Rate10s, r.RateRatio, one.Rate10s, one.RateRatio = 0, 0, 0, 0
+		if diff := cmp.Diff(one, r); diff != "" {
+			t.Fatalf("job %s: stats.all differs from stats (-one +all):\n%s", r.Job, diff)
+		}
 	}
 	// The statistics survive takeovers: the new coordinator has every query's latency
 	// (measured by workers of either epoch), and the split and first-query time the old

@@ -325,9 +325,9 @@ func TestNodeServiceLoadsFromStoreAndReloadsAfterRestart(t *testing.T) {
 	}
 }
 
-// TestRPCStatsRatesLeaveOutHistograms: JobRates (the dashboard sampler's) asks the
-// coordinator for the job list and each job's stats, not its histogram; JobStats (/metrics)
-// asks for all three.
+// TestRPCStatsRatesLeaveOutHistograms: JobRates (the dashboard sampler's) makes one call
+// to the coordinator for every job's stats and asks for no histogram; JobStats (/metrics)
+// asks for each job's histogram too.
 func TestRPCStatsRatesLeaveOutHistograms(t *testing.T) {
 	srv := rpc.NewServer([]byte(testSecret))
 	var calls sync.Map
@@ -335,13 +335,9 @@ func TestRPCStatsRatesLeaveOutHistograms(t *testing.T) {
 		n, _ := calls.LoadOrStore(m, new(atomic.Int32))
 		n.(*atomic.Int32).Add(1)
 	}
-	rpc.HandleJSON(srv, "sched.job.list", func(_ context.Context, _ struct{}) ([]map[string]string, error) {
-		count("list")
-		return []map[string]string{{"name": "a"}, {"name": "b"}}, nil
-	})
-	rpc.HandleJSON(srv, "sched.job.stats", func(_ context.Context, a map[string]string) (JobStats, error) {
-		count("stats")
-		return JobStats{Job: a["name"], Rate10s: 5}, nil
+	rpc.HandleJSON(srv, "sched.job.stats.all", func(_ context.Context, _ struct{}) ([]JobStats, error) {
+		count("stats.all")
+		return []JobStats{{Job: "a", Rate10s: 5}, {Job: "b", Rate10s: 6}}, nil
 	})
 	rpc.HandleJSON(srv, "sched.job.histogram", func(_ context.Context, a map[string]string) (LatencyHistogram, error) {
 		count("histogram")
@@ -366,17 +362,17 @@ func TestRPCStatsRatesLeaveOutHistograms(t *testing.T) {
 		return n.(*atomic.Int32).Load()
 	}
 	jobs, err := r.JobRates(ctx)
-	if err != nil || len(jobs) != 2 || jobs[0].Rate10s != 5 || jobs[0].Histogram != nil {
+	if err != nil || len(jobs) != 2 || jobs[0].Rate10s != 5 || jobs[1].Job != "b" || jobs[0].Histogram != nil {
 		t.Fatalf("JobRates: %+v %v", jobs, err)
 	}
-	if got("histogram") != 0 || got("stats") != 2 {
-		t.Fatalf("JobRates made %d histogram and %d stats calls, want 0 and 2", got("histogram"), got("stats"))
+	if got("histogram") != 0 || got("stats.all") != 1 {
+		t.Fatalf("JobRates made %d histogram and %d stats.all calls, want 0 and 1", got("histogram"), got("stats.all"))
 	}
 	jobs, err = r.JobStats(ctx)
 	if err != nil || len(jobs) != 2 || jobs[1].Histogram == nil {
 		t.Fatalf("JobStats: %+v %v", jobs, err)
 	}
-	if got("histogram") != 2 {
-		t.Fatalf("JobStats made %d histogram calls, want 2", got("histogram"))
+	if got("histogram") != 2 || got("stats.all") != 2 {
+		t.Fatalf("JobStats made %d histogram and %d stats.all calls, want 2 and 2", got("histogram"), got("stats.all"))
 	}
 }

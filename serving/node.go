@@ -302,7 +302,8 @@ func (s *NodeService) sdfsName(model string) string {
 }
 
 // RPCStats is the StatsSource of a node: it asks the scheduler's client API, at the given
-// node's RPC address (which forwards to the coordinator), for every job's statistics.
+// node's RPC address (which forwards to the coordinator), for every job's statistics in
+// one call ("sched.job.stats.all"), and for each job's histogram when asked for them.
 type RPCStats struct {
 	Client *rpc.Client
 	Addr   string
@@ -315,25 +316,15 @@ func (r *RPCStats) JobStats(ctx context.Context) ([]JobStats, error) { return r.
 func (r *RPCStats) JobRates(ctx context.Context) ([]JobStats, error) { return r.jobStats(ctx, false) }
 
 func (r *RPCStats) jobStats(ctx context.Context, histograms bool) ([]JobStats, error) {
-	var jobs []struct {
-		Name string `json:"name"`
+	out := []JobStats{}
+	if err := r.Client.CallJSON(ctx, r.Addr, "sched.job.stats.all", struct{}{}, &out); err != nil {
+		return nil, fmt.Errorf("serving: job stats: %w", err)
 	}
-	if err := r.Client.CallJSON(ctx, r.Addr, "sched.job.list", struct{}{}, &jobs); err != nil {
-		return nil, fmt.Errorf("serving: job list: %w", err)
-	}
-	out := make([]JobStats, 0, len(jobs))
-	for _, j := range jobs {
-		var st JobStats
-		if err := r.Client.CallJSON(ctx, r.Addr, "sched.job.stats", map[string]string{"name": j.Name}, &st); err != nil {
-			return nil, fmt.Errorf("serving: stats of job %s: %w", j.Name, err)
-		}
+	for i := 0; histograms && i < len(out); i++ {
 		var h LatencyHistogram
-		if !histograms {
-			// left out
-		} else if err := r.Client.CallJSON(ctx, r.Addr, "sched.job.histogram", map[string]string{"name": j.Name}, &h); err == nil && len(h.Counts) == len(h.BoundsMS) {
-			st.Histogram = &h
+		if err := r.Client.CallJSON(ctx, r.Addr, "sched.job.histogram", map[string]string{"name": out[i].Job}, &h); err == nil && len(h.Counts) == len(h.BoundsMS) {
+			out[i].Histogram = &h
 		}
-		out = append(out, st)
 	}
 	return out, nil
 }
