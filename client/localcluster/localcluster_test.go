@@ -23,6 +23,21 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// logTails prints, for a failed test, the end of each node's log and output (a node that
+// died shows why there; the logs go with the test's temporary directory).
+func logTails(t *testing.T, c *Cluster) {
+	if !t.Failed() {
+		return
+	}
+	for _, n := range c.Nodes() {
+		for _, f := range []string{"node.log", "stdout.log"} {
+			b, _ := os.ReadFile(filepath.Join(n.DataDir, f))
+			lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+			t.Logf("%s %s, last lines:\n%s", n.Name, f, strings.Join(lines[max(0, len(lines)-15):], "\n"))
+		}
+	}
+}
+
 func states(t *testing.T, c *Cluster, observer string) map[string]fd.State {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -58,6 +73,7 @@ func TestUpKillRestartDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Down() })
+	t.Cleanup(func() { logTails(t, c) })
 	if o, err := Open(dir); err != nil || o.Secret() != c.Secret() || len(o.Nodes()) != 4 {
 		t.Fatalf("Open: %v", err)
 	}
