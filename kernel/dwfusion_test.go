@@ -32,21 +32,12 @@ func setCEnv(t *testing.T, name, value string) {
 // runMobileNet runs m at batch 8 on two threads (seeded input) and returns its logits.
 func runMobileNet(t *testing.T, m *onnx.Model) []float32 {
 	t.Helper()
-	md, err := LoadModel(m, Options{Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer md.Close()
 	dims := append([]int64{8}, m.Graph.Inputs[0].Dims[1:]...)
 	in := &onnx.Tensor{DType: onnx.Float, Dims: dims, F32: make([]float32, 8*3*224*224)}
 	for i := range in.F32 {
 		in.F32[i] = float32((i*7919)%1000)/500 - 1
 	}
-	out, err := md.Run([]*onnx.Tensor{in})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out[0].F32
+	return logits(t, m, in)
 }
 
 // TestDepthwiseFusionMatchesUnfused: MobileNetV2 at 224x224, batch 8, two threads, where
@@ -67,14 +58,8 @@ func TestDepthwiseFusionMatchesUnfused(t *testing.T) {
 	setCEnv(t, "IDK_DW_FUSE", "")
 	fused := runMobileNet(t, m)
 	again := runMobileNet(t, m)
-	big := 0.0
-	for _, v := range plain {
-		big = math.Max(big, math.Abs(float64(v)))
-	}
-	for i := range plain {
-		if d := math.Abs(float64(fused[i] - plain[i])); d > 1e-5*big {
-			t.Fatalf("logit %d: fused %v, unfused %v", i, fused[i], plain[i])
-		}
+	checkClose(t, "mobilenet_v2, fused against unfused", plain, fused, 1e-5)
+	for i := range fused {
 		if math.Float32bits(fused[i]) != math.Float32bits(again[i]) {
 			t.Fatalf("logit %d: %v, then %v on the same input", i, fused[i], again[i])
 		}

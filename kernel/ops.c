@@ -353,6 +353,22 @@ static idk_status_t finish_prim(idk_plan_t *p, dnnl_primitive_desc_t pd, idk_ste
     return IDK_OK;
 }
 
+/* first_view makes md a view of tensor tid's plain buffer, the first one, so that later
+ * reorders into a primitive's layout start from it (grouped weights seen as oneDNN's
+ * (g, O/g, I/g, k...)). 0 on success, -1 if the tensor has no plain buffer or no room. */
+static int first_view(idk_plan_t *p, int tid, const dnnl_memory_desc_t *md) {
+    int pbuf;
+    if (idk_get_plain(p, tid, &pbuf) != 0) return -1;
+    idk_tensor_t *wt = &p->t[tid];
+    for (int v = 0; v < wt->nviews; v++)
+        if (dnnl_memory_desc_equal(&wt->views[v].md, md)) return 0;
+    if (wt->nviews >= IDK_MAX_VIEWS) return -1;
+    for (int v = wt->nviews; v > 0; v--) wt->views[v] = wt->views[v - 1];
+    wt->views[0] = (idk_view_t){*md, 0, pbuf};
+    wt->nviews++;
+    return 0;
+}
+
 static int new_out(idk_plan_t *p, int tid, const dnnl_memory_desc_t *md) {
     size_t sz = md ? dnnl_memory_desc_get_size(md) : p->t[tid].nbytes;
     int b = idk_new_buffer(p, sz);
@@ -576,21 +592,10 @@ static idk_status_t lower_conv_dw(idk_plan_t *p, const idk_op_t *op, const idk_o
     {
         /* the depthwise weights (C, 1, 3, 3) viewed as oneDNN's grouped (C, 1, 1, 3, 3) first,
          * as lower_conv does, so the reorder into the primitive's layout starts from it */
-        int pbuf;
-        if (idk_get_plain(p, d->in[1], &pbuf) != 0) goto out;
         int64_t gd[5] = {p->t[d->in[1]].dims[0], 1, 1, 3, 3};
         dnnl_memory_desc_t gm;
         dims_md(&gm, 5, gd);
-        idk_tensor_t *wt = &p->t[d->in[1]];
-        int found = 0;
-        for (int v = 0; v < wt->nviews; v++)
-            if (dnnl_memory_desc_equal(&wt->views[v].md, &gm)) found = 1;
-        if (!found) {
-            if (wt->nviews >= IDK_MAX_VIEWS) goto out;
-            for (int v = wt->nviews; v > 0; v--) wt->views[v] = wt->views[v - 1];
-            wt->views[0] = (idk_view_t){gm, 0, pbuf};
-            wt->nviews++;
-        }
+        if (first_view(p, d->in[1], &gm) != 0) goto out;
     }
     if (idk_get_view(p, d->in[1], &dwmd, &dwb) != 0 || idk_get_view(p, d->in[2], &dbmd, &dbb) != 0) goto out;
     if ((db = new_out(p, d->out[0], &dmd)) < 0) goto out;
@@ -791,21 +796,9 @@ retry:
     if (idk_get_view(p, op->in[0], &smd, &sb) != 0) goto out;
     if (g > 1) {
         /* view the ONNX weights (O, I/g, k...) as (g, O/g, I/g, k...) on the same plain buffer */
-        int pbuf;
-        if (idk_get_plain(p, op->in[1], &pbuf) != 0) goto out;
         dnnl_memory_desc_t gm;
         dims_md(&gm, wn, wd);
-        idk_tensor_t *wt = &p->t[op->in[1]];
-        int found = 0;
-        for (int v = 0; v < wt->nviews; v++)
-            if (dnnl_memory_desc_equal(&wt->views[v].md, &gm)) found = 1;
-        if (!found) {
-            if (wt->nviews >= IDK_MAX_VIEWS) goto out;
-            /* insert as the first view so later reorders start from the grouped shape */
-            for (int v = wt->nviews; v > 0; v--) wt->views[v] = wt->views[v - 1];
-            wt->views[0] = (idk_view_t){gm, 0, pbuf};
-            wt->nviews++;
-        }
+        if (first_view(p, op->in[1], &gm) != 0) goto out;
     }
     if (idk_get_view(p, op->in[1], &wmd, &wb) != 0) goto out;
     if (has_bias && idk_get_plain(p, op->in[2], &bb) != 0) goto out;
@@ -1720,16 +1713,8 @@ static idk_status_t lower_matmul(idk_plan_t *p, const idk_op_t *op) {
     if (pack_b) {
         bmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         if (!dnnl_memory_desc_equal(&bmd, &bmd_logical)) {
+            if (first_view(p, op->in[1], &bmd_logical) != 0) goto out;
             idk_tensor_t *wt = &p->t[op->in[1]];
-            int found = 0;
-            for (int v = 0; v < wt->nviews; v++)
-                if (dnnl_memory_desc_equal(&wt->views[v].md, &bmd_logical)) found = 1;
-            if (!found) {
-                if (wt->nviews >= IDK_MAX_VIEWS) goto out;
-                for (int v = wt->nviews; v > 0; v--) wt->views[v] = wt->views[v - 1];
-                wt->views[0] = (idk_view_t){bmd_logical, 0, bb};
-                wt->nviews++;
-            }
             /* reorder from the logical (possibly transposed) view */
             for (int v = 0; v < wt->nviews; v++)
                 if (dnnl_memory_desc_equal(&wt->views[v].md, &bmd_logical) && v != 0) {
