@@ -661,6 +661,11 @@ func (c *Client) read(ctx context.Context, name string, v Version, holders []Pee
 	if err != nil {
 		return err
 	}
+	if b, ok := w.(*bytes.Buffer); ok {
+		// One allocation for the whole file (Validate bounds Size), not a doubling and a
+		// clear per block: a worker reading a 100 MB model spent 0.6 CPU-s growing it.
+		b.Grow(int(m.Size))
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {

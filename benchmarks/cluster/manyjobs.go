@@ -221,9 +221,9 @@ func (s *listSampler) runFor(d time.Duration) {
 	}
 }
 
-// manyJobs runs n jobs (the 4 configs, each n/4 times) added 3 s apart, measures the spread
-// of their 10 s rates while all run, then each config alone for the aggregate-throughput
-// ratio (alone rates are measured once and shared by the runs).
+// manyJobs runs n jobs (the 4 configs, each n/4 times) added 3 s apart and measures the
+// spread of their 10 s rates while all run; each config alone, before and after those
+// runs, gives the aggregate-throughput ratio.
 func manyJobs(o options, counts []int) error {
 	var models []string
 	for _, c := range manyConfigs {
@@ -246,6 +246,30 @@ func manyJobs(o options, counts []int) error {
 		cpu   float64 // the cluster's CPU seconds in it
 		lines []string
 	}
+	// Alone, before and after: the machine is shared and its speed drifts (the same job
+	// alone measured 80 and 97 queries per CPU-second in two runs an hour apart), so the
+	// ratio is given against the alone rates on either side of the runs together and
+	// their mean; when the two sides differ by more than the ratio's 5%, the run says so.
+	// The runs before use copies of the models under other names: workers keep 4 models,
+	// so the jobs together still start on workers that have none of theirs (a cold start).
+	tmp, err := os.MkdirTemp("", "idunno-alone-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	for _, c := range manyConfigs {
+		f := filepath.Join(tmp, c.model+".onnx")
+		if _, err := d.Run("get", c.model, f); err != nil {
+			return err
+		}
+		if _, err := d.Run("put", f, "alone-"+c.model); err != nil {
+			return err
+		}
+	}
+	before, err := measureAlone(d, "before", "alone-", 15*time.Second)
+	if err != nil {
+		return err
+	}
 	var results []result
 	for _, n := range counts {
 		r, err := manyRun(o, d, n)
@@ -254,24 +278,74 @@ func manyJobs(o options, counts []int) error {
 		}
 		results = append(results, result{n: n, done: r.done, secs: r.secs, cpu: r.cpu, lines: r.lines})
 	}
-	// Alone: each config by itself on the whole cluster.
-	alone, aloneCPU := map[manyConfig]float64{}, map[manyConfig]float64{}
+	after, err := measureAlone(d, "after", "", 0)
+	if err != nil {
+		return err
+	}
+	for _, c := range manyConfigs {
+		fmt.Printf("manyjobs: alone: %s %s: %.1f queries/s before, %.1f after (%+.1f%%); %.1f and %.1f per cluster CPU-second (%+.1f%%)\n",
+			c.model, c.size, before.rate[c], after.rate[c], 100*(after.rate[c]/before.rate[c]-1),
+			before.perCPU[c], after.perCPU[c], 100*(after.perCPU[c]/before.perCPU[c]-1))
+	}
+	for _, r := range results {
+		for _, l := range r.lines {
+			fmt.Println(l)
+		}
+		// The time the same queries would take run one after another, alone, over the
+		// time they took together.
+		work := func(a aloneRates) (seq, seqCPU float64) {
+			for c, q := range r.done {
+				seq += q / a.rate[c]
+				seqCPU += q / a.perCPU[c]
+			}
+			return seq, seqCPU
+		}
+		sb, cb := work(before)
+		sa, ca := work(after)
+		seq, seqCPU := (sb+sa)/2, (cb+ca)/2
+		fmt.Printf("manyjobs: %d jobs: aggregate throughput %.1f%% of running the same jobs one after another (%.1f s of work alone done in %.1f s together; %.1f%% against the alone rates before, %.1f%% after)\n",
+			r.n, 100*seq/r.secs, seq, r.secs, 100*sb/r.secs, 100*sa/r.secs)
+		// The same per CPU-second the cluster's processes got: the machine is shared, and
+		// what other processes take differs between the runs.
+		fmt.Printf("manyjobs: %d jobs: per cluster CPU-second, %.1f%% (%.1f CPU-s of work alone done in %.1f CPU-s together, the cluster using %.2f cores; %.1f%% before, %.1f%% after)\n",
+			r.n, 100*seqCPU/r.cpu, seqCPU, r.cpu, r.cpu/r.secs, 100*cb/r.cpu, 100*ca/r.cpu)
+	}
+	fmt.Printf("manyjobs: load average after: %s\n", loadavg())
+	return nil
+}
+
+// aloneRates are each config's rate alone on the whole cluster: queries per second and
+// per cluster CPU-second.
+type aloneRates struct{ rate, perCPU map[manyConfig]float64 }
+
+// measureAlone runs each config by itself on the whole cluster (its model stored as
+// prefix+model), from warm after its first completion (past plan builds and model loads on
+// the other workers; from the first completion if the job has ended by then) for 15 s or
+// until its last task is committed.
+func measureAlone(d *scenario.Driver, tag, prefix string, warm time.Duration) (aloneRates, error) {
+	a := aloneRates{rate: map[manyConfig]float64{}, perCPU: map[manyConfig]float64{}}
 	for i, c := range manyConfigs {
-		name := fmt.Sprintf("alone-%d-%s", i, c.model)
-		if _, err := d.Run(manyJobArgs(name, c)...); err != nil {
-			return err
+		name := fmt.Sprintf("alone-%s-%d-%s", tag, i, c.model)
+		args := manyJobArgs(name, c)
+		args[slices.Index(args, "--model")+1] = prefix + c.model
+		if _, err := d.Run(args...); err != nil {
+			return a, err
 		}
 		s := newSampler(d, []string{name})
-		// From the first completion (past plan builds and model loads) for 15 s, or until
-		// the job's last task is committed (the last sample whose count moved).
 		deadline := time.Now().Add(2 * time.Minute)
 		for s.sample(); len(s.t) == 0 || s.done[0][len(s.t)-1] == 0; s.sample() {
 			if time.Now().After(deadline) {
-				return fmt.Errorf("%s alone: nothing done after 2 minutes", name)
+				return a, fmt.Errorf("%s alone: nothing done after 2 minutes", name)
 			}
 			time.Sleep(250 * time.Millisecond)
 		}
 		k0 := len(s.t) - 1
+		for t0 := s.t[k0]; s.t[len(s.t)-1] < t0+warm.Seconds() && s.live[0][len(s.t)-1]; {
+			s.runFor(250 * time.Millisecond)
+		}
+		if s.live[0][len(s.t)-1] {
+			k0 = len(s.t) - 1
+		}
 		end := time.Now().Add(15 * time.Second)
 		for time.Now().Before(end) && s.live[0][len(s.t)-1] {
 			s.runFor(250 * time.Millisecond)
@@ -281,34 +355,15 @@ func manyJobs(o options, counts []int) error {
 			k1-- // samples after the last commit add time, not queries
 		}
 		if k1 == k0 {
-			return fmt.Errorf("%s alone: done within one sample; no rate", name)
+			return a, fmt.Errorf("%s alone: done within one sample; no rate", name)
 		}
-		alone[c] = (s.done[0][k1] - s.done[0][k0]) / (s.t[k1] - s.t[k0])
-		aloneCPU[c] = (s.done[0][k1] - s.done[0][k0]) / (s.cpu[k1] - s.cpu[k0])
-		fmt.Printf("manyjobs: alone: %s %s batch %d: %.1f queries/s, %.1f queries per cluster CPU-second, the cluster using %.2f cores (%.1f s measured); %s\n",
-			c.model, c.size, c.batch, alone[c], aloneCPU[c], (s.cpu[k1]-s.cpu[k0])/(s.t[k1]-s.t[k0]), s.t[k1]-s.t[k0], s.cpuBetween(k0, k1))
+		a.rate[c] = (s.done[0][k1] - s.done[0][k0]) / (s.t[k1] - s.t[k0])
+		a.perCPU[c] = (s.done[0][k1] - s.done[0][k0]) / (s.cpu[k1] - s.cpu[k0])
+		fmt.Printf("manyjobs: alone (%s): %s %s batch %d: %.1f queries/s, %.1f queries per cluster CPU-second, the cluster using %.2f cores (%.1f s measured); %s\n",
+			tag, c.model, c.size, c.batch, a.rate[c], a.perCPU[c], (s.cpu[k1]-s.cpu[k0])/(s.t[k1]-s.t[k0]), s.t[k1]-s.t[k0], s.cpuBetween(k0, k1))
 		d.Run("job", "remove", name)
 	}
-	for _, r := range results {
-		for _, l := range r.lines {
-			fmt.Println(l)
-		}
-		// The time the same queries would take run one after another, alone, over the
-		// time they took together.
-		seq, seqCPU := 0.0, 0.0
-		for c, q := range r.done {
-			seq += q / alone[c]
-			seqCPU += q / aloneCPU[c]
-		}
-		fmt.Printf("manyjobs: %d jobs: aggregate throughput %.1f%% of running the same jobs one after another (%.1f s of work alone done in %.1f s together)\n",
-			r.n, 100*seq/r.secs, seq, r.secs)
-		// The same per CPU-second the cluster's processes got: the machine is shared, and
-		// what other processes take differs between the runs.
-		fmt.Printf("manyjobs: %d jobs: per cluster CPU-second, %.1f%% (%.1f CPU-s of work alone done in %.1f CPU-s together, the cluster using %.2f cores)\n",
-			r.n, 100*seqCPU/r.cpu, seqCPU, r.cpu, r.cpu/r.secs)
-	}
-	fmt.Printf("manyjobs: load average after: %s\n", loadavg())
-	return nil
+	return a, nil
 }
 
 type manyResult struct {
