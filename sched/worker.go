@@ -95,6 +95,7 @@ func (s *Scheduler) prepare(ctx context.Context, spec JobSpec) {
 				s.name, spec.Name, spec.Model, spec.Batch, time.Since(start).Seconds())
 		}
 		w.wakeRunner()
+		w.wakeSide()
 	}()
 }
 
@@ -108,6 +109,13 @@ func (w *workerState) wake() {
 func (w *workerState) wakeRunner() {
 	select {
 	case w.work <- struct{}{}:
+	default:
+	}
+}
+
+func (w *workerState) wakeSide() {
+	select {
+	case w.sideW <- struct{}{}:
 	default:
 	}
 }
@@ -256,10 +264,7 @@ func (s *Scheduler) pullOnce() {
 		w.wakeRunner()
 	}
 	if len(w.side) > 0 {
-		select {
-		case w.sideW <- struct{}{}:
-		default:
-		}
+		w.wakeSide()
 	}
 }
 
@@ -267,7 +272,8 @@ func (s *Scheduler) workerRunLoop(ctx context.Context) { s.runLoop(ctx, false) }
 
 // workerSideLoop runs express tasks (TaskOrder.Express) as they arrive, beside the task
 // the run loop is running: a new job's first task, and the short tasks of a cheap job paced
-// on a worker it shares with a job of long tasks.
+// on a worker it shares with a job of long tasks. Like the run loop, it takes the first
+// whose job is ready and has the ones before it prepared in the background.
 func (s *Scheduler) workerSideLoop(ctx context.Context) { s.runLoop(ctx, true) }
 
 // runLoop takes tasks from the queue (or, for side, the express list) and runs them one at a time.
@@ -280,10 +286,9 @@ func (s *Scheduler) runLoop(ctx context.Context, side bool) {
 	}
 	for {
 		w.mu.Lock()
-		i := 0
-		if !side {
-			i = s.runnable(ctx, *queue)
-		}
+		// Express tasks too: one whose model is still loading would hold every express task
+		// behind it (a cheap job's, paced to complete at once) for the whole load.
+		i := s.runnable(ctx, *queue)
 		if len(*queue) == 0 || i < 0 {
 			w.mu.Unlock()
 			select {

@@ -21,6 +21,7 @@ type Config struct {
 	RepairInterval time.Duration // period of the background re-replication scan
 	RepairDebounce time.Duration // delay after a membership change before a scan
 	RepairPushes   int           // versions one node pushes to others at once
+	RebalanceMoves int           // versions already held by Replicas live nodes one scan moves to their new set (0: no bound)
 	ScrubInterval  time.Duration // period of the background checksum scrub; 0 disables it
 }
 
@@ -41,6 +42,7 @@ func DefaultConfig() Config {
 		RepairInterval: 3 * time.Second,
 		RepairDebounce: 300 * time.Millisecond,
 		RepairPushes:   2,
+		RebalanceMoves: 128,
 		ScrubInterval:  10 * time.Minute,
 	}
 }

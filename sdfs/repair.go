@@ -122,7 +122,9 @@ func (s *Store) Scan(ctx context.Context) {
 	for name := range local {
 		r := Rank(name, peers)
 		ranks[name] = r
-		upto := max(s.cfg.Replicas, s.pos(r))
+		// Twice the replica set, as readers ask: enough to count a version's live copies
+		// outside its set (see moves below).
+		upto := max(2*s.cfg.Replicas, s.pos(r))
 		for _, p := range firstN(r, upto) {
 			if p.Name != s.self.Name {
 				ask[p] = append(ask[p], name)
@@ -131,6 +133,7 @@ func (s *Store) Scan(ctx context.Context) {
 	}
 	views := s.statAll(ctx, ask)
 	var pushes []push
+	moves := 0 // pushes deferred to a later scan (RebalanceMoves)
 	for name, mine := range local {
 		r := ranks[name]
 		pos := s.pos(r)
@@ -148,9 +151,21 @@ func (s *Store) Scan(ctx context.Context) {
 					to = append(to, d)
 				}
 			}
-			if len(to) > 0 {
-				pushes = append(pushes, push{m: m, targets: to})
+			if len(to) == 0 {
+				continue
 			}
+			// A version with Replicas live copies already is moved, not repaired: its set
+			// changed (nodes joined). Moves are paced, RebalanceMoves a scan, while
+			// repairs all go at once: two workers rejoining a cluster that had run eight
+			// jobs drew ~5,500 task results at once, which stalled every worker's result
+			// writes for 3-4 s and had one of the two declared failed.
+			if s.cfg.RebalanceMoves > 0 && copies(name, m.Version, views) >= s.cfg.Replicas {
+				if moves >= s.cfg.RebalanceMoves {
+					continue // the name stays unclean: the next scan looks again
+				}
+				moves++
+			}
+			pushes = append(pushes, push{m: m, targets: to})
 		}
 		if pos >= s.cfg.Replicas && s.setCovers(desired, name, mine, views) {
 			for _, m := range mine {
@@ -217,6 +232,21 @@ func (s *Store) pos(r []Peer) int {
 		}
 	}
 	return len(r)
+}
+
+// copies counts the live nodes known to hold version v of name: this one and those whose
+// views list it.
+func copies(name string, v Version, views map[string]map[string][]VersionInfo) int {
+	n := 1
+	for _, vs := range views {
+		for _, vi := range vs[name] {
+			if vi.Version == v {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }
 
 func answered(views map[string]map[string][]VersionInfo, node string) bool {

@@ -756,3 +756,87 @@ func TestScanSkipsCleanNames(t *testing.T) {
 		t.Fatalf("%d scans checked %d names in all (at most %d at once), hold %d", FullScanEvery, seen, most, held)
 	}
 }
+
+// Moves after joins are paced, RebalanceMoves versions per node and scan, and still end
+// with every version in its new set; repairs of under-replicated versions are not paced.
+func TestRebalanceMovesArePaced(t *testing.T) {
+	cfg := testConfig()
+	cfg.RebalanceMoves = 3
+	tc := newTestCluster(t, 4, cfg)
+	c := tc.client()
+	ctx := context.Background()
+	want := map[string][]byte{}
+	vers := map[string]Version{}
+	for i := 0; i < 40; i++ {
+		name := fmt.Sprintf("m/%d", i)
+		want[name] = randBytes(600+i, int64(i))
+		v, err := c.Put(ctx, name, bytes.NewReader(want[name]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		vers[name] = v
+	}
+	old := map[string]bool{}
+	for _, nd := range tc.nodes {
+		old[nd.name] = true
+	}
+	for i := 0; i < 4; i++ {
+		tc.add()
+	}
+	placed := func() (n int) {
+		ps := mustPeers(t, tc.client())
+		for name, v := range vers {
+			set := map[string]bool{}
+			for _, p := range firstN(Rank(name, ps), 4) {
+				set[p.Name] = true
+			}
+			for _, h := range tc.holders(name, v) {
+				if set[h] && !old[h] {
+					n++ // a copy on a node that joined
+				}
+			}
+		}
+		return n
+	}
+	newCopies := 0 // copies the joins call for: each version's set members among the new nodes
+	ps := mustPeers(t, tc.client())
+	for name := range vers {
+		for _, p := range firstN(Rank(name, ps), 4) {
+			if !old[p.Name] {
+				newCopies++
+			}
+		}
+	}
+	if newCopies <= 4*cfg.RebalanceMoves {
+		t.Fatalf("only %d copies to move: the test needs more than one scan's worth", newCopies)
+	}
+	tc.scanAll(1)
+	// A move copies a version to every set member that lacks it, so one scan of the 4
+	// old nodes moves at most 4*3 versions, each to at most 4 new nodes.
+	if got := placed(); got == 0 || got > 4*cfg.RebalanceMoves*4 || got >= newCopies {
+		t.Fatalf("after one scan %d of %d copies moved, want some but at most %d", got, newCopies, 4*cfg.RebalanceMoves*4)
+	}
+	tc.scanAll(40)
+	if got := placed(); got != newCopies {
+		t.Fatalf("after the scans %d of %d copies moved", got, newCopies)
+	}
+	for name, data := range want {
+		if got := mustGet(t, tc.client(), name); !bytes.Equal(got, data) {
+			t.Fatalf("%s differs after the moves", name)
+		}
+	}
+
+	// Repairs are not paced: crash three nodes and one round of scans restores every
+	// version to 4 copies.
+	var down []string
+	for _, nd := range tc.nodes[len(tc.nodes)-3:] {
+		tc.crash(nd)
+		down = append(down, nd.name)
+	}
+	tc.scanAll(1)
+	for name, v := range vers {
+		if h := tc.holders(name, v); len(h) < 4 {
+			t.Fatalf("%s on %v after one scan with %v down, want 4 copies", name, h, down)
+		}
+	}
+}
