@@ -65,12 +65,12 @@ package sdfs
 // versions of it stay the same, but rechecked once every FullScanEvery scans. For every version it holds, the first node in the name's rendezvous order that
 // holds it copies it to the replica-set members lacking it (two-phase, as a put). A node
 // no longer in a name's replica set drops its copy once every member of the set holds all
-// its versions. A copy is a repair when the version has fewer than Replicas live copies
-// (the scan asks twice the replica set, as readers do, to count them), and a move when it
-// has that many already but not in its set (nodes joined): repairs all go at once, moves
-// RebalanceMoves a scan, so a rejoin does not draw thousands of task results onto the new
-// nodes at once. Readers find a version not moved yet on the nodes past its set. A scrub
-// reads every block every ScrubInterval and repairs bad ones.
+// its versions. A copy is a move when nodes only joined since the scan that found the
+// name fully replicated (all its copies are still live, in a set that changed), else a
+// repair: repairs all go at once, moves RebalanceMoves a scan, so a rejoin does not draw
+// thousands of task results onto the new nodes at once. Readers find a version not moved
+// yet on the nodes past its set (they ask twice the replica set). A scrub reads every
+// block every ScrubInterval and repairs bad ones.
 //
 // Disk. Everything lives under DATA_DIR/sdfs (see disk). User names never become paths.
 // The index is rebuilt from the committed manifests and the volume's records at start (a

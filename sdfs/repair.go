@@ -102,14 +102,38 @@ func (s *Store) Scan(ctx context.Context) {
 	if s.clean == nil {
 		s.clean = map[string]cleanMark{}
 	}
+	// Nodes only joined since the last scan: a name that scan found fully replicated still
+	// has all its copies live, so copying it to a new set member is a move, not a repair.
+	now := make(map[string]bool, len(peers))
+	for _, p := range peers {
+		now[p.Name] = true
+	}
+	joinedOnly := s.lastPeers != nil
+	for n := range s.lastPeers {
+		joinedOnly = joinedOnly && now[n]
+	}
+	if !joinedOnly || s.moving == nil {
+		s.moving = map[string]bool{} // someone left: every copy counts as a repair again
+	}
+	prevPrint := s.lastPrint
+	s.lastPeers, s.lastPrint = now, pp
 	turn := uint32(s.scans % FullScanEvery)
 	local := make(map[string][]*Manifest, len(all))
 	for name, mine := range all {
-		if c, ok := s.clean[name]; ok && c.peers == pp && c.local == versionsPrint(mine) && scanShare(name) != turn {
+		c, ok := s.clean[name]
+		if ok && c.peers == pp && c.local == versionsPrint(mine) && scanShare(name) != turn {
 			continue
+		}
+		if ok && joinedOnly && c.peers == prevPrint && c.local == versionsPrint(mine) {
+			s.moving[name] = true
 		}
 		delete(s.clean, name)
 		local[name] = mine
+	}
+	for name := range s.moving {
+		if local[name] == nil {
+			delete(s.moving, name) // clean, dropped or deleted since
+		}
 	}
 	for name := range s.clean {
 		if all[name] == nil {
@@ -122,9 +146,7 @@ func (s *Store) Scan(ctx context.Context) {
 	for name := range local {
 		r := Rank(name, peers)
 		ranks[name] = r
-		// Twice the replica set, as readers ask: enough to count a version's live copies
-		// outside its set (see moves below).
-		upto := max(2*s.cfg.Replicas, s.pos(r))
+		upto := max(s.cfg.Replicas, s.pos(r))
 		for _, p := range firstN(r, upto) {
 			if p.Name != s.self.Name {
 				ask[p] = append(ask[p], name)
@@ -154,14 +176,13 @@ func (s *Store) Scan(ctx context.Context) {
 			if len(to) == 0 {
 				continue
 			}
-			// A version with Replicas live copies already is moved, not repaired: its set
-			// changed (nodes joined). Moves are paced, RebalanceMoves a scan, while
-			// repairs all go at once: two workers rejoining a cluster that had run eight
-			// jobs drew ~5,500 task results at once, which stalled every worker's result
-			// writes for 3-4 s and had one of the two declared failed.
-			if s.cfg.RebalanceMoves > 0 && copies(name, m.Version, views) >= s.cfg.Replicas {
+			// Moves (s.moving) are paced, RebalanceMoves a scan, while repairs all go at
+			// once: two workers rejoining a cluster that had run eight jobs drew ~5,500
+			// task results at once, which stalled every worker's result writes for 3-4 s
+			// and had one of the two declared failed.
+			if s.cfg.RebalanceMoves > 0 && s.moving[name] {
 				if moves >= s.cfg.RebalanceMoves {
-					continue // the name stays unclean: the next scan looks again
+					continue // the name stays unclean: a later scan moves it
 				}
 				moves++
 			}
@@ -232,21 +253,6 @@ func (s *Store) pos(r []Peer) int {
 		}
 	}
 	return len(r)
-}
-
-// copies counts the live nodes known to hold version v of name: this one and those whose
-// views list it.
-func copies(name string, v Version, views map[string]map[string][]VersionInfo) int {
-	n := 1
-	for _, vs := range views {
-		for _, vi := range vs[name] {
-			if vi.Version == v {
-				n++
-				break
-			}
-		}
-	}
-	return n
 }
 
 func answered(views map[string]map[string][]VersionInfo, node string) bool {

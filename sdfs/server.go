@@ -43,6 +43,9 @@ type Store struct {
 	scans       int
 	clean       map[string]cleanMark // names the last checks found fully replicated (see Scan)
 	lastChecked int                  // names the last scan checked
+	lastPeers   map[string]bool      // the live peers at the last scan
+	lastPrint   uint64               // and their peersPrint
+	moving      map[string]bool      // names whose copies are moves deferred by RebalanceMoves
 }
 
 // New opens the store under dataDir/sdfs (rebuilding its index from disk). self is this

@@ -86,6 +86,12 @@ func main() {
 // setup starts a cluster, stores the dataset and the named zoo models (name:HxW), and starts
 // the inference phase.
 func setup(o options, models ...string) (*scenario.Driver, error) {
+	return setupAs(o, nil, models...)
+}
+
+// setupAs is setup that also registers each model under the names alias gives for it
+// (the same file).
+func setupAs(o options, alias func(model string) []string, models ...string) (*scenario.Driver, error) {
 	dir, err := os.MkdirTemp("", "idunno-bench-")
 	if err != nil {
 		return nil, err
@@ -101,6 +107,11 @@ func setup(o options, models ...string) (*scenario.Driver, error) {
 		file := filepath.Join(dir, name+".onnx")
 		steps = append(steps, []string{"zoo", name, "--out", file, "--classes", "10", "--input-shape", channels(name) + "," + h + "," + w},
 			[]string{"train", "add", "--name", name, "--model", file})
+		if alias != nil {
+			for _, a := range alias(name) {
+				steps = append(steps, []string{"train", "add", "--name", a, "--model", file})
+			}
+		}
 	}
 	steps = append(steps, []string{"train", "stop"}, []string{"inference", "start"})
 	if err := d.Steps(steps...); err != nil {

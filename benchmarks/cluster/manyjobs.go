@@ -229,7 +229,10 @@ func manyJobs(o options, counts []int) error {
 	for _, c := range manyConfigs {
 		models = append(models, c.model+":"+c.size)
 	}
-	d, err := setup(o, models...)
+	// The runs alone before the others use the same models under other names: workers
+	// keep 4 models, so the jobs together still start on workers that have none of
+	// theirs (a cold start).
+	d, err := setupAs(o, func(m string) []string { return []string{"alone-" + m} }, models...)
 	if err != nil {
 		return err
 	}
@@ -250,22 +253,6 @@ func manyJobs(o options, counts []int) error {
 	// alone measured 80 and 97 queries per CPU-second in two runs an hour apart), so the
 	// ratio is given against the alone rates on either side of the runs together and
 	// their mean; when the two sides differ by more than the ratio's 5%, the run says so.
-	// The runs before use copies of the models under other names: workers keep 4 models,
-	// so the jobs together still start on workers that have none of theirs (a cold start).
-	tmp, err := os.MkdirTemp("", "idunno-alone-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	for _, c := range manyConfigs {
-		f := filepath.Join(tmp, c.model+".onnx")
-		if _, err := d.Run("get", c.model, f); err != nil {
-			return err
-		}
-		if _, err := d.Run("put", f, "alone-"+c.model); err != nil {
-			return err
-		}
-	}
 	before, err := measureAlone(d, "before", "alone-", 15*time.Second)
 	if err != nil {
 		return err
