@@ -253,6 +253,18 @@ func manyJobs(o options, counts []int) error {
 	// alone measured 80 and 97 queries per CPU-second in two runs an hour apart), so the
 	// ratio is given against the alone rates on either side of the runs together and
 	// their mean; when the two sides differ by more than the ratio's 5%, the run says so.
+	if !o.manyAlone {
+		for _, n := range counts {
+			r, err := manyRun(o, d, n)
+			if err != nil {
+				return err
+			}
+			for _, l := range r.lines {
+				fmt.Println(l)
+			}
+		}
+		return nil
+	}
 	before, err := measureAlone(d, "before", "alone-", 15*time.Second)
 	if err != nil {
 		return err
