@@ -124,7 +124,7 @@ func (s *Store) Scan(ctx context.Context) {
 		if ok && c.peers == pp && c.local == versionsPrint(mine) && scanShare(name) != turn {
 			continue
 		}
-		if ok && joinedOnly && c.peers == prevPrint && c.local == versionsPrint(mine) {
+		if ok && joinedOnly && pp != prevPrint && c.peers == prevPrint && c.local == versionsPrint(mine) {
 			s.moving[name] = true
 		}
 		delete(s.clean, name)
