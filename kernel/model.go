@@ -5,7 +5,9 @@
 // size) gets its own compiled plan, built on first use and cached; a plan holds its oneDNN
 // primitives, reordered weights and an activation arena. Runs of one plan are serialised;
 // runs of different plans and of different models go on at once, each with the thread
-// count of its model.
+// count of its model. On T > 1 threads, a batch of at least T samples of a graph that
+// provably computes each sample from itself alone runs as T one-thread sub-batches at once
+// (split.go).
 package kernel
 
 import (

@@ -31,10 +31,22 @@ import (
 // the precision or weight size.
 const SplitEnv = "IDK_SPLIT"
 
-// maxSplitWeightBytes bounds the constant data of a model that splits by default: each
-// sub-plan reorders its own copy of the weights, so a split costs T times the weight
-// memory, and big weights streamed by T plans at once compete for memory bandwidth.
-const maxSplitWeightBytes = 256 << 20
+// The default rule also leaves alone the models where T copies of the weights cost more
+// than the barriers saved:
+//
+//   - maxSplitWeightBytes bounds the constant data: each sub-plan reorders its own copy of
+//     the weights, so a split holds T times the weight memory (VGG-11 at batch 8: 3.5 GB
+//     resident whole, 4.6 GB split; Wide ResNet-50-2 1.8 and 2.4 GB);
+//   - maxSplitStreamBytes bounds the weights of memory-bound matrix products (a classifier
+//     layer read for a handful of rows): each sub-plan streams all of them from memory
+//     where one plan on T threads reads each weight once (AlexNet at batch 8, 234 MB of
+//     them: 46.7 ms minimum whole against 53.8 split, alternating single runs in one
+//     process; MobileNetV2's and ResNet's classifiers, 5-8 MB, stay in the caches).
+const (
+	maxSplitWeightBytes = 512 << 20
+	maxSplitStreamBytes = 32 << 20
+	streamRows          = 64 // a matrix product with fewer rows per sub-batch is memory-bound
+)
 
 // splitPart is one sub-batch's plan: rows samples, run on th (nil: the caller's thread).
 type splitPart struct {
@@ -79,7 +91,29 @@ func (m *Model) splitRule(shapes map[string][]int64) []int64 {
 	return splitSizes(batch, m.threads)
 }
 
-// weightBytes is the size of the model's constant tensors (computed once).
+// streamedBytes sums the constant weights of the matrix products of g (compiled for the
+// whole batch) that a sub-batch of rows samples reads for fewer than streamRows rows.
+func streamedBytes(g *onnx.Graph, batch, rows int64) int64 {
+	var n int64
+	for _, nd := range g.Nodes {
+		if (nd.OpType != "Gemm" && nd.OpType != "MatMul") || len(nd.Inputs) < 2 || len(nd.Outputs) != 1 {
+			continue
+		}
+		w, ok := g.Initializers[nd.Inputs[1]]
+		out := g.Values[nd.Outputs[0]]
+		if !ok || w == nil || out == nil || len(out.Dims) == 0 {
+			continue
+		}
+		cols := out.Dims[len(out.Dims)-1]
+		if cols > 0 && volume(out.Dims)/cols*rows/batch < streamRows {
+			n += volume(w.Dims) * 4
+		}
+	}
+	return n
+}
+
+// weightBytes is the size of the model's constant tensors at 4 bytes an element (computed
+// once).
 func (m *Model) weightBytes() int64 {
 	m.weightOnce.Do(func() {
 		for _, t := range m.src.Graph.Initializers {
@@ -98,6 +132,9 @@ func (m *Model) weightBytes() int64 {
 // shows there.
 func (m *Model) buildSplit(g *onnx.Graph, shapes map[string][]int64, sizes []int64) []splitPart {
 	batch := shapes[m.inputs[0].Name][0]
+	if os.Getenv(SplitEnv) != "1" && streamedBytes(g, batch, sizes[0]) > maxSplitStreamBytes {
+		return nil
+	}
 	axes, err := graph.BatchAxes(g, m.src.Opset, batch)
 	if err != nil {
 		return nil

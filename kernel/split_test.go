@@ -198,3 +198,34 @@ func TestSplitPlansCount(t *testing.T) {
 		t.Fatal("run after Close succeeded")
 	}
 }
+
+// TestSplitStreamBound: a classifier layer read for a few rows per sub-batch streams its
+// weights once per part; past maxSplitStreamBytes the batch runs whole by default, and at
+// batches where each part reads it for enough rows it splits.
+func TestSplitStreamBound(t *testing.T) {
+	const k, n = 16, maxSplitStreamBytes/4/16 + 1024
+	w := &onnx.Tensor{Name: "w", DType: onnx.Float, Dims: []int64{k, n}, F32: make([]float32, k*n)}
+	src := &onnx.Model{IRVersion: 8, Opset: 13, Opsets: map[string]int64{"": 13}, Graph: &onnx.Graph{
+		Name:         "fc",
+		Nodes:        []*onnx.Node{{Name: "fc", OpType: "Gemm", Inputs: []string{"x", "w"}, Outputs: []string{"y"}}},
+		Inputs:       []onnx.ValueInfo{{Name: "x", DType: onnx.Float, Dims: []int64{-1, k}, DimParams: make([]string, 2), HasShape: true}},
+		Outputs:      []onnx.ValueInfo{{Name: "y"}},
+		Initializers: map[string]*onnx.Tensor{"w": w},
+	}}
+	m, err := LoadModel(src, Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for _, c := range []struct {
+		batch int
+		split bool
+	}{{8, false}, {2 * streamRows, true}} {
+		if err := m.Prepare(c.batch); err != nil {
+			t.Fatal(err)
+		}
+		if rows, _ := splitOf(m, int64(c.batch)); (rows != nil) != c.split {
+			t.Errorf("batch %d of a %d MB classifier: sub-batches %v, want split %v", c.batch, k*n*4>>20, rows, c.split)
+		}
+	}
+}
