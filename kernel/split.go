@@ -13,7 +13,8 @@ import (
 
 // Split batches. A model on T > 1 threads runs a batch of B >= T samples as T sub-batches
 // of sizes as equal as possible (8 = 4+4, 5 = 3+2), each on a plan of one thread, all at
-// once, each on an OS thread of its own, writing straight into its rows of the outputs.
+// once, each on an OS thread of its own (the first on the caller's), writing straight into
+// its rows of the outputs. By default only fp32 models split (see splitRule).
 // One plan on T threads splits every oneDNN primitive across them and meets at a barrier
 // after each; small layers split badly and the barriers add up. On the 2-vCPU VM, two
 // one-thread processes at batch 4 ran MnasNet at 329-334 images/s against 281-284 for one
