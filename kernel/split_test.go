@@ -1,9 +1,11 @@
 package kernel
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"sync"
 	"testing"
 
 	"idunno/kernel/onnx"
@@ -227,5 +229,34 @@ func TestSplitStreamBound(t *testing.T) {
 		if rows, _ := splitOf(m, int64(c.batch)); (rows != nil) != c.split {
 			t.Errorf("batch %d of a %d MB classifier: sub-batches %v, want split %v", c.batch, k*n*4>>20, rows, c.split)
 		}
+	}
+}
+
+// TestSplitConcurrentEviction: split batches of many sizes from several goroutines at once,
+// more than the cache holds; evicted entries are rebuilt, and every output is the batch's.
+func TestSplitConcurrentEviction(t *testing.T) {
+	m := lenet(t, 2)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := 0; g < 3; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := 2; b <= maxPlans+3; b++ {
+				out, err := m.Run([]*onnx.Tensor{images(b, uint64(g))})
+				if err == nil && out[0].Dims[0] != int64(b) {
+					err = fmt.Errorf("batch %d gave dims %v", b, out[0].Dims)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }
