@@ -5,7 +5,9 @@
 // size) gets its own compiled plan, built on first use and cached; a plan holds its oneDNN
 // primitives, reordered weights and an activation arena. Runs of one plan are serialised;
 // runs of different plans and of different models go on at once, each with the thread
-// count of its model.
+// count of its model. On T > 1 threads, a batch of at least T samples of a graph that
+// provably computes each sample from itself alone runs as T one-thread sub-batches at once
+// (split.go).
 package kernel
 
 import (
@@ -124,6 +126,9 @@ type Model struct {
 	outputs []onnx.ValueInfo
 	consts  map[string]bool // inputs the graph compiler needs as values
 
+	weightOnce sync.Once // weights: bytes of constant data (split.go)
+	weights    int64
+
 	mu     sync.Mutex // guards plans, order and closed
 	plans  map[string]*planEntry
 	order  []string
@@ -131,13 +136,21 @@ type Model struct {
 }
 
 // planEntry is one cached plan; mu serialises its runs (it owns one arena). th is the OS
-// thread a multi-threaded plan is compiled, run and destroyed on (see osThread).
+// thread a multi-threaded plan is compiled, run and destroyed on (see osThread). A split
+// batch (split.go) has no plan of its own but parts, the plans of its sub-batches; inputs
+// and outputs are the whole batch's either way.
 type planEntry struct {
-	mu   sync.Mutex
-	p    *plan
-	th   *osThread
-	dead bool
+	mu      sync.Mutex
+	p       *plan
+	th      *osThread
+	parts   []splitPart
+	inputs  []tensorSlot
+	outputs []tensorSlot
+	dead    bool
 }
+
+// plans is how many compiled plans the entry holds, for the cache bound.
+func (e *planEntry) plans() int { return max(1, len(e.parts)) }
 
 // Load reads, validates and loads an ONNX model file.
 func Load(path string, opt Options) (*Model, error) {
@@ -258,24 +271,39 @@ func (m *Model) planFor(shapes map[string][]int64, consts map[string]*onnx.Tenso
 	if err != nil {
 		return nil, fmt.Errorf("kernel: %w", err)
 	}
-	var th *osThread // nil: the caller's thread (see osThread)
-	if m.threads > 1 {
-		th = newOSThread()
+	var e *planEntry
+	if sizes := m.splitRule(shapes); sizes != nil {
+		if parts := m.buildSplit(g, shapes, sizes); parts != nil {
+			e = &planEntry{parts: parts, inputs: wholeBatch(parts, parts[0].p.inputs), outputs: wholeBatch(parts, parts[0].p.outputs)}
+		}
 	}
-	var p *plan
-	th.do(func() { p, err = lowerGraph(g, m.src.Opset, m.threads, m.prec) })
-	if err != nil {
-		th.stop()
-		return nil, err
+	if e == nil {
+		var th *osThread // nil: the caller's thread (see osThread)
+		if m.threads > 1 {
+			th = newOSThread()
+		}
+		var p *plan
+		th.do(func() { p, err = lowerGraph(g, m.src.Opset, m.threads, m.prec) })
+		if err != nil {
+			th.stop()
+			return nil, err
+		}
+		e = &planEntry{p: p, th: th, inputs: p.inputs, outputs: p.outputs}
 	}
-	if len(m.order) >= maxPlans {
+	// the bound counts compiled plans (each holds its weights and arena): a split entry
+	// counts one per part
+	held := e.plans()
+	for _, k := range m.order {
+		held += m.plans[k].plans()
+	}
+	for held > maxPlans && len(m.order) > 0 {
 		old := m.order[0]
 		m.order = m.order[1:]
 		e := m.plans[old]
 		delete(m.plans, old)
+		held -= e.plans()
 		go e.destroy() // waits for a run in progress
 	}
-	e := &planEntry{p: p, th: th}
 	m.plans[key] = e
 	m.order = append(m.order, key)
 	return e, nil
@@ -285,8 +313,11 @@ func (e *planEntry) destroy() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !e.dead {
-		e.th.do(func() { idkPlanDestroy(e.p.h) })
-		e.th.stop()
+		if e.p != nil {
+			e.th.do(func() { idkPlanDestroy(e.p.h) })
+			e.th.stop()
+		}
+		destroyParts(e.parts)
 		e.dead = true
 	}
 }
@@ -425,14 +456,13 @@ func narrowRange(t onnx.DataType) (lo, hi int64, ok bool) {
 
 // run executes one plan; inputs are already checked against the model.
 func (e *planEntry) run(inputs []*onnx.Tensor, decl []onnx.ValueInfo) ([]*onnx.Tensor, error) {
-	p := e.p
 	byName := map[string]*onnx.Tensor{}
 	for i, t := range inputs {
 		byName[decl[i].Name] = t
 	}
 	var keep []any
-	inPtrs := make([]uintptr, len(p.inputs)+1)
-	for i, s := range p.inputs {
+	inPtrs := make([]uintptr, len(e.inputs)+1)
+	for i, s := range e.inputs {
 		t, ok := byName[s.name]
 		if !ok {
 			return nil, fmt.Errorf("kernel: plan input %s not given", s.name)
@@ -449,9 +479,9 @@ func (e *planEntry) run(inputs []*onnx.Tensor, decl []onnx.ValueInfo) ([]*onnx.T
 			keep = append(keep, t.I64)
 		}
 	}
-	outs := make([]*onnx.Tensor, len(p.outputs))
-	outPtrs := make([]uintptr, len(p.outputs)+1)
-	for i, s := range p.outputs {
+	outs := make([]*onnx.Tensor, len(e.outputs))
+	outPtrs := make([]uintptr, len(e.outputs)+1)
+	for i, s := range e.outputs {
 		n := volume(s.dims)
 		t := &onnx.Tensor{Name: s.name, DType: s.dtype, Dims: append([]int64(nil), s.dims...)}
 		if s.dtype == onnx.Float {
@@ -473,6 +503,16 @@ func (e *planEntry) run(inputs []*onnx.Tensor, decl []onnx.ValueInfo) ([]*onnx.T
 		e.mu.Unlock()
 		return nil, errEvicted
 	}
+	if e.parts != nil {
+		err := e.runSplit(byName, outs)
+		e.mu.Unlock()
+		runtime.KeepAlive(keep)
+		if err != nil {
+			return nil, err
+		}
+		return outs, nil
+	}
+	p := e.p
 	var st int32
 	var msg string
 	e.th.do(func() {
@@ -596,8 +636,16 @@ func (m *Model) LastRunKernelNanos(batch int) int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, e := range m.plans {
-		if len(e.p.inputs) > 0 && len(e.p.inputs[0].dims) > 0 && e.p.inputs[0].dims[0] == int64(batch) {
-			return idkPlanLastRunNs(e.p.h)
+		if len(e.inputs) > 0 && len(e.inputs[0].dims) > 0 && e.inputs[0].dims[0] == int64(batch) {
+			if e.p != nil {
+				return idkPlanLastRunNs(e.p.h)
+			}
+			// a split batch: its parts run at once, the slowest is the batch's time
+			var ns int64
+			for _, s := range e.parts {
+				ns = max(ns, idkPlanLastRunNs(s.p.h))
+			}
+			return ns
 		}
 	}
 	return -1

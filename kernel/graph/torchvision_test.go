@@ -83,5 +83,24 @@ func TestTorchvisionExports(t *testing.T) {
 				t.Errorf("%s: %d convs, %d with sum, %d with %s; want %d convs, %d sums", tm.name, convs, sums, acts, tm.acts, tm.convs, tm.sums)
 			}
 		}
+		// what the exporter writes is provably batch-independent (kernel/split.go)
+		whole, err := Compile(m, map[string][]int64{"input": {3, 3, 96, 96}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		axes, err := BatchAxes(whole, m.Opset, 3)
+		if err != nil {
+			t.Errorf("%s: not batch-independent: %v", tm.name, err)
+			continue
+		}
+		for _, b := range []int64{1, 2} {
+			sub, err := Compile(m, map[string][]int64{"input": {b, 3, 96, 96}}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := SameUpToBatch(whole, sub, axes, 3, b); err != nil {
+				t.Errorf("%s: batch %d: %v", tm.name, b, err)
+			}
+		}
 	}
 }

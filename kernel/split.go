@@ -1,0 +1,268 @@
+package kernel
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"idunno/kernel/graph"
+	"idunno/kernel/onnx"
+)
+
+// Split batches. A model on T > 1 threads runs a batch of B >= T samples as T sub-batches
+// of sizes as equal as possible (8 = 4+4, 5 = 3+2), each on a plan of one thread, all at
+// once, each on an OS thread of its own (the first on the caller's), writing straight into
+// its rows of the outputs. By default only fp32 models split (see splitRule).
+// One plan on T threads splits every oneDNN primitive across them and meets at a barrier
+// after each; small layers split badly and the barriers add up. On the 2-vCPU VM, two
+// one-thread processes at batch 4 ran MnasNet at 329-334 images/s against 281-284 for one
+// two-thread process at batch 8, MobileNetV2 328-335 against 269-273, ResNets 2-3% faster.
+//
+// It is done only where graph.BatchAxes proves that the graph computes every sample from
+// that sample alone, and graph.SameUpToBatch that the graphs compiled for the sub-batches
+// compute each sample the same way. Whether a batch is split is a pure function of the
+// model, the input shapes, the thread count, the precision and IDK_SPLIT: the same inputs
+// give the same output bytes on every run. Those bytes may differ from the unsplit plan's
+// in the last bits (oneDNN picks kernels and blockings by batch size and thread count).
+
+// SplitEnv names the environment variable that overrides the rule: 0 never splits, 1
+// splits every provably batch-independent batch of at least Threads samples, whatever
+// the precision or weight size.
+const SplitEnv = "IDK_SPLIT"
+
+// The default rule also leaves alone the models where T copies of the weights cost more
+// than the barriers saved:
+//
+//   - maxSplitWeightBytes bounds the constant data: each sub-plan reorders its own copy of
+//     the weights, so a split holds T times the weight memory (VGG-11 at batch 8: 3.5 GB
+//     resident whole, 4.6 GB split; Wide ResNet-50-2 1.8 and 2.4 GB);
+//   - maxSplitStreamBytes bounds the weights of memory-bound matrix products (a classifier
+//     layer read for a handful of rows): each sub-plan streams all of them from memory
+//     where one plan on T threads reads each weight once (AlexNet at batch 8, 234 MB of
+//     them: 46.7 ms minimum whole against 53.8 split, alternating single runs in one
+//     process; MobileNetV2's and ResNet's classifiers, 5-8 MB, stay in the caches).
+const (
+	maxSplitWeightBytes = 512 << 20
+	maxSplitStreamBytes = 32 << 20
+	streamRows          = 64 // a matrix product with fewer rows per sub-batch is memory-bound
+)
+
+// splitPart is one sub-batch's plan: rows samples, run on th (nil: the caller's thread).
+type splitPart struct {
+	p    *plan
+	th   *osThread
+	rows int64
+}
+
+// splitSizes divides batch samples into parts sub-batches, the larger first.
+func splitSizes(batch int64, parts int) []int64 {
+	out := make([]int64, parts)
+	for i := range out {
+		out[i] = batch / int64(parts)
+		if int64(i) < batch%int64(parts) {
+			out[i]++
+		}
+	}
+	return out
+}
+
+// splitRule returns the sub-batch sizes to run a batch of these shapes as, or nil to run
+// it whole. The graph still has to pass the proof (buildSplit).
+func (m *Model) splitRule(shapes map[string][]int64) []int64 {
+	env := os.Getenv(SplitEnv)
+	if env == "0" || m.threads < 2 || len(m.consts) > 0 || len(m.inputs) == 0 {
+		return nil
+	}
+	batch := int64(-1)
+	for _, in := range m.inputs {
+		d := shapes[in.Name]
+		if len(d) == 0 || (batch >= 0 && d[0] != batch) {
+			return nil
+		}
+		batch = d[0]
+	}
+	if batch < int64(m.threads) {
+		return nil
+	}
+	if env != "1" && (m.prec != FP32 || m.weightBytes() > maxSplitWeightBytes) {
+		return nil
+	}
+	return splitSizes(batch, m.threads)
+}
+
+// streamedBytes sums the constant weights of the matrix products of g (compiled for the
+// whole batch) that a sub-batch of rows samples reads for fewer than streamRows rows.
+func streamedBytes(g *onnx.Graph, batch, rows int64) int64 {
+	var n int64
+	for _, nd := range g.Nodes {
+		if (nd.OpType != "Gemm" && nd.OpType != "MatMul") || len(nd.Inputs) < 2 || len(nd.Outputs) != 1 {
+			continue
+		}
+		w, ok := g.Initializers[nd.Inputs[1]]
+		out := g.Values[nd.Outputs[0]]
+		if !ok || w == nil || out == nil || len(out.Dims) == 0 {
+			continue
+		}
+		cols := out.Dims[len(out.Dims)-1]
+		if cols > 0 && volume(out.Dims)/cols*rows/batch < streamRows {
+			n += volume(w.Dims) * 4
+		}
+	}
+	return n
+}
+
+// weightBytes is the size of the model's constant tensors at 4 bytes an element (computed
+// once).
+func (m *Model) weightBytes() int64 {
+	m.weightOnce.Do(func() {
+		for _, t := range m.src.Graph.Initializers {
+			if t != nil {
+				m.weights += volume(t.Dims) * 4
+			}
+		}
+	})
+	return m.weights
+}
+
+// buildSplit compiles the plans of a split batch: g is the graph compiled for the whole
+// batch, sizes the sub-batches. It returns nil when the graph is not provably
+// batch-independent, or a sub-batch does not compile (a Reshape to a fixed batch size
+// would not), or its plan fails to build: the batch then runs whole, and any real error
+// shows there.
+func (m *Model) buildSplit(g *onnx.Graph, shapes map[string][]int64, sizes []int64) []splitPart {
+	batch := shapes[m.inputs[0].Name][0]
+	if os.Getenv(SplitEnv) != "1" && streamedBytes(g, batch, sizes[0]) > maxSplitStreamBytes {
+		return nil
+	}
+	axes, err := graph.BatchAxes(g, m.src.Opset, batch)
+	if err != nil {
+		return nil
+	}
+	var parts []splitPart
+	fail := func() []splitPart {
+		destroyParts(parts)
+		return nil
+	}
+	for i, rows := range sizes {
+		sub := map[string][]int64{}
+		for n, d := range shapes {
+			d = append([]int64(nil), d...)
+			d[0] = rows
+			sub[n] = d
+		}
+		gs, err := graph.Compile(m.src, sub, nil)
+		if err != nil {
+			return fail()
+		}
+		if graph.SameUpToBatch(g, gs, axes, batch, rows) != nil {
+			return fail() // not provably the same function of each sample
+		}
+		var th *osThread // the first part runs on the caller's thread
+		if i > 0 {
+			th = newOSThread()
+		}
+		var p *plan
+		th.do(func() { p, err = lowerGraph(gs, m.src.Opset, 1, m.prec) })
+		if err != nil {
+			th.stop()
+			return fail()
+		}
+		parts = append(parts, splitPart{p: p, th: th, rows: rows})
+	}
+	return parts
+}
+
+func destroyParts(parts []splitPart) {
+	for _, s := range parts {
+		s.th.do(func() { idkPlanDestroy(s.p.h) })
+		s.th.stop()
+	}
+}
+
+// runSplit runs the parts of a split entry at once, each on its rows of the inputs and
+// outputs (all of which carry the batch on axis 0, so a sub-batch is a contiguous block).
+// The caller holds e.mu.
+func (e *planEntry) runSplit(byName map[string]*onnx.Tensor, outs []*onnx.Tensor) error {
+	type result struct {
+		st  int32
+		msg string
+	}
+	res := make([]result, len(e.parts))
+	inPtrs := make([][]uintptr, len(e.parts))
+	outPtrs := make([][]uintptr, len(e.parts))
+	var row int64
+	for k, s := range e.parts {
+		inPtrs[k] = make([]uintptr, len(s.p.inputs)+1)
+		for i, slot := range s.p.inputs {
+			t := byName[slot.name]
+			inPtrs[k][i] = rowsPtr(t, row, s.rows)
+		}
+		outPtrs[k] = make([]uintptr, len(s.p.outputs)+1)
+		for i := range s.p.outputs {
+			outPtrs[k][i] = rowsPtr(outs[i], row, s.rows)
+		}
+		row += s.rows
+	}
+	runPart := func(k int) {
+		s := e.parts[k]
+		st := idkPlanRun(s.p.h, &inPtrs[k][0], &outPtrs[k][0])
+		res[k].st = st
+		if st != statusOK {
+			res[k].msg = idkPlanError(s.p.h)
+		}
+	}
+	var wg sync.WaitGroup
+	for k := 1; k < len(e.parts); k++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.parts[k].th.do(func() { runPart(k) })
+		}()
+	}
+	runPart(0)
+	wg.Wait()
+	runtime.KeepAlive(byName)
+	runtime.KeepAlive(outs)
+	runtime.KeepAlive(inPtrs)
+	runtime.KeepAlive(outPtrs)
+	for k, r := range res {
+		if r.st != statusOK {
+			return fmt.Errorf("kernel: run (sub-batch %d of %d): %s: %s", k+1, len(res), idkStatusStr(r.st), r.msg)
+		}
+	}
+	return nil
+}
+
+// rowsPtr points at row first of a tensor whose axis 0 is the batch (0 when the block is
+// empty).
+func rowsPtr(t *onnx.Tensor, first, rows int64) uintptr {
+	if len(t.Dims) == 0 || t.Dims[0] == 0 {
+		return 0
+	}
+	per := volume(t.Dims[1:])
+	if per*rows == 0 {
+		return 0
+	}
+	if t.DType == onnx.Float {
+		return uintptr(unsafe.Pointer(&t.F32[first*per]))
+	}
+	return uintptr(unsafe.Pointer(&t.I64[first*per]))
+}
+
+// wholeBatch is the slots of a part's plan (inputs or outputs) with the whole batch on
+// axis 0.
+func wholeBatch(parts []splitPart, slots []tensorSlot) []tensorSlot {
+	var batch int64
+	for _, s := range parts {
+		batch += s.rows
+	}
+	out := make([]tensorSlot, len(slots))
+	for i, s := range slots {
+		d := append([]int64(nil), s.dims...)
+		d[0] = batch
+		out[i] = tensorSlot{name: s.name, dtype: s.dtype, dims: d}
+	}
+	return out
+}

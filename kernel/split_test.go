@@ -1,0 +1,262 @@
+package kernel
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"sync"
+	"testing"
+
+	"idunno/kernel/onnx"
+	"idunno/kernel/zoo"
+)
+
+// splitOf reports how the cached plan for a batch of this size runs: the sub-batch sizes
+// of a split batch, nil for one plan, or false when there is no such plan.
+func splitOf(m *Model, batch int64) ([]int64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range m.plans {
+		if e.inputs[0].dims[0] == batch {
+			var rows []int64
+			for _, s := range e.parts {
+				rows = append(rows, s.rows)
+			}
+			return rows, true
+		}
+	}
+	return nil, false
+}
+
+func seededInput(dims []int64, seed uint64) *onnx.Tensor {
+	rng := rand.New(rand.NewPCG(seed, 3))
+	t := &onnx.Tensor{DType: onnx.Float, Dims: dims, F32: make([]float32, volume(dims))}
+	for i := range t.F32 {
+		t.F32[i] = rng.Float32()
+	}
+	return t
+}
+
+// TestSplitBatch: on two threads, a batch of B >= 2 runs as two sub-batches on one
+// thread each; the output bytes are the same on every run, and close to the whole batch's
+// on one plan (IDK_SPLIT=0) and to a one-thread model's.
+func TestSplitBatch(t *testing.T) {
+	cases := []struct {
+		name    string
+		shape   []int64
+		batches []int64
+	}{
+		{"lenet5", nil, []int64{2, 5, 8}},
+		{"mobilenet_v2", []int64{3, 64, 64}, []int64{5}},
+		{"squeezenet", []int64{3, 64, 64}, []int64{4}},
+	}
+	for _, c := range cases {
+		src, err := zoo.Build(c.name, zoo.Options{Seed: 5, InputShape: c.shape})
+		if err != nil {
+			t.Fatal(err)
+		}
+		split, err := LoadModel(src, Options{Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer split.Close()
+		t.Setenv(SplitEnv, "0")
+		whole, err := LoadModel(src, Options{Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer whole.Close()
+		one, err := LoadModel(src, Options{Threads: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer one.Close()
+		for _, b := range c.batches {
+			dims := append([]int64{b}, split.Inputs()[0].Dims[1:]...)
+			in := []*onnx.Tensor{seededInput(dims, uint64(b))}
+			t.Setenv(SplitEnv, "")
+			var first []*onnx.Tensor
+			for run := 0; run < 3; run++ {
+				out, err := split.Run(in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if run == 0 {
+					first = out
+				} else if !sameBits(first[0].F32, out[0].F32) {
+					t.Fatalf("%s batch %d: run %d gave other bytes than run 0", c.name, b, run)
+				}
+			}
+			want := []int64{(b + 1) / 2, b / 2}
+			if rows, _ := splitOf(split, b); !reflect.DeepEqual(rows, want) {
+				t.Fatalf("%s batch %d: ran as %v, want sub-batches %v", c.name, b, rows, want)
+			}
+			if ns := split.LastRunKernelNanos(int(b)); ns <= 0 {
+				t.Errorf("%s batch %d: LastRunKernelNanos = %d", c.name, b, ns)
+			}
+			if !reflect.DeepEqual(first[0].Dims, []int64{b, 1000}) && !reflect.DeepEqual(first[0].Dims, []int64{b, 10}) {
+				t.Fatalf("%s batch %d: output dims %v", c.name, b, first[0].Dims)
+			}
+			t.Setenv(SplitEnv, "0")
+			ref, err := whole.Run(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rows, ok := splitOf(whole, b); !ok || rows != nil {
+				t.Fatalf("%s batch %d: split with %s=0", c.name, b, SplitEnv)
+			}
+			checkClose(t, c.name+", split against whole", ref[0].F32, first[0].F32, 1e-5)
+			ref1, err := one.Run(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkClose(t, c.name+", split against one thread", ref1[0].F32, first[0].F32, 1e-5)
+		}
+	}
+}
+
+// TestSplitRefused: a Reshape to a fixed batch of 4 is per-sample at batch 4 but not at
+// 2, a ReduceMean over the batch mixes samples: both run whole, with the right result.
+func TestSplitRefused(t *testing.T) {
+	vi := func(name string, dims ...int64) onnx.ValueInfo {
+		return onnx.ValueInfo{Name: name, DType: onnx.Float, Dims: dims, DimParams: make([]string, len(dims)), HasShape: true}
+	}
+	model := func(nodes []*onnx.Node, inits map[string]*onnx.Tensor) *onnx.Model {
+		return &onnx.Model{IRVersion: 8, Opset: 13, Opsets: map[string]int64{"": 13}, Graph: &onnx.Graph{
+			Name: "refused", Nodes: nodes, Inputs: []onnx.ValueInfo{vi("x", -1, 6)}, Outputs: []onnx.ValueInfo{vi("y")},
+			Initializers: inits,
+		}}
+	}
+	shape := &onnx.Tensor{Name: "shape", DType: onnx.Int64, Dims: []int64{2}, I64: []int64{4, -1}}
+	fixed := model([]*onnx.Node{
+		{Name: "r", OpType: "Reshape", Inputs: []string{"x", "shape"}, Outputs: []string{"r"}},
+		{Name: "y", OpType: "Relu", Inputs: []string{"r"}, Outputs: []string{"y"}},
+	}, map[string]*onnx.Tensor{"shape": shape})
+	mean := model([]*onnx.Node{
+		{Name: "m", OpType: "ReduceMean", Inputs: []string{"x"}, Outputs: []string{"m"},
+			Attrs: map[string]*onnx.Attribute{"axes": {Name: "axes", Type: onnx.AttrInts, Ints: []int64{0}}}},
+		{Name: "y", OpType: "Sub", Inputs: []string{"x", "m"}, Outputs: []string{"y"}},
+	}, nil)
+	x := &onnx.Tensor{DType: onnx.Float, Dims: []int64{4, 6}, F32: make([]float32, 24)}
+	for i := range x.F32 {
+		x.F32[i] = float32(i*i%7) - 3
+	}
+	for name, src := range map[string]*onnx.Model{"fixed reshape": fixed, "mean over batch": mean} {
+		m, err := loadModel(src, Options{Threads: 2}, false) // the fixed reshape fails at batch 1
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		out, err := m.Run([]*onnx.Tensor{x})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if rows, ok := splitOf(m, 4); !ok || rows != nil {
+			t.Fatalf("%s: ran as sub-batches %v", name, rows)
+		}
+		for i, v := range out[0].F32 {
+			var want float32
+			switch name {
+			case "fixed reshape":
+				want = max(x.F32[i], 0)
+			default:
+				c := i % 6
+				want = x.F32[i] - (x.F32[c]+x.F32[6+c]+x.F32[12+c]+x.F32[18+c])/4
+			}
+			if math.Abs(float64(v-want)) > 1e-6 {
+				t.Fatalf("%s: output %d = %v, want %v", name, i, v, want)
+			}
+		}
+	}
+}
+
+// TestSplitPlansCount: a split batch holds one plan per part against maxPlans, and
+// Close frees them all.
+func TestSplitPlansCount(t *testing.T) {
+	m := lenet(t, 2)
+	for b := 2; b <= maxPlans+2; b++ {
+		if err := m.Prepare(b); err != nil {
+			t.Fatal(err)
+		}
+		m.mu.Lock()
+		held := 0
+		for _, e := range m.plans {
+			held += e.plans()
+		}
+		m.mu.Unlock()
+		if held > maxPlans {
+			t.Fatalf("after batch %d: %d plans held", b, held)
+		}
+	}
+	if rows, ok := splitOf(m, int64(maxPlans+2)); !ok || len(rows) != 2 {
+		t.Fatalf("Prepare(%d) built %v", maxPlans+2, rows)
+	}
+	if _, err := m.Run([]*onnx.Tensor{images(maxPlans+2, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	if _, err := m.Run([]*onnx.Tensor{images(3, 1)}); err == nil {
+		t.Fatal("run after Close succeeded")
+	}
+}
+
+// TestSplitStreamBound: a classifier layer read for a few rows per sub-batch streams its
+// weights once per part; past maxSplitStreamBytes the batch runs whole by default, and at
+// batches where each part reads it for enough rows it splits.
+func TestSplitStreamBound(t *testing.T) {
+	const k, n = 16, maxSplitStreamBytes/4/16 + 1024
+	w := &onnx.Tensor{Name: "w", DType: onnx.Float, Dims: []int64{k, n}, F32: make([]float32, k*n)}
+	src := &onnx.Model{IRVersion: 8, Opset: 13, Opsets: map[string]int64{"": 13}, Graph: &onnx.Graph{
+		Name:         "fc",
+		Nodes:        []*onnx.Node{{Name: "fc", OpType: "Gemm", Inputs: []string{"x", "w"}, Outputs: []string{"y"}}},
+		Inputs:       []onnx.ValueInfo{{Name: "x", DType: onnx.Float, Dims: []int64{-1, k}, DimParams: make([]string, 2), HasShape: true}},
+		Outputs:      []onnx.ValueInfo{{Name: "y"}},
+		Initializers: map[string]*onnx.Tensor{"w": w},
+	}}
+	m, err := LoadModel(src, Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for _, c := range []struct {
+		batch int
+		split bool
+	}{{8, false}, {2 * streamRows, true}} {
+		if err := m.Prepare(c.batch); err != nil {
+			t.Fatal(err)
+		}
+		if rows, _ := splitOf(m, int64(c.batch)); (rows != nil) != c.split {
+			t.Errorf("batch %d of a %d MB classifier: sub-batches %v, want split %v", c.batch, k*n*4>>20, rows, c.split)
+		}
+	}
+}
+
+// TestSplitConcurrentEviction: split batches of many sizes from several goroutines at once,
+// more than the cache holds; evicted entries are rebuilt, and every output is the batch's.
+func TestSplitConcurrentEviction(t *testing.T) {
+	m := lenet(t, 2)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := 0; g < 3; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := 2; b <= maxPlans+3; b++ {
+				out, err := m.Run([]*onnx.Tensor{images(b, uint64(g))})
+				if err == nil && out[0].Dims[0] != int64(b) {
+					err = fmt.Errorf("batch %d gave dims %v", b, out[0].Dims)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
