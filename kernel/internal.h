@@ -17,6 +17,10 @@ typedef struct {
     size_t off;
     void *ext;
     int first, last; /* step indices of first write and last use */
+    /* an alias (parent >= 0) is bytes [poff, poff + size) of buffer parent, placed with it:
+     * an in-place concatenation's inputs (ops.c, concat_in_place) */
+    int parent;
+    size_t poff;
 } idk_buffer_t;
 
 /* A view is one layout in which a tensor's value is stored. */
@@ -121,6 +125,9 @@ int idk_new_buffer(idk_plan_t *p, size_t size);
 idk_step_t *idk_new_step(idk_plan_t *p);
 void idk_step_arg(idk_step_t *s, int kind, const dnnl_memory_desc_t *md, int buf);
 void *idk_buf_ptr(idk_plan_t *p, int buf);
+int idk_buf_root(const idk_plan_t *p, int buf, size_t *off);
+int idk_buf_alias(idk_plan_t *p, int buf, int parent, size_t off);
+int idk_bufs_overlap(const idk_plan_t *p, int a, int b);
 size_t idk_tensor_volume(const idk_tensor_t *t);
 int idk_esz(int dtype);
 void idk_plain_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims);

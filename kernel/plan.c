@@ -337,7 +337,7 @@ int idk_new_buffer(idk_plan_t *p, size_t size) {
         p->b = nb;
         p->capb = nc;
     }
-    p->b[p->nb] = (idk_buffer_t){size, 0, NULL, -1, -1};
+    p->b[p->nb] = (idk_buffer_t){size, 0, NULL, -1, -1, -1, 0};
     return p->nb++;
 }
 
@@ -371,7 +371,40 @@ void idk_step_arg(idk_step_t *s, int kind, const dnnl_memory_desc_t *md, int buf
 
 void *idk_buf_ptr(idk_plan_t *p, int buf) {
     if (buf < 0) return p->scratch;
-    return p->b[buf].ext ? p->b[buf].ext : p->arena + p->b[buf].off;
+    size_t off = 0;
+    buf = idk_buf_root(p, buf, &off);
+    return p->b[buf].ext ? p->b[buf].ext : p->arena + p->b[buf].off + off;
+}
+
+/* idk_buf_root returns the buffer that buf is an alias within (buf itself if none), adding
+ * buf's byte offset there to *off. */
+int idk_buf_root(const idk_plan_t *p, int buf, size_t *off) {
+    while (buf >= 0 && p->b[buf].parent >= 0) {
+        *off += p->b[buf].poff;
+        buf = p->b[buf].parent;
+    }
+    return buf;
+}
+
+/* idk_buf_alias makes buffer buf (a root, in the arena) bytes [off, off + its size) of
+ * buffer parent, with every alias within it. -1 if that does not fit or would loop. */
+int idk_buf_alias(idk_plan_t *p, int buf, int parent, size_t off) {
+    size_t po = 0;
+    if (buf < 0 || parent < 0 || p->b[buf].parent >= 0 || p->b[buf].ext || idk_buf_root(p, parent, &po) == buf ||
+        off + p->b[buf].size > p->b[parent].size)
+        return -1;
+    p->b[buf].parent = parent;
+    p->b[buf].poff = off;
+    return 0;
+}
+
+/* idk_bufs_overlap: buffers a and b share bytes (one is an alias within the other, or both
+ * within a third, over overlapping ranges). */
+int idk_bufs_overlap(const idk_plan_t *p, int a, int b) {
+    if (a < 0 || b < 0) return a == b;
+    size_t oa = 0, ob = 0;
+    if (idk_buf_root(p, a, &oa) != idk_buf_root(p, b, &ob)) return 0;
+    return oa < ob + p->b[b].size && ob < oa + p->b[a].size;
 }
 
 int idk_primary(idk_plan_t *p, int tid, idk_view_t **v) {
@@ -518,7 +551,7 @@ static idk_status_t place(idk_plan_t *p) {
         return IDK_ERR_NOMEM;
     }
     for (int i = 0; i < p->nb; i++)
-        if (!p->b[i].ext) order[n++] = i;
+        if (!p->b[i].ext && p->b[i].parent < 0) order[n++] = i; /* aliases go with their roots */
     for (int i = 1; i < n; i++) {
         int k = order[i], j = i - 1;
         while (j >= 0 && (p->b[order[j]].size < p->b[k].size)) {
@@ -563,6 +596,8 @@ static idk_status_t place(idk_plan_t *p) {
 }
 
 static void touch(idk_plan_t *p, int buf, int step) {
+    size_t off = 0;
+    buf = idk_buf_root(p, buf, &off); /* an alias keeps its whole root alive */
     if (buf < 0 || p->b[buf].ext) return;
     if (p->b[buf].first < 0 || step < p->b[buf].first) p->b[buf].first = step;
     if (step > p->b[buf].last) p->b[buf].last = step;
@@ -622,6 +657,16 @@ IDK_API idk_status_t idk_plan_compile(idk_plan_t *p) {
     for (int i = 0; i < p->nout; i++) {
         if (p->t[p->out[i]].nviews == 0) return idk_fail(p, IDK_ERR_INVALID, "output %d is never written", p->out[i]);
         if (idk_get_plain(p, p->out[i], &p->outbuf[i]) != 0) return IDK_ERR_DNNL;
+    }
+    /* aliases point at their roots directly (a DenseNet block's first input is an alias
+     * within each of its concatenations in turn) */
+    for (int i = 0; i < p->nb; i++) {
+        size_t off = 0;
+        int r = idk_buf_root(p, i, &off);
+        if (r != i) {
+            p->b[i].parent = r;
+            p->b[i].poff = off;
+        }
     }
     /* liveness */
     for (int i = 0; i < p->nb; i++)
