@@ -1,0 +1,50 @@
+package kernel
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"idunno/kernel/onnx"
+)
+
+// groupConv adds a 3x3 convolution (padding 1) of groups of 8 channels, with bias.
+func (c *catGraph) groupConv(out, in string, ch int64) string {
+	w := c.param(out+".w", ch, 8, 3, 3)
+	b := c.param(out+".b", ch)
+	return c.node("Conv", out, map[string]*onnx.Attribute{
+		"kernel_shape": {Name: "kernel_shape", Type: onnx.AttrInts, Ints: []int64{3, 3}},
+		"pads":         {Name: "pads", Type: onnx.AttrInts, Ints: []int64{1, 1, 1, 1}},
+		"group":        {Name: "group", Type: onnx.AttrInt, I: ch / 8},
+	}, in, w, b)
+}
+
+// TestBlockReorderMatchesOneDNN: RegNet's pattern, grouped convolutions of 8 channels a group
+// (oneDNN runs them on nChw8c) between 1x1 ones (nChw16c), with channel counts that are not
+// multiples of 16 (the nChw16c padding), at batch 1 and 3: the C reorders between the two
+// layouts give oneDNN's reorders' output bit for bit (IDK_BLOCK_REORDER=0).
+func TestBlockReorderMatchesOneDNN(t *testing.T) {
+	c := newCatGraph("x", -1, 16, 20, 20)
+	a := c.conv("a", "x", 16, 104, 1)
+	g := c.groupConv("g", a, 104)
+	b := c.conv("b", g, 104, 24, 1)
+	h := c.groupConv("h", b, 24)
+	y := c.conv("y", h, 24, 40, 1)
+	c.outputs(y, g)
+	for _, n := range []int64{1, 3} {
+		t.Run(fmt.Sprintf("batch%d", n), func(t *testing.T) {
+			x := seeded(7, n, 16, 20, 20)
+			setCEnv(t, "IDK_BLOCK_REORDER", "0")
+			ref := runCat(t, c, x)
+			setCEnv(t, "IDK_BLOCK_REORDER", "")
+			got := runCat(t, c, x)
+			for i := range ref {
+				for j := range ref[i] {
+					if math.Float32bits(ref[i][j]) != math.Float32bits(got[i][j]) {
+						t.Fatalf("output %d element %d: %v, oneDNN's reorders give %v", i, j, got[i][j], ref[i][j])
+					}
+				}
+			}
+		})
+	}
+}
