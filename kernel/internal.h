@@ -84,6 +84,7 @@ typedef struct idk_step {
     float fv;
     size_t bytes;
     int op;               /* the op it was lowered from (-1: none) */
+    int one_thread;       /* a tiny op's step: created and run with one OpenMP thread (idk_op_tiny) */
     int64_t prof_ns;      /* IDK_PROFILE: time spent in it over all runs */
     int64_t prof_min_ns;  /* IDK_PROFILE: its fastest run (robust to other load) */
 } idk_step_t;
@@ -156,6 +157,8 @@ idk_status_t idk_lower_quant(idk_plan_t *p, const idk_op_t *op);
 /* lowering of one op into steps (ops.c) */
 idk_status_t idk_lower_op(idk_plan_t *p, int opi);
 idk_status_t idk_check_op(idk_plan_t *p, const idk_op_t *op);
+/* an op small enough to run on one thread (ops.c) */
+int idk_op_tiny(const idk_plan_t *p, const idk_op_t *op);
 /* a C step for a run-time reorder oneDNN does slowly (ops.c); 1 if added, 0 if not its case */
 int idk_block_reorder(idk_plan_t *p, const dnnl_memory_desc_t *src, int sb, const dnnl_memory_desc_t *dst, int db);
 /* TopK, Resize (ops_modern.c) */

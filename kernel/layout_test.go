@@ -48,3 +48,24 @@ func TestBlockReorderMatchesOneDNN(t *testing.T) {
 		})
 	}
 }
+
+// TestTinyOpsOneThread: a squeeze-and-excitation block at batch 1, whose 1x1 convolutions on
+// 1x1 pixels and small ops run on one thread (idk_op_tiny), matches the plan that splits
+// every op across both threads (IDK_TINY_KFLOP=0) to 1e-5, and repeats its bytes.
+func TestTinyOpsOneThread(t *testing.T) {
+	c := newCatGraph("x", -1, 48, 14, 14)
+	a := c.conv("a", "x", 48, 96, 3)
+	p := c.node("GlobalAveragePool", "p", nil, a)
+	s1 := c.node("Relu", "s1", nil, c.conv("sq", p, 96, 24, 1))
+	s2 := c.node("Sigmoid", "s2", nil, c.conv("ex", s1, 24, 96, 1))
+	m := c.node("Mul", "m", nil, a, s2)
+	y := c.conv("y", m, 96, 32, 1)
+	c.outputs(y, s2)
+	x := seeded(11, 1, 48, 14, 14)
+	setCEnv(t, "IDK_TINY_KFLOP", "0")
+	ref := runCat(t, c, x)
+	setCEnv(t, "IDK_TINY_KFLOP", "")
+	got := runCat(t, c, x)
+	checkClose(t, "y, tiny ops on one thread", ref[0], got[0], 1e-5)
+	checkClose(t, "the excitation, tiny ops on one thread", ref[1], got[1], 1e-5)
+}

@@ -570,6 +570,37 @@ int idk_block_reorder(idk_plan_t *p, const dnnl_memory_desc_t *src, int sb, cons
     return 1;
 }
 
+/* idk_op_tiny: op is too small to split across threads (at most IDK_TINY_KFLOP thousand
+ * floating-point operations, default 200, and IDK_TINY_KB kilobytes of non-constant inputs and
+ * outputs, default 64): its steps run on one thread. At batch 1 a network's small layers
+ * (the squeeze-and-excitation convolutions on 1x1 pixels, a few microseconds of work) each
+ * wait for every thread at a barrier, and on a shared machine a descheduled thread stalls
+ * every one of them; ONNX Runtime runs such ops on the calling thread. 300 such 1x1
+ * convolutions on 1x1 pixels at batch 1, two threads, beside another 2-thread benchmark on 2
+ * vCPUs (fastest / median run): 5 kflop each (26->104 channels) 0.49 / 21 ms -> 0.28 / 0.30 ms,
+ * 100 kflop (112->448) 2.1 / 22.7 ms -> 3.0 / 3.5 ms, 387 kflop (440->440, reading 0.8 MB of
+ * weights) 9.0 / 32 ms -> 13.9 / 15.1 ms: the bound keeps ops of up to ~100 kflop, slower by
+ * 3 us in a quiet moment and 7x faster in a typical one. */
+int idk_op_tiny(const idk_plan_t *p, const idk_op_t *op) {
+    const char *ek = getenv("IDK_TINY_KFLOP"), *eb = getenv("IDK_TINY_KB");
+    double maxflop = (ek ? atof(ek) : 200) * 1e3, maxbytes = (eb ? atof(eb) : 64) * 1024;
+    if (p->threads == 1 || maxflop <= 0 || op->nout < 1) return 0;
+    double bytes = 0, flop = 0;
+    for (int i = 0; i < op->nin; i++)
+        if (!p->t[op->in[i]].cdata) bytes += (double)p->t[op->in[i]].nbytes;
+    for (int i = 0; i < op->nout; i++) bytes += (double)p->t[op->out[i]].nbytes;
+    const idk_tensor_t *o = OUT;
+    if ((op->kind == IDK_OP_CONV || op->kind == IDK_OP_QCONV) && op->nin >= 2) {
+        const idk_tensor_t *w = T(1);
+        double k = 1;
+        for (int i = 1; i < w->ndims; i++) k *= (double)w->dims[i]; /* input channels a group x kernel */
+        flop = 2 * (double)idk_tensor_volume(o) * k;
+    } else if (op->kind == IDK_OP_MATMUL && op->nin >= 2 && T(0)->ndims >= 1) {
+        flop = 2 * (double)idk_tensor_volume(o) * (double)T(0)->dims[T(0)->ndims - 1];
+    }
+    return flop <= maxflop && bytes <= maxbytes;
+}
+
 /* ---- ops ---- */
 
 /* dw_fusable returns the op after op (a 1x1 convolution being lowered) when oneDNN can run

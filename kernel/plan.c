@@ -87,8 +87,9 @@ static void prof_report(const idk_plan_t *p) {
         double ms = (double)s->prof_ns / 1e6 / (double)p->prof_runs;
         if (p->prof < 2 && ms < total / 200) continue;
         const idk_op_t *op = s->op >= 0 && s->op < p->nops ? &p->ops[s->op] : NULL;
-        fprintf(stderr, "idk_profile step %4d op %4d kind %3d %s %8.3f ms (fastest %.3f) out", i, s->op,
-                op ? op->kind : 0, s->prim ? "dnnl" : "C   ", ms, (double)s->prof_min_ns / 1e6);
+        fprintf(stderr, "idk_profile step %4d op %4d kind %3d %s%s %8.3f ms (fastest %.3f) out", i, s->op,
+                op ? op->kind : 0, s->prim ? "dnnl" : "C   ", s->one_thread ? " 1t" : "   ", ms,
+                (double)s->prof_min_ns / 1e6);
         if (op && op->nout) {
             const idk_tensor_t *t = &p->t[op->out[0]];
             for (int d = 0; d < t->ndims; d++) fprintf(stderr, "%s%lld", d ? "x" : " ", (long long)t->dims[d]);
@@ -657,7 +658,15 @@ IDK_API idk_status_t idk_plan_compile(idk_plan_t *p) {
     }
     for (int o = 0; o < p->nops; o++) {
         p->cur_op = o;
+        /* a tiny op's primitives are made for one thread (oneDNN sizes its work split when it
+         * creates them) and its steps run with one */
+        int s0 = p->ns, tiny = idk_op_tiny(p, &p->ops[o]), nthr = omp_get_max_threads();
+        if (tiny) omp_set_num_threads(1);
         idk_status_t st = idk_lower_op(p, o);
+        if (tiny) {
+            omp_set_num_threads(nthr);
+            for (int i = s0; i < p->ns; i++) p->s[i].one_thread = 1;
+        }
         if (st != IDK_OK) return st;
         if (p->fused_next) {
             /* op o + 1 runs inside op o's primitive (a depthwise convolution fused into the 1x1
@@ -744,15 +753,24 @@ IDK_API idk_status_t idk_plan_run(idk_plan_t *p, const void *const *in, void *co
         if (!in[i] && t->nbytes) return idk_fail(p, IDK_ERR_INVALID, "input %d is nil", i);
         if (t->nbytes) memcpy(idk_buf_ptr(p, t->views[0].buf), in[i], t->nbytes);
     }
+    int one = 0, nthr = omp_get_max_threads();
     for (int si = 0; si < p->ns; si++) {
         idk_step_t *s = &p->s[si];
         int64_t ts = p->prof ? now_ns() : 0;
+        if (s->one_thread != one) {
+            one = s->one_thread;
+            omp_set_num_threads(one ? 1 : nthr);
+        }
+        idk_status_t st = IDK_OK;
         if (s->prim) {
             dnnl_status_t ds = dnnl_primitive_execute(s->prim, p->stream, s->nargs, s->args);
-            if (ds != dnnl_success) return idk_fail(p, IDK_ERR_DNNL, "step %d: %s", si, dnnl_status2str(ds));
+            if (ds != dnnl_success) st = idk_fail(p, IDK_ERR_DNNL, "step %d: %s", si, dnnl_status2str(ds));
         } else if (s->fn) {
-            idk_status_t st = s->fn(p, s);
-            if (st != IDK_OK) return st;
+            st = s->fn(p, s);
+        }
+        if (st != IDK_OK) {
+            omp_set_num_threads(nthr);
+            return st;
         }
         if (p->prof) {
             int64_t d = now_ns() - ts;
@@ -760,6 +778,7 @@ IDK_API idk_status_t idk_plan_run(idk_plan_t *p, const void *const *in, void *co
             if (p->prof_runs == 0 || d < s->prof_min_ns) s->prof_min_ns = d;
         }
     }
+    if (one) omp_set_num_threads(nthr);
     if (p->prof) p->prof_runs++;
     dnnl_stream_wait(p->stream);
     for (int i = 0; i < p->nout; i++) {
