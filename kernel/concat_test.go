@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"idunno/kernel/onnx"
+	"idunno/kernel/zoo"
 )
 
 // catGraph builds graphs for the in-place concatenation tests: nodes append to g, weights
@@ -192,5 +193,31 @@ func TestConcatInPlacePlain(t *testing.T) {
 			checkParts(t, "k2", got[1], int(n), got[4], x.F32, got[3])
 			checkParts(t, "j", got[2], int(n)*15, got[0], got[1])
 		})
+	}
+}
+
+// TestConcatMixedLayouts: SqueezeNet at 224x224 and batch 2, whose fire modules at 54x54
+// concatenate a 1x1 convolution's nhwc output and a Winograd 3x3 one's nChw16c output (one
+// reorder per input into its channels of the output, concat_by_reorders), gives the logits of
+// the plan that reorders every input to nchw first (IDK_CONCAT_REORDERS=0) bit for bit, and
+// the same bytes on a second run.
+func TestConcatMixedLayouts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("SqueezeNet at 224x224")
+	}
+	m, err := zoo.Build("squeezenet", zoo.Options{Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := seeded(13, 2, 3, 224, 224)
+	setCEnv(t, "IDK_CONCAT_REORDERS", "0")
+	ref := logits(t, m, in)
+	setCEnv(t, "IDK_CONCAT_REORDERS", "")
+	got := logits(t, m, in)
+	again := logits(t, m, in)
+	for i := range ref {
+		if math.Float32bits(ref[i]) != math.Float32bits(got[i]) || math.Float32bits(got[i]) != math.Float32bits(again[i]) {
+			t.Fatalf("logit %d: %v, then %v; the plain concatenations give %v", i, got[i], again[i], ref[i])
+		}
 	}
 }
