@@ -8,29 +8,32 @@ import (
 	"idunno/kernel/onnx"
 )
 
-// groupConv adds a 3x3 convolution (padding 1) of groups of 8 channels, with bias.
-func (c *catGraph) groupConv(out, in string, ch int64) string {
-	w := c.param(out+".w", ch, 8, 3, 3)
+// groupConv adds a 3x3 convolution (padding 1) of groups of width channels, with bias.
+func (c *catGraph) groupConv(out, in string, ch, width int64) string {
+	w := c.param(out+".w", ch, width, 3, 3)
 	b := c.param(out+".b", ch)
 	return c.node("Conv", out, map[string]*onnx.Attribute{
 		"kernel_shape": {Name: "kernel_shape", Type: onnx.AttrInts, Ints: []int64{3, 3}},
 		"pads":         {Name: "pads", Type: onnx.AttrInts, Ints: []int64{1, 1, 1, 1}},
-		"group":        {Name: "group", Type: onnx.AttrInt, I: ch / 8},
+		"group":        {Name: "group", Type: onnx.AttrInt, I: ch / width},
 	}, in, w, b)
 }
 
-// TestBlockReorderMatchesOneDNN: RegNet's pattern, grouped convolutions of 8 channels a group
-// (oneDNN runs them on nChw8c) between 1x1 ones (nChw16c), with channel counts that are not
-// multiples of 16 (the nChw16c padding), at batch 1 and 3: the C reorders between the two
-// layouts give oneDNN's reorders' output bit for bit (IDK_BLOCK_REORDER=0).
+// TestBlockReorderMatchesOneDNN: RegNet's and ResNeXt's patterns, grouped convolutions of 8
+// and 4 channels a group (oneDNN runs them on nChw8c and nChw4c) between 1x1 ones (nChw16c),
+// with channel counts that are not multiples of 16 (the nChw16c padding), at batch 1 and 3:
+// the C reorders between the layouts give oneDNN's reorders' output bit for bit
+// (IDK_BLOCK_REORDER=0).
 func TestBlockReorderMatchesOneDNN(t *testing.T) {
 	c := newCatGraph("x", -1, 16, 20, 20)
 	a := c.conv("a", "x", 16, 104, 1)
-	g := c.groupConv("g", a, 104)
+	g := c.groupConv("g", a, 104, 8)
 	b := c.conv("b", g, 104, 24, 1)
-	h := c.groupConv("h", b, 24)
-	y := c.conv("y", h, 24, 40, 1)
-	c.outputs(y, g)
+	h := c.groupConv("h", b, 24, 8)
+	f := c.conv("f", h, 24, 36, 1)
+	q := c.groupConv("q", f, 36, 4)
+	y := c.conv("y", q, 36, 40, 1)
+	c.outputs(y, g, q)
 	for _, n := range []int64{1, 3} {
 		t.Run(fmt.Sprintf("batch%d", n), func(t *testing.T) {
 			x := seeded(7, n, 16, 20, 20)

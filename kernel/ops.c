@@ -504,69 +504,81 @@ static int dst_for_sum(idk_plan_t *p, const idk_op_t *op, int sum_tid, const dnn
     return b;
 }
 
-/* fn_block_reorder copies an N x C x H x W tensor between the nChw16c and nChw8c layouts:
- * each 16-channel block of a pixel is two 8-channel ones, so the copy moves 8 floats at a
- * time; blocks past the channels the other layout holds are dropped or zero-filled (its
- * padding). n1 = N, n2 = C rounded up to 16 / 16, n3 = H*W, alg: 1 when the source is
- * nChw16c; the 8-channel block count is extra[0]. Pixels split across the plan's threads
- * (pure copies: any split gives the same bytes). */
+/* fn_block_reorder copies an N x C x H x W tensor between two channel-blocked layouts
+ * (nChw16c, nChw8c, nChw4c): each pixel's block of the larger size is whole blocks of the
+ * smaller, so the copy moves the smaller block's floats at a time; small blocks past the
+ * channels the other layout holds are dropped or zero-filled (its padding). n1 = N, n2 =
+ * the large blocks per image, n3 = H*W; extra = {large block, small block, small blocks per
+ * image}; alg: 1 when the source has the large blocks. Pixels split across the plan's
+ * threads (pure copies: any split gives the same bytes). */
 static idk_status_t fn_block_reorder(idk_plan_t *p, idk_step_t *s) {
     const float *src = idk_buf_ptr(p, s->bufs[0]);
     float *dst = idk_buf_ptr(p, s->bufs[1]);
-    int64_t n = s->n1, c16 = s->n2, hw = s->n3, c8 = s->extra[0];
-    int from16 = s->alg;
-    int64_t rows = n * c16, chunk = hw < 64 ? hw : 64, nchunk = (hw + chunk - 1) / chunk;
-    int nth = rows * hw * 16 >= 16384 && p->threads > 1 ? p->threads : 1;
+    int64_t n = s->n1, cl = s->n2, hw = s->n3, bl = s->extra[0], bs = s->extra[1], cs = s->extra[2];
+    int64_t per = bl / bs;
+    int fromlarge = s->alg;
+    int64_t rows = n * cl, chunk = hw < 64 ? hw : 64, nchunk = (hw + chunk - 1) / chunk;
+    int nth = rows * hw * bl >= 16384 && p->threads > 1 ? p->threads : 1;
 #pragma omp parallel for num_threads(nth) schedule(static)
     for (int64_t r = 0; r < rows * nchunk; r++) {
         int64_t row = r / nchunk, i0 = r % nchunk * chunk, i1 = i0 + chunk < hw ? i0 + chunk : hw;
-        int64_t b = row % c16, img = row / c16;
-        float *b16 = (float *)(from16 ? src : dst) + (img * c16 + b) * hw * 16;
-        float *lo = (float *)(from16 ? dst : src) + (img * c8 + 2 * b) * hw * 8;
-        float *hi = 2 * b + 1 < c8 ? lo + hw * 8 : NULL;
-        for (int64_t i = i0; i < i1; i++) {
-            if (from16) {
-                memcpy(lo + i * 8, b16 + i * 16, 32);
-                if (hi) memcpy(hi + i * 8, b16 + i * 16 + 8, 32);
-            } else {
-                memcpy(b16 + i * 16, lo + i * 8, 32);
-                if (hi) memcpy(b16 + i * 16 + 8, hi + i * 8, 32);
-                else memset(b16 + i * 16 + 8, 0, 32);
+        int64_t b = row % cl, img = row / cl;
+        float *large = (float *)(fromlarge ? src : dst) + (img * cl + b) * hw * bl;
+        float *small = (float *)(fromlarge ? dst : src) + (img * cs + b * per) * hw * bs;
+        for (int64_t j = 0; j < per; j++) {
+            int have = b * per + j < cs;
+            float *sm = small + j * hw * bs;
+            for (int64_t i = i0; i < i1; i++) {
+                if (fromlarge) {
+                    if (have) memcpy(sm + i * bs, large + i * bl + j * bs, (size_t)bs * 4);
+                } else if (have) {
+                    memcpy(large + i * bl + j * bs, sm + i * bs, (size_t)bs * 4);
+                } else {
+                    memset(large + i * bl + j * bs, 0, (size_t)bs * 4);
+                }
             }
         }
     }
     return IDK_OK;
 }
 
-/* idk_block_reorder adds fn_block_reorder for a run-time reorder between nChw16c and nChw8c
- * (f32, 4-D): oneDNN's jit reorder takes 8 GB/s there at batch 1 (RegNet's grouped
- * convolutions of 8 channels a group run on nChw8c between 1x1 ones on nChw16c: 1.3 ms of
- * reorders in a 7.6 ms batch, per-primitive minimum sum). 1 if added, 0 if not its case,
+/* idk_block_reorder adds fn_block_reorder for a run-time reorder between two of nChw16c,
+ * nChw8c and nChw4c (f32, 4-D): oneDNN's jit reorder moves about 8 GB/s there at batch 1
+ * (RegNet's grouped convolutions of 8 channels a group run on nChw8c, ResNeXt's first
+ * stage's of 4 on nChw4c, between 1x1 convolutions on nChw16c: 1.3 ms of reorders in a
+ * 7.6 ms RegNet-Y-400MF batch, per-primitive minimum sum). 1 if added, 0 if not its case,
  * -1 on error. */
 int idk_block_reorder(idk_plan_t *p, const dnnl_memory_desc_t *src, int sb, const dnnl_memory_desc_t *dst, int db) {
     const char *e = getenv("IDK_BLOCK_REORDER");
     if ((e && strcmp(e, "0") == 0) || src->ndims != 4 || src->data_type != dnnl_f32 || dst->data_type != dnnl_f32)
         return 0;
-    dnnl_memory_desc_t m16, m8;
-    dnnl_memory_desc_init_by_tag(&m16, 4, src->dims, dnnl_f32, dnnl_nChw16c);
-    dnnl_memory_desc_init_by_tag(&m8, 4, src->dims, dnnl_f32, dnnl_nChw8c);
-    int from16 = dnnl_memory_desc_equal(src, &m16) && dnnl_memory_desc_equal(dst, &m8);
-    if (!from16 && !(dnnl_memory_desc_equal(src, &m8) && dnnl_memory_desc_equal(dst, &m16))) return 0;
+    static const dnnl_format_tag_t tags[3] = {dnnl_nChw16c, dnnl_nChw8c, dnnl_nChw4c};
+    static const int64_t sizes[3] = {16, 8, 4};
+    int fs = -1, fd = -1;
+    for (int i = 0; i < 3; i++) {
+        dnnl_memory_desc_t m;
+        dnnl_memory_desc_init_by_tag(&m, 4, src->dims, dnnl_f32, tags[i]);
+        if (dnnl_memory_desc_equal(src, &m)) fs = i;
+        if (dnnl_memory_desc_equal(dst, &m)) fd = i;
+    }
+    if (fs < 0 || fd < 0 || fs == fd) return 0;
     idk_step_t *s = idk_new_step(p);
-    if (!s || !(s->extra = calloc(1, sizeof(int64_t)))) {
+    if (!s || !(s->extra = calloc(3, sizeof(int64_t)))) {
         idk_fail(p, IDK_ERR_NOMEM, "op %d: reorder step", p->cur_op);
         return -1;
     }
-    int64_t c = src->dims[1];
+    int64_t c = src->dims[1], bl = sizes[fs < fd ? fs : fd], bs = sizes[fs < fd ? fd : fs];
     s->fn = fn_block_reorder;
     s->nb = 2;
     s->bufs[0] = sb;
     s->bufs[1] = db;
     s->n1 = src->dims[0];
-    s->n2 = (c + 15) / 16;
+    s->n2 = (c + bl - 1) / bl;
     s->n3 = src->dims[2] * src->dims[3];
-    s->extra[0] = (c + 7) / 8;
-    s->alg = from16;
+    s->extra[0] = bl;
+    s->extra[1] = bs;
+    s->extra[2] = (c + bs - 1) / bs;
+    s->alg = fs < fd; /* the source has the larger blocks */
     return 1;
 }
 
