@@ -17,6 +17,10 @@ typedef struct {
     size_t off;
     void *ext;
     int first, last; /* step indices of first write and last use */
+    /* an alias (parent >= 0) is bytes [poff, poff + size) of buffer parent, placed with it:
+     * an in-place concatenation's inputs (ops.c, concat_in_place) */
+    int parent;
+    size_t poff;
 } idk_buffer_t;
 
 /* A view is one layout in which a tensor's value is stored. */
@@ -80,7 +84,9 @@ typedef struct idk_step {
     float fv;
     size_t bytes;
     int op;               /* the op it was lowered from (-1: none) */
+    int one_thread;       /* a tiny op's step: created and run with one OpenMP thread (idk_op_tiny) */
     int64_t prof_ns;      /* IDK_PROFILE: time spent in it over all runs */
+    int64_t prof_min_ns;  /* IDK_PROFILE: its fastest run (robust to other load) */
 } idk_step_t;
 
 typedef struct idk_train idk_train_t;
@@ -121,6 +127,9 @@ int idk_new_buffer(idk_plan_t *p, size_t size);
 idk_step_t *idk_new_step(idk_plan_t *p);
 void idk_step_arg(idk_step_t *s, int kind, const dnnl_memory_desc_t *md, int buf);
 void *idk_buf_ptr(idk_plan_t *p, int buf);
+int idk_buf_root(const idk_plan_t *p, int buf, size_t *off);
+int idk_buf_alias(idk_plan_t *p, int buf, int parent, size_t off);
+int idk_bufs_overlap(const idk_plan_t *p, int a, int b);
 size_t idk_tensor_volume(const idk_tensor_t *t);
 int idk_esz(int dtype);
 void idk_plain_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims);
@@ -148,6 +157,10 @@ idk_status_t idk_lower_quant(idk_plan_t *p, const idk_op_t *op);
 /* lowering of one op into steps (ops.c) */
 idk_status_t idk_lower_op(idk_plan_t *p, int opi);
 idk_status_t idk_check_op(idk_plan_t *p, const idk_op_t *op);
+/* an op small enough to run on one thread (ops.c) */
+int idk_op_tiny(const idk_plan_t *p, const idk_op_t *op);
+/* a C step for a run-time reorder oneDNN does slowly (ops.c); 1 if added, 0 if not its case */
+int idk_block_reorder(idk_plan_t *p, const dnnl_memory_desc_t *src, int sb, const dnnl_memory_desc_t *dst, int db);
 /* TopK, Resize (ops_modern.c) */
 idk_status_t idk_check_modern(idk_plan_t *p, const idk_op_t *op);
 idk_status_t idk_lower_modern(idk_plan_t *p, const idk_op_t *op);

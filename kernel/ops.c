@@ -436,13 +436,15 @@ static idk_status_t fn_copy(idk_plan_t *p, idk_step_t *s) {
  * matmul's residual operand is a reshape of the residual stream (a view of its buffer) that
  * is dead once reshaped, and a residual block's output written in place over its summand
  * shares that dead summand's buffer, which the next block's sum may overwrite in turn (the
- * earlier any-other-view test copied every other ResNet block's residual stream first). */
+ * earlier any-other-view test copied every other ResNet block's residual stream first).
+ * A buffer sharing bytes with b counts too: b may be an input's range of an in-place
+ * concatenation still to be read (concat_in_place). */
 static int buf_live_elsewhere(idk_plan_t *p, int tid, int b) {
     for (int i = 0; i < p->nt; i++) {
         const idk_tensor_t *t = &p->t[i];
         if (i == tid || (t->lastuse < p->cur_op && !t->is_out && !t->is_in && !t->cdata)) continue;
         for (int v = 0; v < t->nviews; v++)
-            if (t->views[v].buf == b) return 1;
+            if (idk_bufs_overlap(p, t->views[v].buf, b)) return 1;
     }
     return 0;
 }
@@ -500,6 +502,115 @@ static int dst_for_sum(idk_plan_t *p, const idk_op_t *op, int sum_tid, const dnn
     s->bufs[1] = b;
     s->bytes = dnnl_memory_desc_get_size(dmd);
     return b;
+}
+
+/* fn_block_reorder copies an N x C x H x W tensor between two channel-blocked layouts
+ * (nChw16c, nChw8c, nChw4c): each pixel's block of the larger size is whole blocks of the
+ * smaller, so the copy moves the smaller block's floats at a time; small blocks past the
+ * channels the other layout holds are dropped or zero-filled (its padding). n1 = N, n2 =
+ * the large blocks per image, n3 = H*W; extra = {large block, small block, small blocks per
+ * image}; alg: 1 when the source has the large blocks. Pixels split across the plan's
+ * threads (pure copies: any split gives the same bytes). */
+static idk_status_t fn_block_reorder(idk_plan_t *p, idk_step_t *s) {
+    const float *src = idk_buf_ptr(p, s->bufs[0]);
+    float *dst = idk_buf_ptr(p, s->bufs[1]);
+    int64_t n = s->n1, cl = s->n2, hw = s->n3, bl = s->extra[0], bs = s->extra[1], cs = s->extra[2];
+    int64_t per = bl / bs;
+    int fromlarge = s->alg;
+    int64_t rows = n * cl, chunk = hw < 64 ? hw : 64, nchunk = (hw + chunk - 1) / chunk;
+    int nth = rows * hw * bl >= 16384 && p->threads > 1 ? p->threads : 1;
+#pragma omp parallel for num_threads(nth) schedule(static)
+    for (int64_t r = 0; r < rows * nchunk; r++) {
+        int64_t row = r / nchunk, i0 = r % nchunk * chunk, i1 = i0 + chunk < hw ? i0 + chunk : hw;
+        int64_t b = row % cl, img = row / cl;
+        float *large = (float *)(fromlarge ? src : dst) + (img * cl + b) * hw * bl;
+        float *small = (float *)(fromlarge ? dst : src) + (img * cs + b * per) * hw * bs;
+        for (int64_t j = 0; j < per; j++) {
+            int have = b * per + j < cs;
+            float *sm = small + j * hw * bs;
+            for (int64_t i = i0; i < i1; i++) {
+                if (fromlarge) {
+                    if (have) memcpy(sm + i * bs, large + i * bl + j * bs, (size_t)bs * 4);
+                } else if (have) {
+                    memcpy(large + i * bl + j * bs, sm + i * bs, (size_t)bs * 4);
+                } else {
+                    memset(large + i * bl + j * bs, 0, (size_t)bs * 4);
+                }
+            }
+        }
+    }
+    return IDK_OK;
+}
+
+/* idk_block_reorder adds fn_block_reorder for a run-time reorder between two of nChw16c,
+ * nChw8c and nChw4c (f32, 4-D): oneDNN's jit reorder moves about 8 GB/s there at batch 1
+ * (RegNet's grouped convolutions of 8 channels a group run on nChw8c, ResNeXt's first
+ * stage's of 4 on nChw4c, between 1x1 convolutions on nChw16c: 1.3 ms of reorders in a
+ * 7.6 ms RegNet-Y-400MF batch, per-primitive minimum sum). 1 if added, 0 if not its case,
+ * -1 on error. */
+int idk_block_reorder(idk_plan_t *p, const dnnl_memory_desc_t *src, int sb, const dnnl_memory_desc_t *dst, int db) {
+    const char *e = getenv("IDK_BLOCK_REORDER");
+    if ((e && strcmp(e, "0") == 0) || src->ndims != 4 || src->data_type != dnnl_f32 || dst->data_type != dnnl_f32)
+        return 0;
+    static const dnnl_format_tag_t tags[3] = {dnnl_nChw16c, dnnl_nChw8c, dnnl_nChw4c};
+    static const int64_t sizes[3] = {16, 8, 4};
+    int fs = -1, fd = -1;
+    for (int i = 0; i < 3; i++) {
+        dnnl_memory_desc_t m;
+        dnnl_memory_desc_init_by_tag(&m, 4, src->dims, dnnl_f32, tags[i]);
+        if (dnnl_memory_desc_equal(src, &m)) fs = i;
+        if (dnnl_memory_desc_equal(dst, &m)) fd = i;
+    }
+    if (fs < 0 || fd < 0 || fs == fd) return 0;
+    idk_step_t *s = idk_new_step(p);
+    if (!s || !(s->extra = calloc(3, sizeof(int64_t)))) {
+        idk_fail(p, IDK_ERR_NOMEM, "op %d: reorder step", p->cur_op);
+        return -1;
+    }
+    int64_t c = src->dims[1], bl = sizes[fs < fd ? fs : fd], bs = sizes[fs < fd ? fd : fs];
+    s->fn = fn_block_reorder;
+    s->nb = 2;
+    s->bufs[0] = sb;
+    s->bufs[1] = db;
+    s->n1 = src->dims[0];
+    s->n2 = (c + bl - 1) / bl;
+    s->n3 = src->dims[2] * src->dims[3];
+    s->extra[0] = bl;
+    s->extra[1] = bs;
+    s->extra[2] = (c + bs - 1) / bs;
+    s->alg = fs < fd; /* the source has the larger blocks */
+    return 1;
+}
+
+/* idk_op_tiny: op is too small to split across threads (at most IDK_TINY_KFLOP thousand
+ * floating-point operations, default 200, and IDK_TINY_KB kilobytes of non-constant inputs and
+ * outputs, default 64): its steps run on one thread. At batch 1 a network's small layers
+ * (the squeeze-and-excitation convolutions on 1x1 pixels, a few microseconds of work) each
+ * wait for every thread at a barrier, and on a shared machine a descheduled thread stalls
+ * every one of them; ONNX Runtime runs such ops on the calling thread. 300 such 1x1
+ * convolutions on 1x1 pixels at batch 1, two threads, beside another 2-thread benchmark on 2
+ * vCPUs (fastest / median run): 5 kflop each (26->104 channels) 0.49 / 21 ms -> 0.28 / 0.30 ms,
+ * 100 kflop (112->448) 2.1 / 22.7 ms -> 3.0 / 3.5 ms, 387 kflop (440->440, reading 0.8 MB of
+ * weights) 9.0 / 32 ms -> 13.9 / 15.1 ms: the bound keeps ops of up to ~100 kflop, slower by
+ * 3 us in a quiet moment and 7x faster in a typical one. */
+int idk_op_tiny(const idk_plan_t *p, const idk_op_t *op) {
+    const char *ek = getenv("IDK_TINY_KFLOP"), *eb = getenv("IDK_TINY_KB");
+    double maxflop = (ek ? atof(ek) : 200) * 1e3, maxbytes = (eb ? atof(eb) : 64) * 1024;
+    if (p->threads == 1 || maxflop <= 0 || op->nout < 1) return 0;
+    double bytes = 0, flop = 0;
+    for (int i = 0; i < op->nin; i++)
+        if (!p->t[op->in[i]].cdata) bytes += (double)p->t[op->in[i]].nbytes;
+    for (int i = 0; i < op->nout; i++) bytes += (double)p->t[op->out[i]].nbytes;
+    const idk_tensor_t *o = OUT;
+    if ((op->kind == IDK_OP_CONV || op->kind == IDK_OP_QCONV) && op->nin >= 2) {
+        const idk_tensor_t *w = T(1);
+        double k = 1;
+        for (int i = 1; i < w->ndims; i++) k *= (double)w->dims[i]; /* input channels a group x kernel */
+        flop = 2 * (double)idk_tensor_volume(o) * k;
+    } else if (op->kind == IDK_OP_MATMUL && op->nin >= 2 && T(0)->ndims >= 1) {
+        flop = 2 * (double)idk_tensor_volume(o) * (double)T(0)->dims[T(0)->ndims - 1];
+    }
+    return flop <= maxflop && bytes <= maxbytes;
 }
 
 /* ---- ops ---- */
@@ -1843,9 +1954,209 @@ static idk_status_t fn_concat(idk_plan_t *p, idk_step_t *s) {
     return IDK_OK;
 }
 
+/* concat_in_place lowers a concatenation without copying where every input is one contiguous
+ * byte range of the output: plain tensors with nothing but 1s before the axis, or 4-D nChw16c
+ * ones at batch 1 joined on channels in multiples of 16. Each input's buffer becomes an alias
+ * of its range of the output's (idk_buf_alias), so the op that wrote it wrote the output;
+ * an input already an alias within an earlier concatenation's output brings that whole output
+ * along when it is a run of this one's inputs in place (DenseNet: each layer concatenates the
+ * block's input and every earlier layer's 32 channels, so the block's concatenations nest as
+ * prefixes of its last one, one buffer for all). Inputs that cannot move there (a constant, a
+ * graph input, one written elsewhere or twice) are copied into their range. At batch 1 the
+ * copies cost DenseNet-121 9.3 ms of 42 (per-primitive minimum sum, DNNL_VERBOSE, 2 threads),
+ * and its plain-layout fallback for mixed input layouts ran every batch normalization in
+ * oneDNN's ncsp kernel (10 ms more). *done is 0 when it does not apply (nothing added).
+ * IDK_CONCAT_INPLACE=0 turns it off, for comparison. */
+static idk_status_t concat_in_place(idk_plan_t *p, const idk_op_t *op, int *done) {
+    const idk_tensor_t *o = OUT;
+    int ax = (int)op->ia[0], n = op->nin;
+    *done = 0;
+    const char *e = getenv("IDK_CONCAT_INPLACE");
+    if ((e && strcmp(e, "0") == 0) || p->prec != IDK_F32 || o->dtype != IDK_F32 || idk_tensor_volume(o) == 0)
+        return IDK_OK;
+    for (int i = 0; i < ax; i++)
+        if (o->dims[i] != 1) return IDK_OK;
+    /* the layout: plain if every input is, else nChw16c if possible and at most half the output
+     * is still to be reordered into it or one input will be in a later concatenation too
+     * (otherwise, concatenations of nhwc tensors stay oneDNN's, in nhwc: the convolutions
+     * after them read nhwc) */
+    int allplain = 1, c16 = o->ndims == 4 && ax == 1;
+    size_t reorder = 0;
+    for (int k = 0; k < n; k++) {
+        const idk_tensor_t *x = T(k);
+        idk_view_t *v;
+        if (x->dtype != IDK_F32 || idk_primary(p, op->in[k], &v) != 0 || v->md.data_type != dnnl_f32) return IDK_OK;
+        allplain &= v->plain;
+        if (c16 && x->dims[1] % 16 == 0) {
+            dnnl_memory_desc_t bm;
+            dnnl_dims_t d = {x->dims[0], x->dims[1], x->dims[2], x->dims[3]};
+            dnnl_memory_desc_init_by_tag(&bm, 4, d, dnnl_f32, dnnl_nChw16c);
+            int has = 0;
+            for (int j = 0; j < x->nviews; j++) has |= dnnl_memory_desc_equal(&x->views[j].md, &bm);
+            if (!has) reorder += x->nbytes;
+        } else {
+            c16 = 0;
+        }
+    }
+    /* an input a later concatenation reads too will be there already, reordered once (a
+     * DenseNet block's input and layers, nhwc past the Winograd stages) */
+    for (int k = 0; k < n && c16 && 2 * reorder > o->nbytes; k++)
+        for (int j = p->cur_op + 1; j < p->nops && 2 * reorder > o->nbytes; j++)
+            if (p->ops[j].kind == IDK_OP_CONCAT)
+                for (int i = 0; i < p->ops[j].nin; i++)
+                    if (p->ops[j].in[i] == op->in[k]) reorder = 0;
+    if (!allplain && !(c16 && 2 * reorder <= o->nbytes)) return IDK_OK;
+    dnnl_memory_desc_t omd, smd[IDK_MAX_IN];
+    dnnl_dims_t d;
+    for (int i = 0; i < o->ndims; i++) d[i] = o->dims[i];
+    if (allplain) idk_plain_md(&omd, o->ndims, o->dims);
+    else dnnl_memory_desc_init_by_tag(&omd, 4, d, dnnl_f32, dnnl_nChw16c);
+    /* every input's range of the output: its volume (times H*W per channel, for nChw16c, whose
+     * 16-channel blocks follow each other at batch 1) after the ones before it */
+    size_t at[IDK_MAX_IN], sz[IDK_MAX_IN], pos = 0;
+    int b[IDK_MAX_IN], root[IDK_MAX_IN];
+    size_t roff[IDK_MAX_IN];
+    for (int k = 0; k < n; k++) {
+        const idk_tensor_t *x = T(k);
+        if (allplain) {
+            idk_plain_md(&smd[k], x->ndims, x->dims);
+        } else {
+            dnnl_dims_t xd = {x->dims[0], x->dims[1], x->dims[2], x->dims[3]};
+            dnnl_memory_desc_init_by_tag(&smd[k], 4, xd, dnnl_f32, dnnl_nChw16c);
+        }
+        at[k] = pos;
+        sz[k] = dnnl_memory_desc_get_size(&smd[k]);
+        pos += sz[k];
+        b[k] = -1;
+        if (sz[k] > 0 && idk_get_view(p, op->in[k], &smd[k], &b[k]) != 0) return IDK_ERR_DNNL;
+    }
+    if (pos != dnnl_memory_desc_get_size(&omd))
+        return idk_fail(p, IDK_ERR_INVALID, "op %d: concatenation of %zu bytes into %zu", p->cur_op, pos,
+                        (size_t)dnnl_memory_desc_get_size(&omd));
+    int ob = new_out(p, op->out[0], &omd);
+    if (ob < 0) return IDK_ERR_NOMEM;
+    for (int k = 0; k < n; k++) {
+        roff[k] = 0;
+        root[k] = sz[k] > 0 ? idk_buf_root(p, b[k], &roff[k]) : -1;
+    }
+    /* buffers no alias may take over: constants' and graph inputs' */
+    for (int k = 0; k < n; k++) {
+        if (root[k] < 0 || root[k] == ob) continue;
+        int r = root[k], ok = !p->b[r].ext;
+        for (int i = 0; i < p->nin && ok; i++) {
+            size_t io = 0;
+            ok = idk_buf_root(p, p->t[p->in[i]].views[0].buf, &io) != r;
+        }
+        /* the inputs within r must all land where r's offsets put them, and fill r */
+        size_t base = at[k] >= roff[k] ? at[k] - roff[k] : (size_t)-1, filled = 0;
+        ok &= base != (size_t)-1;
+        for (int j = 0; j < n && ok; j++) {
+            if (root[j] != r) continue;
+            ok = at[j] == base + roff[j];
+            filled += sz[j];
+        }
+        ok = ok && filled == p->b[r].size && idk_buf_alias(p, r, ob, base) == 0;
+        for (int j = k; j < n; j++)
+            if (root[j] == r) root[j] = ok ? ob : -2; /* -2: copy it */
+    }
+    /* the rest: copied (reordered, oneDNN's threaded copy) into their ranges */
+    for (int k = 0; k < n; k++) {
+        if (sz[k] == 0) continue;
+        if (root[k] == ob) {
+            size_t off = 0;
+            idk_buf_root(p, b[k], &off);
+            if (off == at[k]) continue; /* in place */
+        }
+        int c = idk_new_buffer(p, sz[k]);
+        if (c < 0 || idk_buf_alias(p, c, ob, at[k]) != 0) return IDK_ERR_NOMEM;
+        idk_status_t rc = reorder_step(p, &smd[k], b[k], &smd[k], c);
+        if (rc != IDK_OK) return rc;
+    }
+    *done = 1;
+    return IDK_OK;
+}
+
+/* concat_by_reorders lowers a channel concatenation of 4-D inputs in different layouts (nhwc,
+ * nChw16c, nchw) as one reorder per input straight into its channels of the output, in the
+ * layout most of the input bytes have (nChw16c only with channel counts in multiples of 16).
+ * oneDNN's concat takes only its reference kernel for mixed layouts, and the plain fallback
+ * reorders each input to nchw, copies them, and the next convolution reorders the result
+ * again (SqueezeNet at batch 8, whose fire modules join a 1x1 convolution's nhwc output to a
+ * Winograd 3x3 one's nChw16c: 3 ms of 57 in reorders and plain copies). *done is 0 when it
+ * does not apply. */
+static idk_status_t concat_by_reorders(idk_plan_t *p, const idk_op_t *op, int *done) {
+    const idk_tensor_t *o = OUT;
+    int n = op->nin;
+    *done = 0;
+    const char *e = getenv("IDK_CONCAT_REORDERS");
+    if ((e && strcmp(e, "0") == 0) || o->ndims != 4 || op->ia[0] != 1 || idk_tensor_volume(o) == 0) return IDK_OK;
+    static const dnnl_format_tag_t tags[3] = {dnnl_nChw16c, dnnl_nhwc, dnnl_nchw};
+    double bytes[3] = {0, 0, 0};
+    int c16 = 1, mixed = 0, first = -1;
+    dnnl_memory_desc_t src[IDK_MAX_IN];
+    int sb[IDK_MAX_IN];
+    for (int k = 0; k < n; k++) {
+        const idk_tensor_t *x = T(k);
+        idk_view_t *v;
+        if (x->dtype != IDK_F32 || idk_primary(p, op->in[k], &v) != 0 || v->md.data_type != dnnl_f32) return IDK_OK;
+        int f = -1;
+        for (int i = 0; i < 3 && f < 0; i++) {
+            dnnl_memory_desc_t m;
+            dnnl_memory_desc_init_by_tag(&m, 4, v->md.dims, dnnl_f32, tags[i]);
+            if (dnnl_memory_desc_equal(&m, &v->md)) f = i;
+        }
+        if (f < 0) return IDK_OK;
+        if (first < 0) first = f;
+        mixed |= f != first;
+        bytes[f] += (double)x->nbytes;
+        c16 &= x->dims[1] % 16 == 0;
+        src[k] = v->md;
+        sb[k] = v->buf;
+    }
+    if (!mixed) return IDK_OK;
+    int t = !c16 ? (bytes[1] >= bytes[2] ? 1 : 2) : bytes[0] >= bytes[1] && bytes[0] >= bytes[2] ? 0 : bytes[1] >= bytes[2] ? 1 : 2;
+    dnnl_memory_desc_t full, sub[IDK_MAX_IN];
+    dnnl_dims_t od = {o->dims[0], o->dims[1], o->dims[2], o->dims[3]};
+    dnnl_memory_desc_init_by_tag(&full, 4, od, dnnl_f32, tags[t]);
+    dnnl_primitive_desc_t pd[IDK_MAX_IN];
+    int64_t at = 0;
+    idk_status_t rc = IDK_OK;
+    int made = 0;
+    for (int k = 0; k < n && rc == IDK_OK; k++, made++) {
+        const idk_tensor_t *x = T(k);
+        dnnl_dims_t d = {x->dims[0], x->dims[1], x->dims[2], x->dims[3]}, off = {0, at, 0, 0};
+        at += x->dims[1];
+        if (dnnl_memory_desc_init_submemory(&sub[k], &full, d, off) != dnnl_success ||
+            dnnl_reorder_primitive_desc_create(&pd[k], &src[k], p->eng, &sub[k], p->eng, NULL) != dnnl_success) {
+            rc = IDK_ERR_UNSUPPORTED;
+            break;
+        }
+        if (pd_is_ref(pd[k])) rc = IDK_ERR_UNSUPPORTED;
+    }
+    if (rc == IDK_OK) {
+        int ob = new_out(p, op->out[0], &full);
+        if (ob < 0) rc = IDK_ERR_NOMEM;
+        for (int k = 0; k < n && rc == IDK_OK; k++) {
+            idk_step_t *s;
+            if ((rc = finish_prim(p, pd[k], &s)) != IDK_OK) break;
+            idk_step_arg(s, DNNL_ARG_FROM, &src[k], sb[k]);
+            idk_step_arg(s, DNNL_ARG_TO, &sub[k], ob);
+        }
+        *done = rc == IDK_OK;
+    }
+    for (int k = 0; k < made; k++) dnnl_primitive_desc_destroy(pd[k]);
+    return rc == IDK_ERR_UNSUPPORTED ? IDK_OK : rc;
+}
+
 static idk_status_t lower_concat(idk_plan_t *p, const idk_op_t *op) {
     const idk_tensor_t *o = OUT;
     int ax = (int)op->ia[0];
+    if (o->dtype == IDK_F32) {
+        int done;
+        idk_status_t rc = concat_in_place(p, op, &done);
+        if (rc != IDK_OK || done) return rc;
+        if ((rc = concat_by_reorders(p, op, &done)) != IDK_OK || done) return rc;
+    }
     if (o->dtype == IDK_F32 && idk_tensor_volume(o) > 0) {
         dnnl_memory_desc_t mds[IDK_MAX_IN], dst;
         int bufs[IDK_MAX_IN], n = 0;

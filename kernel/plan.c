@@ -65,26 +65,31 @@ IDK_API idk_status_t idk_plan_create(idk_plan_t **out, int32_t threads) {
  * slowest steps, to stderr (a diagnostic: which ops outside oneDNN cost what). */
 static void prof_report(const idk_plan_t *p) {
     if (!p->prof || p->prof_runs == 0) return;
-    double kind_ms[256] = {0}, total = 0;
+    double kind_ms[256] = {0}, kind_min[256] = {0}, total = 0, tmin = 0;
     int kind_n[256] = {0};
     for (int i = 0; i < p->ns; i++) {
         const idk_step_t *s = &p->s[i];
         int k = s->op >= 0 && s->op < p->nops ? p->ops[s->op].kind & 255 : 0;
         double ms = (double)s->prof_ns / 1e6 / (double)p->prof_runs;
         kind_ms[k] += ms;
+        kind_min[k] += (double)s->prof_min_ns / 1e6;
         kind_n[k]++;
         total += ms;
+        tmin += (double)s->prof_min_ns / 1e6;
     }
-    fprintf(stderr, "idk_profile: %lld runs, %.3f ms per run in steps\n", (long long)p->prof_runs, total);
+    fprintf(stderr, "idk_profile: %lld runs, %.3f ms per run in steps (sum of each step's fastest: %.3f ms)\n",
+            (long long)p->prof_runs, total, tmin);
     for (int k = 0; k < 256; k++)
-        if (kind_n[k]) fprintf(stderr, "idk_profile kind %3d: %4d steps %9.3f ms\n", k, kind_n[k], kind_ms[k]);
+        if (kind_n[k])
+            fprintf(stderr, "idk_profile kind %3d: %4d steps %9.3f ms (fastest %.3f)\n", k, kind_n[k], kind_ms[k], kind_min[k]);
     for (int i = 0; i < p->ns; i++) {
         const idk_step_t *s = &p->s[i];
         double ms = (double)s->prof_ns / 1e6 / (double)p->prof_runs;
         if (p->prof < 2 && ms < total / 200) continue;
         const idk_op_t *op = s->op >= 0 && s->op < p->nops ? &p->ops[s->op] : NULL;
-        fprintf(stderr, "idk_profile step %4d op %4d kind %3d %s %8.3f ms out", i, s->op, op ? op->kind : 0,
-                s->prim ? "dnnl" : "C   ", ms);
+        fprintf(stderr, "idk_profile step %4d op %4d kind %3d %s%s %8.3f ms (fastest %.3f) out", i, s->op,
+                op ? op->kind : 0, s->prim ? "dnnl" : "C   ", s->one_thread ? " 1t" : "   ", ms,
+                (double)s->prof_min_ns / 1e6);
         if (op && op->nout) {
             const idk_tensor_t *t = &p->t[op->out[0]];
             for (int d = 0; d < t->ndims; d++) fprintf(stderr, "%s%lld", d ? "x" : " ", (long long)t->dims[d]);
@@ -337,7 +342,7 @@ int idk_new_buffer(idk_plan_t *p, size_t size) {
         p->b = nb;
         p->capb = nc;
     }
-    p->b[p->nb] = (idk_buffer_t){size, 0, NULL, -1, -1};
+    p->b[p->nb] = (idk_buffer_t){size, 0, NULL, -1, -1, -1, 0};
     return p->nb++;
 }
 
@@ -371,7 +376,40 @@ void idk_step_arg(idk_step_t *s, int kind, const dnnl_memory_desc_t *md, int buf
 
 void *idk_buf_ptr(idk_plan_t *p, int buf) {
     if (buf < 0) return p->scratch;
-    return p->b[buf].ext ? p->b[buf].ext : p->arena + p->b[buf].off;
+    size_t off = 0;
+    buf = idk_buf_root(p, buf, &off);
+    return p->b[buf].ext ? p->b[buf].ext : p->arena + p->b[buf].off + off;
+}
+
+/* idk_buf_root returns the buffer that buf is an alias within (buf itself if none), adding
+ * buf's byte offset there to *off. */
+int idk_buf_root(const idk_plan_t *p, int buf, size_t *off) {
+    while (buf >= 0 && p->b[buf].parent >= 0) {
+        *off += p->b[buf].poff;
+        buf = p->b[buf].parent;
+    }
+    return buf;
+}
+
+/* idk_buf_alias makes buffer buf (a root, in the arena) bytes [off, off + its size) of
+ * buffer parent, with every alias within it. -1 if that does not fit or would loop. */
+int idk_buf_alias(idk_plan_t *p, int buf, int parent, size_t off) {
+    size_t po = 0;
+    if (buf < 0 || parent < 0 || p->b[buf].parent >= 0 || p->b[buf].ext || idk_buf_root(p, parent, &po) == buf ||
+        off + p->b[buf].size > p->b[parent].size)
+        return -1;
+    p->b[buf].parent = parent;
+    p->b[buf].poff = off;
+    return 0;
+}
+
+/* idk_bufs_overlap: buffers a and b share bytes (one is an alias within the other, or both
+ * within a third, over overlapping ranges). */
+int idk_bufs_overlap(const idk_plan_t *p, int a, int b) {
+    if (a < 0 || b < 0) return a == b;
+    size_t oa = 0, ob = 0;
+    if (idk_buf_root(p, a, &oa) != idk_buf_root(p, b, &ob)) return 0;
+    return oa < ob + p->b[b].size && ob < oa + p->b[a].size;
 }
 
 int idk_primary(idk_plan_t *p, int tid, idk_view_t **v) {
@@ -463,12 +501,21 @@ int idk_get_view(idk_plan_t *p, int tid, const dnnl_memory_desc_t *md, int *buf)
         *buf = b;
         return 0;
     }
+    int b = idk_new_buffer(p, dnnl_memory_desc_get_size(md));
+    if (b < 0) return -1;
+    int fast = idk_block_reorder(p, &src->md, src->buf, md, b);
+    if (fast < 0) return -1;
+    if (fast) {
+        int plain = 0; /* neither layout idk_block_reorder takes is plain */
+        if (add_view(p, t, md, plain, b) != IDK_OK) return -1;
+        *buf = b;
+        return 0;
+    }
     dnnl_primitive_desc_t pd;
     if (dnnl_reorder_primitive_desc_create(&pd, &src->md, p->eng, md, p->eng, NULL) != dnnl_success) {
         idk_fail(p, IDK_ERR_DNNL, "op %d: no reorder for tensor %d", p->cur_op, tid);
         return -1;
     }
-    int b = idk_new_buffer(p, dnnl_memory_desc_get_size(md));
     idk_step_t *s = b < 0 ? NULL : idk_new_step(p);
     if (!s || dnnl_primitive_create(&s->prim, pd) != dnnl_success) {
         dnnl_primitive_desc_destroy(pd);
@@ -518,7 +565,7 @@ static idk_status_t place(idk_plan_t *p) {
         return IDK_ERR_NOMEM;
     }
     for (int i = 0; i < p->nb; i++)
-        if (!p->b[i].ext) order[n++] = i;
+        if (!p->b[i].ext && p->b[i].parent < 0) order[n++] = i; /* aliases go with their roots */
     for (int i = 1; i < n; i++) {
         int k = order[i], j = i - 1;
         while (j >= 0 && (p->b[order[j]].size < p->b[k].size)) {
@@ -563,6 +610,8 @@ static idk_status_t place(idk_plan_t *p) {
 }
 
 static void touch(idk_plan_t *p, int buf, int step) {
+    size_t off = 0;
+    buf = idk_buf_root(p, buf, &off); /* an alias keeps its whole root alive */
     if (buf < 0 || p->b[buf].ext) return;
     if (p->b[buf].first < 0 || step < p->b[buf].first) p->b[buf].first = step;
     if (step > p->b[buf].last) p->b[buf].last = step;
@@ -609,7 +658,15 @@ IDK_API idk_status_t idk_plan_compile(idk_plan_t *p) {
     }
     for (int o = 0; o < p->nops; o++) {
         p->cur_op = o;
+        /* a tiny op's primitives are made for one thread (oneDNN sizes its work split when it
+         * creates them) and its steps run with one */
+        int s0 = p->ns, tiny = idk_op_tiny(p, &p->ops[o]), nthr = omp_get_max_threads();
+        if (tiny) omp_set_num_threads(1);
         idk_status_t st = idk_lower_op(p, o);
+        if (tiny) {
+            omp_set_num_threads(nthr);
+            for (int i = s0; i < p->ns; i++) p->s[i].one_thread = 1;
+        }
         if (st != IDK_OK) return st;
         if (p->fused_next) {
             /* op o + 1 runs inside op o's primitive (a depthwise convolution fused into the 1x1
@@ -622,6 +679,16 @@ IDK_API idk_status_t idk_plan_compile(idk_plan_t *p) {
     for (int i = 0; i < p->nout; i++) {
         if (p->t[p->out[i]].nviews == 0) return idk_fail(p, IDK_ERR_INVALID, "output %d is never written", p->out[i]);
         if (idk_get_plain(p, p->out[i], &p->outbuf[i]) != 0) return IDK_ERR_DNNL;
+    }
+    /* aliases point at their roots directly (a DenseNet block's first input is an alias
+     * within each of its concatenations in turn) */
+    for (int i = 0; i < p->nb; i++) {
+        size_t off = 0;
+        int r = idk_buf_root(p, i, &off);
+        if (r != i) {
+            p->b[i].parent = r;
+            p->b[i].poff = off;
+        }
     }
     /* liveness */
     for (int i = 0; i < p->nb; i++)
@@ -686,18 +753,32 @@ IDK_API idk_status_t idk_plan_run(idk_plan_t *p, const void *const *in, void *co
         if (!in[i] && t->nbytes) return idk_fail(p, IDK_ERR_INVALID, "input %d is nil", i);
         if (t->nbytes) memcpy(idk_buf_ptr(p, t->views[0].buf), in[i], t->nbytes);
     }
+    int one = 0, nthr = omp_get_max_threads();
     for (int si = 0; si < p->ns; si++) {
         idk_step_t *s = &p->s[si];
         int64_t ts = p->prof ? now_ns() : 0;
+        if (s->one_thread != one) {
+            one = s->one_thread;
+            omp_set_num_threads(one ? 1 : nthr);
+        }
+        idk_status_t st = IDK_OK;
         if (s->prim) {
             dnnl_status_t ds = dnnl_primitive_execute(s->prim, p->stream, s->nargs, s->args);
-            if (ds != dnnl_success) return idk_fail(p, IDK_ERR_DNNL, "step %d: %s", si, dnnl_status2str(ds));
+            if (ds != dnnl_success) st = idk_fail(p, IDK_ERR_DNNL, "step %d: %s", si, dnnl_status2str(ds));
         } else if (s->fn) {
-            idk_status_t st = s->fn(p, s);
-            if (st != IDK_OK) return st;
+            st = s->fn(p, s);
         }
-        if (p->prof) s->prof_ns += now_ns() - ts;
+        if (st != IDK_OK) {
+            omp_set_num_threads(nthr);
+            return st;
+        }
+        if (p->prof) {
+            int64_t d = now_ns() - ts;
+            s->prof_ns += d;
+            if (p->prof_runs == 0 || d < s->prof_min_ns) s->prof_min_ns = d;
+        }
     }
+    if (one) omp_set_num_threads(nthr);
     if (p->prof) p->prof_runs++;
     dnnl_stream_wait(p->stream);
     for (int i = 0; i < p->nout; i++) {

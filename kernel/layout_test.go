@@ -1,0 +1,74 @@
+package kernel
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"idunno/kernel/onnx"
+)
+
+// groupConv adds a 3x3 convolution (padding 1) of groups of width channels, with bias.
+func (c *catGraph) groupConv(out, in string, ch, width int64) string {
+	w := c.param(out+".w", ch, width, 3, 3)
+	b := c.param(out+".b", ch)
+	return c.node("Conv", out, map[string]*onnx.Attribute{
+		"kernel_shape": {Name: "kernel_shape", Type: onnx.AttrInts, Ints: []int64{3, 3}},
+		"pads":         {Name: "pads", Type: onnx.AttrInts, Ints: []int64{1, 1, 1, 1}},
+		"group":        {Name: "group", Type: onnx.AttrInt, I: ch / width},
+	}, in, w, b)
+}
+
+// TestBlockReorderMatchesOneDNN: RegNet's and ResNeXt's patterns, grouped convolutions of 8
+// and 4 channels a group (oneDNN runs them on nChw8c and nChw4c) between 1x1 ones (nChw16c),
+// with channel counts that are not multiples of 16 (the nChw16c padding), at batch 1 and 3:
+// the C reorders between the layouts give oneDNN's reorders' output bit for bit
+// (IDK_BLOCK_REORDER=0).
+func TestBlockReorderMatchesOneDNN(t *testing.T) {
+	c := newCatGraph("x", -1, 16, 20, 20)
+	a := c.conv("a", "x", 16, 104, 1)
+	g := c.groupConv("g", a, 104, 8)
+	b := c.conv("b", g, 104, 24, 1)
+	h := c.groupConv("h", b, 24, 8)
+	f := c.conv("f", h, 24, 36, 1)
+	q := c.groupConv("q", f, 36, 4)
+	y := c.conv("y", q, 36, 40, 1)
+	c.outputs(y, g, q)
+	for _, n := range []int64{1, 3} {
+		t.Run(fmt.Sprintf("batch%d", n), func(t *testing.T) {
+			x := seeded(7, n, 16, 20, 20)
+			setCEnv(t, "IDK_BLOCK_REORDER", "0")
+			ref := runCat(t, c, x)
+			setCEnv(t, "IDK_BLOCK_REORDER", "")
+			got := runCat(t, c, x)
+			for i := range ref {
+				for j := range ref[i] {
+					if math.Float32bits(ref[i][j]) != math.Float32bits(got[i][j]) {
+						t.Fatalf("output %d element %d: %v, oneDNN's reorders give %v", i, j, got[i][j], ref[i][j])
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestTinyOpsOneThread: a squeeze-and-excitation block at batch 1, whose 1x1 convolutions on
+// 1x1 pixels and small ops run on one thread (idk_op_tiny), matches the plan that splits
+// every op across both threads (IDK_TINY_KFLOP=0) to 1e-5, and repeats its bytes.
+func TestTinyOpsOneThread(t *testing.T) {
+	c := newCatGraph("x", -1, 48, 14, 14)
+	a := c.conv("a", "x", 48, 96, 3)
+	p := c.node("GlobalAveragePool", "p", nil, a)
+	s1 := c.node("Relu", "s1", nil, c.conv("sq", p, 96, 24, 1))
+	s2 := c.node("Sigmoid", "s2", nil, c.conv("ex", s1, 24, 96, 1))
+	m := c.node("Mul", "m", nil, a, s2)
+	y := c.conv("y", m, 96, 32, 1)
+	c.outputs(y, s2)
+	x := seeded(11, 1, 48, 14, 14)
+	setCEnv(t, "IDK_TINY_KFLOP", "0")
+	ref := runCat(t, c, x)
+	setCEnv(t, "IDK_TINY_KFLOP", "")
+	got := runCat(t, c, x)
+	checkClose(t, "y, tiny ops on one thread", ref[0], got[0], 1e-5)
+	checkClose(t, "the excitation, tiny ops on one thread", ref[1], got[1], 1e-5)
+}
