@@ -70,10 +70,10 @@ func (l *loadingExec) Run(ctx context.Context, spec JobSpec, from, to int) ([]Pr
 	return l.FakeExecutor.Run(ctx, spec, from, to)
 }
 
-// TestWorkerRunsReadyJobsWhileAModelLoads: a worker given a task of a job whose model
-// takes 5 s to load keeps running another job's tasks meanwhile (before, the load held
-// its whole queue), and the coordinator leases it no second task of the loading job.
-func TestWorkerRunsReadyJobsWhileAModelLoads(t *testing.T) {
+// whileLoading starts a coordinator and one worker whose model slow.onnx takes 5 s to
+// load, adds the job "loads" of it, and once the worker loads it adds next (a job of
+// fast.onnx, loaded at once). It returns the cluster and the worker's executor.
+func whileLoading(t *testing.T, next JobSpec) (*memCluster, *loadingExec) {
 	var execs sync.Map
 	c := newMemClusterExec(t, 2, func(cfg *SchedConfig) {}, func(f *FakeExecutor, node string) Executor {
 		l := &loadingExec{FakeExecutor: f, LoadTime: map[string]time.Duration{"slow.onnx": 5 * time.Second},
@@ -89,8 +89,8 @@ func TestWorkerRunsReadyJobsWhileAModelLoads(t *testing.T) {
 	if err := c.callRetry("sched.job.add", JobSpec{Name: "loads", Model: "slow.onnx", Data: "small.idx", Batch: 10, TaskSize: 100}, &r); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // the worker has a task of it, and loads its model
-	if err := c.callRetry("sched.job.add", JobSpec{Name: "ready", Model: "fast.onnx", Data: "small.idx", Batch: 10, TaskSize: 100}, &r); err != nil {
+	time.Sleep(300 * time.Millisecond) // the worker has the first task of it, express, and loads its model
+	if err := c.callRetry("sched.job.add", next, &r); err != nil {
 		t.Fatal(err)
 	}
 	var worker *loadingExec
@@ -100,6 +100,14 @@ func TestWorkerRunsReadyJobsWhileAModelLoads(t *testing.T) {
 		}
 		return true
 	})
+	return c, worker
+}
+
+// TestWorkerRunsReadyJobsWhileAModelLoads: a worker given a task of a job whose model
+// takes 5 s to load keeps running another job's tasks meanwhile (before, the load held
+// its whole queue), and the coordinator leases it no second task of the loading job.
+func TestWorkerRunsReadyJobsWhileAModelLoads(t *testing.T) {
+	c, worker := whileLoading(t, JobSpec{Name: "ready", Model: "fast.onnx", Data: "small.idx", Batch: 10, TaskSize: 100})
 	// While the model loads, the other job completes tasks on the same (only) worker.
 	deadline := time.Now().Add(4 * time.Second)
 	var js JobSummary
@@ -130,33 +138,8 @@ func TestWorkerRunsReadyJobsWhileAModelLoads(t *testing.T) {
 // task behind it for the 6.5 s ResNet-18 took to load, and LeNet-5's rate jumped 45% when
 // they all completed at once (benchmarks/cluster manyjobs, 8 jobs).
 func TestExpressTaskRunsWhileAnotherLoads(t *testing.T) {
-	var execs sync.Map
-	c := newMemClusterExec(t, 2, func(cfg *SchedConfig) {}, func(f *FakeExecutor, node string) Executor {
-		l := &loadingExec{FakeExecutor: f, LoadTime: map[string]time.Duration{"slow.onnx": 5 * time.Second},
-			loaded: map[string]bool{}, wait: map[string]chan struct{}{}}
-		execs.Store(node, l)
-		return l
-	})
-	co := c.waitCoordinator("")
-	if err := c.callRetry("sched.phase", PhaseArgs{PhaseInference}, nil); err != nil {
-		t.Fatal(err)
-	}
-	var r JobAddReply
-	if err := c.callRetry("sched.job.add", JobSpec{Name: "loads", Model: "slow.onnx", Data: "small.idx", Batch: 10, TaskSize: 100}, &r); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(300 * time.Millisecond) // the worker has the first task of it, express, and loads its model
 	// One task: the job's first, so express, leased while the other's first still loads.
-	if err := c.callRetry("sched.job.add", JobSpec{Name: "one", Model: "fast.onnx", Data: "small.idx", Batch: 10, TaskSize: 2000}, &r); err != nil {
-		t.Fatal(err)
-	}
-	var worker *loadingExec
-	execs.Range(func(k, v any) bool {
-		if k.(string) != co.name {
-			worker = v.(*loadingExec)
-		}
-		return true
-	})
+	c, worker := whileLoading(t, JobSpec{Name: "one", Model: "fast.onnx", Data: "small.idx", Batch: 10, TaskSize: 2000})
 	deadline := time.Now().Add(3 * time.Second)
 	var js JobSummary
 	for time.Now().Before(deadline) {
