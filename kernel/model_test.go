@@ -283,26 +283,30 @@ func TestOpenMPSpinCountSet(t *testing.T) {
 
 // TestPlanCacheEviction: more batch sizes than the cache holds, from several goroutines;
 // evicted plans are rebuilt, never reported as errors.
-func TestPlanCacheEviction(t *testing.T) {
-	m := lenet(t, 1)
+func TestPlanCacheEviction(t *testing.T) { runBatchesPastCache(t, lenet(t, 1), 1) }
+
+// runBatchesPastCache runs batches of from..maxPlans+3 samples on m from three goroutines
+// at once, more sizes than the plan cache holds, and fails on any error or an output
+// whose batch is not the input's.
+func runBatchesPastCache(t *testing.T, m *Model, from int) {
+	t.Helper()
 	var wg sync.WaitGroup
-	errs := make(chan error, 32)
+	errs := make(chan error, 3)
 	for g := 0; g < 3; g++ {
 		wg.Add(1)
-		go func(g int) {
+		go func() {
 			defer wg.Done()
-			for b := 1; b <= maxPlans+3; b++ {
+			for b := from; b <= maxPlans+3; b++ {
 				out, err := m.Run([]*onnx.Tensor{images(b, uint64(g))})
+				if err == nil && out[0].Dims[0] != int64(b) {
+					err = fmt.Errorf("batch %d gave dims %v", b, out[0].Dims)
+				}
 				if err != nil {
 					errs <- err
 					return
 				}
-				if out[0].Dims[0] != int64(b) {
-					errs <- fmt.Errorf("batch %d gave dims %v", b, out[0].Dims)
-					return
-				}
 			}
-		}(g)
+		}()
 	}
 	wg.Wait()
 	close(errs)

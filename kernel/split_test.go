@@ -1,11 +1,9 @@
 package kernel
 
 import (
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"reflect"
-	"sync"
 	"testing"
 
 	"idunno/kernel/onnx"
@@ -234,29 +232,4 @@ func TestSplitStreamBound(t *testing.T) {
 
 // TestSplitConcurrentEviction: split batches of many sizes from several goroutines at once,
 // more than the cache holds; evicted entries are rebuilt, and every output is the batch's.
-func TestSplitConcurrentEviction(t *testing.T) {
-	m := lenet(t, 2)
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for g := 0; g < 3; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for b := 2; b <= maxPlans+3; b++ {
-				out, err := m.Run([]*onnx.Tensor{images(b, uint64(g))})
-				if err == nil && out[0].Dims[0] != int64(b) {
-					err = fmt.Errorf("batch %d gave dims %v", b, out[0].Dims)
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-}
+func TestSplitConcurrentEviction(t *testing.T) { runBatchesPastCache(t, lenet(t, 2), 2) }
