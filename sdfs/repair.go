@@ -155,7 +155,7 @@ func (s *Store) Scan(ctx context.Context) {
 	}
 	views := s.statAll(ctx, ask)
 	var pushes []push
-	moves := 0 // pushes deferred to a later scan (RebalanceMoves)
+	moves := 0 // moves pushed in this scan (at most RebalanceMoves)
 	for name, mine := range local {
 		r := ranks[name]
 		pos := s.pos(r)

@@ -39,13 +39,13 @@ type Store struct {
 	kick      chan struct{}
 	backlog   atomic.Int64 // replicas the last repair scan found missing (for metrics)
 
-	scanMu      sync.Mutex // one repair scan at a time; guards the three below
+	scanMu      sync.Mutex // one repair scan at a time; guards the fields below
 	scans       int
 	clean       map[string]cleanMark // names the last checks found fully replicated (see Scan)
 	lastChecked int                  // names the last scan checked
 	lastPeers   map[string]bool      // the live peers at the last scan
 	lastPrint   uint64               // and their peersPrint
-	moving      map[string]bool      // names whose copies are moves deferred by RebalanceMoves
+	moving      map[string]bool      // names whose copies are moves, paced by RebalanceMoves
 }
 
 // New opens the store under dataDir/sdfs (rebuilding its index from disk). self is this

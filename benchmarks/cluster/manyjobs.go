@@ -243,31 +243,18 @@ func manyJobs(o options, counts []int) error {
 	}
 	fmt.Printf("manyjobs: load average before: %s\n", loadavg())
 	type result struct {
-		n     int
-		done  map[manyConfig]float64 // queries done in the steady window, per config
-		secs  float64
-		cpu   float64 // the cluster's CPU seconds in it
-		lines []string
+		n int
+		manyResult
 	}
 	// Alone, before and after: the machine is shared and its speed drifts (the same job
 	// alone measured 80 and 97 queries per CPU-second in two runs an hour apart), so the
-	// ratio is given against the alone rates on either side of the runs together and
-	// their mean; when the two sides differ by more than the ratio's 5%, the run says so.
-	if !o.manyAlone {
-		for _, n := range counts {
-			r, err := manyRun(o, d, n)
-			if err != nil {
-				return err
-			}
-			for _, l := range r.lines {
-				fmt.Println(l)
-			}
+	// ratio is given against the alone rates on either side of the runs together, and
+	// against their mean.
+	var before aloneRates
+	if o.manyAlone {
+		if before, err = measureAlone(d, "before", "alone-", 15*time.Second); err != nil {
+			return err
 		}
-		return nil
-	}
-	before, err := measureAlone(d, "before", "alone-", 15*time.Second)
-	if err != nil {
-		return err
 	}
 	var results []result
 	for _, n := range counts {
@@ -275,7 +262,15 @@ func manyJobs(o options, counts []int) error {
 		if err != nil {
 			return err
 		}
-		results = append(results, result{n: n, done: r.done, secs: r.secs, cpu: r.cpu, lines: r.lines})
+		results = append(results, result{n, r})
+	}
+	if !o.manyAlone {
+		for _, r := range results {
+			for _, l := range r.lines {
+				fmt.Println(l)
+			}
+		}
+		return nil
 	}
 	after, err := measureAlone(d, "after", "", 0)
 	if err != nil {
