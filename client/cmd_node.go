@@ -74,20 +74,66 @@ func runNode(args []string) error {
 	// the kernel's OpenMP threads, which Go does not know (see go.dev/issue/15994 for the
 	// class of problem), so profile nodes only to read the profile, never in a test.
 	if path := os.Getenv("IDUNNO_CPUPROFILE"); path != "" {
-		f, err := os.Create(strings.ReplaceAll(path, "{node}", c.Name))
+		stopProfile, err := profileCPU(strings.ReplaceAll(path, "{node}", c.Name))
 		if err != nil {
-			return fmt.Errorf("node: cpu profile: %w", err)
+			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("node: cpu profile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+		defer stopProfile()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	fmt.Printf("node %s: fd %s rpc %s http %s\n", c.Name, c.FDAddr(), c.RPCAddr(), c.HTTPAddr())
 	return n.Run(ctx)
+}
+
+// profileCPU writes a CPU profile to path until the returned stop is called; each SIGUSR1
+// ends the file and starts the next, path.1, path.2, ..., so a benchmark can profile its
+// phases apart (benchmarks/cluster's manyjobs marks them).
+func profileCPU(path string) (stop func(), err error) {
+	var f *os.File
+	start := func(name string) error {
+		g, err := os.Create(name)
+		if err != nil {
+			return fmt.Errorf("node: cpu profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(g); err != nil {
+			g.Close()
+			return fmt.Errorf("node: cpu profile: %w", err)
+		}
+		f = g
+		return nil
+	}
+	if err := start(path); err != nil {
+		return nil, err
+	}
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	done, quit := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for n := 1; ; n++ {
+			select {
+			case <-quit:
+				return
+			case <-usr1:
+				pprof.StopCPUProfile()
+				f.Close()
+				if start(fmt.Sprintf("%s.%d", path, n)) != nil {
+					f = nil
+					return // no more profiles; the node runs on
+				}
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(usr1)
+		close(quit)
+		<-done
+		if f != nil {
+			pprof.StopCPUProfile()
+			f.Close()
+		}
+	}, nil
 }
 
 func envOr(key, def string) string {

@@ -3,6 +3,7 @@ package sched
 import (
 	"encoding/json"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -137,6 +138,28 @@ func TestChooseTaskSize(t *testing.T) {
 		got := ChooseTaskSize(c.q, c.b, c.target)
 		if got != c.want || got%c.b != 0 {
 			t.Errorf("ChooseTaskSize(%d,%d,%d)=%d want %d", c.q, c.b, c.target, got, c.want)
+		}
+	}
+}
+
+// TestJobStatsLatencyOneScan: the percentiles read in one scan are those of a scan each.
+func TestJobStatsLatencyOneScan(t *testing.T) {
+	s := NewJobStats()
+	rng := rand.New(rand.NewPCG(1, 2))
+	now := time.Unix(100, 0)
+	for i := 0; i < 200; i++ {
+		lat := make([]int64, 4)
+		for k := range lat {
+			lat[k] = 1 + rng.Int64N(5_000_000)>>uint(rng.IntN(12))
+		}
+		s.Record(TaskReport{Queries: 32, BusyNanos: 1e6, BatchUS: lat}, 8, now)
+		if i%37 != 0 {
+			continue
+		}
+		ms := func(p float64) float64 { return math.Round(float64(s.hist.ValueAtQuantile(p))) / 1000 }
+		l := s.Latency()
+		if want := [4]float64{ms(50), ms(90), ms(95), ms(99)}; [4]float64{l.P50, l.P90, l.P95, l.P99} != want {
+			t.Fatalf("after %d tasks: percentiles %v, one scan each %v", i+1, [4]float64{l.P50, l.P90, l.P95, l.P99}, want)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"idunno/benchmarks/plot"
@@ -308,6 +309,29 @@ func manyJobs(o options, counts []int) error {
 	return nil
 }
 
+// profileSegments counts the profile segments profileMark has started.
+var profileSegments int
+
+// profileMark starts a new CPU profile segment on every node, when the nodes profile
+// (IDUNNO_CPUPROFILE in this process's environment, which they inherit): each node ends
+// its profile file at SIGUSR1 and starts FILE.1, FILE.2, ... (a restarted node counts from
+// 1 again). The line printed says which segment holds which phase.
+func profileMark(d *scenario.Driver, phase string, except ...string) {
+	if os.Getenv("IDUNNO_CPUPROFILE") == "" {
+		return
+	}
+	profileSegments++
+	for _, n := range d.Cluster.Nodes() {
+		if slices.Contains(except, n.Name) {
+			continue // just started: SIGUSR1 before its handler is set would end it
+		}
+		if p, err := os.FindProcess(n.PID); err == nil {
+			p.Signal(syscall.SIGUSR1)
+		}
+	}
+	fmt.Printf("manyjobs: profile segment %d (FILE.%d): %s\n", profileSegments, profileSegments, phase)
+}
+
 // aloneRates are each config's rate alone on the whole cluster: queries per second and
 // per cluster CPU-second.
 type aloneRates struct{ rate, perCPU map[manyConfig]float64 }
@@ -340,6 +364,7 @@ func measureAlone(d *scenario.Driver, tag, prefix string, warm time.Duration) (a
 		if s.live[0][len(s.t)-1] {
 			k0 = len(s.t) - 1
 		}
+		profileMark(d, fmt.Sprintf("alone (%s) %s, measured", tag, c.model))
 		end := time.Now().Add(15 * time.Second)
 		for time.Now().Before(end) && s.live[0][len(s.t)-1] {
 			s.runFor(250 * time.Millisecond)
@@ -355,6 +380,7 @@ func measureAlone(d *scenario.Driver, tag, prefix string, warm time.Duration) (a
 		a.perCPU[c] = (s.done[0][k1] - s.done[0][k0]) / (s.cpu[k1] - s.cpu[k0])
 		fmt.Printf("manyjobs: alone (%s): %s %s batch %d: %.1f queries/s, %.1f queries per cluster CPU-second, the cluster using %.2f cores (%.1f s measured); %s\n",
 			tag, c.model, c.size, c.batch, a.rate[c], a.perCPU[c], (s.cpu[k1]-s.cpu[k0])/(s.t[k1]-s.t[k0]), s.t[k1]-s.t[k0], s.cpuBetween(k0, k1))
+		profileMark(d, fmt.Sprintf("alone (%s) %s, past the measured window", tag, c.model))
 		d.Run("job", "remove", name)
 	}
 	return a, nil
@@ -399,7 +425,9 @@ func manyRun(o options, d *scenario.Driver, n int) (manyResult, error) {
 		}
 	}
 	lastAdd := marks[len(marks)-1].X
-	s.runFor(80 * time.Second)
+	s.runFor(20 * time.Second)
+	profileMark(d, fmt.Sprintf("%d jobs, from 20 s after the last add", n))
+	s.runFor(60 * time.Second)
 	// Events (--many-events): two workers killed (SIGKILL), the same two restarted (they
 	// rejoin), then the last job removed; the steady-state figures stop at the first.
 	steadyTo := math.Inf(1)
@@ -414,16 +442,19 @@ func manyRun(o options, d *scenario.Driver, n int) (manyResult, error) {
 		if err := d.Cluster.Kill(ws[:2]...); err != nil {
 			return manyResult{}, err
 		}
+		profileMark(d, fmt.Sprintf("%d jobs, from the kill of %s", n, strings.Join(ws[:2], ",")))
 		s.runFor(30 * time.Second)
 		events = append(events, plot.Mark{X: time.Since(s.start).Seconds(), Label: "join " + strings.Join(ws[:2], ",")})
 		if err := d.Cluster.Restart(ws[:2]...); err != nil {
 			return manyResult{}, err
 		}
+		profileMark(d, fmt.Sprintf("%d jobs, from the rejoin of %s (not marked: their files count from their restart)", n, strings.Join(ws[:2], ",")), ws[:2]...)
 		s.runFor(30 * time.Second)
 		events = append(events, plot.Mark{X: time.Since(s.start).Seconds(), Label: "-" + jobs[len(jobs)-1]})
 		if _, err := d.Run("job", "remove", jobs[len(jobs)-1]); err != nil {
 			return manyResult{}, err
 		}
+		profileMark(d, fmt.Sprintf("%d jobs, from the removal of %s", n, jobs[len(jobs)-1]))
 		s.runFor(30 * time.Second)
 		events = append(events, plot.Mark{X: time.Since(s.start).Seconds(), Label: "+" + again})
 		if _, err := d.Run(manyJobArgs(again, cfg[len(cfg)-1])...); err != nil {

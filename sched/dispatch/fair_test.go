@@ -463,3 +463,56 @@ func TestCoreMaxLoaders(t *testing.T) {
 		t.Fatalf("after one loader finished, %d more workers got a task, want 1", more)
 	}
 }
+
+// TestCoreOneLoadPerWorker: a worker waiting for one model's load gets no task that needs
+// another model it lacks, but still tasks of jobs whose model it has; once its load is
+// done it takes the next cold job.
+func TestCoreOneLoadPerWorker(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	c := New(DefaultConfig())
+	for _, j := range []string{"a", "b", "c"} {
+		c.AddJob(Job{Name: j, Model: "m-" + j, Weight: 1, FLOPs: 1e6, Tasks: NewMemTasks(100000, 8, 8, false)})
+	}
+	c.Tick(t0, []string{"coord", "w1", "w2"}, "coord")
+	// w1 has c's model; w2 has every model and runs the jobs' first tasks (their costs
+	// are measured: no job is warming).
+	c.Models("w2", []string{"m-a", "m-b", "m-c"})
+	for _, o := range c.Lease(t0, "w2", 3) {
+		c.Completed(t0, o.Job, o.Task, 1e-3)
+	}
+	c.Models("w1", []string{"m-c"})
+	jobs := func(os []Order) map[string]int {
+		n := map[string]int{}
+		for _, o := range os {
+			n[o.Job]++
+		}
+		return n
+	}
+	got := jobs(c.Lease(t0, "w1", 8))
+	cold := got["a"] + got["b"]
+	if cold != 1 || got["c"] == 0 {
+		t.Fatalf("w1 got %v: want one task of one cold job (a or b) and tasks of c, whose model it has", got)
+	}
+	loading := "a"
+	if got["b"] > 0 {
+		loading = "b"
+	}
+	// Still loading: more pulls bring no task of the other cold job.
+	for i := 0; i < 5; i++ {
+		if n := jobs(c.Lease(t0, "w1", 8)); n["a"]+n["b"] > 0 {
+			t.Fatalf("pull %d while loading %s: got %v", i, loading, n)
+		}
+	}
+	// The load is done: w1 reports the model and nothing waiting; the other cold job is
+	// open to it again.
+	c.Models("w1", []string{"m-c", "m-" + loading})
+	c.Heard(t0, "w1", nil, nil, nil)
+	other := map[string]string{"a": "b", "b": "a"}[loading]
+	seen := false
+	for i := 0; i < 20 && !seen; i++ {
+		seen = jobs(c.Lease(t0, "w1", 8))[other] > 0
+	}
+	if !seen {
+		t.Fatalf("after loading %s, w1 never got a task of %s", loading, other)
+	}
+}

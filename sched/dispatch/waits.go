@@ -37,6 +37,9 @@ func (w *waits) add(worker string, r TaskRef, queries int) bool {
 	return true
 }
 
+// loading reports whether worker has any task waiting for a load.
+func (w *waits) loading(worker string) bool { return len(w.byWorker[worker]) > 0 }
+
 // loads reports whether worker has a task of job waiting for a load.
 func (w *waits) loads(worker, job string) bool {
 	for r := range w.byWorker[worker] {
