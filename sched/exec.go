@@ -2,6 +2,8 @@ package sched
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"sync"
@@ -64,6 +66,22 @@ type cachedData struct {
 	ds   dataset.Dataset
 	arr  *dataset.Array // format "array": a named input's .npy
 	err  error
+	// A gzip dataset's decompressed copy in the store (UnzippedName): its name, and its
+	// bytes when this executor decompressed the file itself (nil when it read the copy).
+	unzippedName string
+	unzipped     []byte
+	publish      sync.Once
+}
+
+// UnzippedName is the store name of the decompressed copy of the gzip dataset file gz
+// (content-addressed: the same bytes under any name share it). The coordinator writes it
+// when a job's probe decompresses the file (Probe), and workers read it instead of the
+// compressed file: gunzip ran at about 30 MB/s on the local cluster's shared cores,
+// Fashion-MNIST's 26 MB of training images took 0.4-0.9 CPU-s on every worker that
+// joined a job, at the nodes' normal priority, above the compute of every other worker.
+func UnzippedName(gz []byte) string {
+	sum := sha256.Sum256(gz)
+	return "idunno/cache/unzipped/" + hex.EncodeToString(sum[:16])
 }
 
 func (x *KernelExecutor) keep() int {
@@ -361,6 +379,22 @@ func (x *KernelExecutor) cachedDataset(ctx context.Context, name, format string)
 			c.err = fmt.Errorf("sched: dataset %q: %w", name, err)
 			return
 		}
+		if dataset.Gzipped(b) {
+			c.unzippedName = UnzippedName(b)
+			// The copy, when the coordinator has written it; one that is missing or does
+			// not open is only a lost shortcut.
+			if raw, err := x.Blobs.Get(ctx, c.unzippedName); err == nil {
+				if c.ds, c.err = dataset.OpenBytes(raw); c.err == nil {
+					return
+				}
+				x.logf("sched: dataset %q: its decompressed copy %s does not open (%v): decompressing the file", name, c.unzippedName, c.err)
+			}
+			if b, c.err = dataset.Gunzip(b); c.err != nil {
+				c.err = fmt.Errorf("sched: dataset %q: %w", name, c.err)
+				return
+			}
+			c.unzipped = b
+		}
 		c.ds, c.err = dataset.OpenBytes(b)
 		if c.err != nil {
 			c.err = fmt.Errorf("sched: dataset %q: %w", name, c.err)
@@ -417,6 +451,30 @@ func (x *KernelExecutor) arrays(ctx context.Context, spec JobSpec, c *cachedMode
 	return out, ins, nil
 }
 
+// publishUnzipped writes the decompressed copy of a gzip dataset this executor
+// decompressed (see UnzippedName), once, in the background: the coordinator's probe of a
+// new job does, before any worker reads the dataset. Failing costs workers the shortcut
+// only, so it is logged, not returned.
+func (x *KernelExecutor) publishUnzipped(c *cachedData) {
+	if c.unzipped == nil {
+		return
+	}
+	c.publish.Do(func() {
+		name, b := c.unzippedName, c.unzipped
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
+			defer cancel()
+			if err := x.Blobs.Put(ctx, name, b); err != nil {
+				x.logf("sched: writing the decompressed copy %s: %v", name, err)
+			}
+		}()
+	})
+}
+
+// publishTimeout bounds the write of a dataset's decompressed copy (up to 2 GB, 4
+// replicas).
+const publishTimeout = 5 * time.Minute
+
 // ProbeModel loads the model.
 func (x *KernelExecutor) ProbeModel(ctx context.Context, name string) error {
 	_, err := x.model(ctx, name, "")
@@ -444,10 +502,12 @@ func (x *KernelExecutor) Probe(ctx context.Context, spec JobSpec) (int, error) {
 	if n := len(c.m.Inputs()); n != 1 {
 		return 0, fmt.Errorf("sched: model %s has %d inputs: bind each with --input NAME=ARRAY.npy instead of --data", spec.Model, n)
 	}
-	ds, err := x.dataset(ctx, spec.Data, spec.Format)
+	cd, err := x.cachedDataset(ctx, spec.Data, spec.Format)
 	if err != nil {
 		return 0, err
 	}
+	ds := cd.ds
+	x.publishUnzipped(cd)
 	if err := dataset.Check(ds, spec.Pre, c.dims); err != nil {
 		return 0, fmt.Errorf("sched: model %s does not fit dataset %s: %w", spec.Model, spec.Data, err)
 	}

@@ -180,6 +180,27 @@ func (m memory) body(want int64) ([]byte, error) {
 	return rest, nil
 }
 
+// Gzipped reports whether b is gzip-compressed.
+func Gzipped(b []byte) bool { return bytes.HasPrefix(b, gzipMagic) }
+
+// Gunzip decompresses a gzip file in memory, refusing one whose content passes
+// MaxFileBytes (a small file can expand without bound).
+func Gunzip(b []byte) ([]byte, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("dataset: gzip: %w", err)
+	}
+	var out bytes.Buffer
+	n, err := out.ReadFrom(io.LimitReader(zr, MaxFileBytes+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("dataset: gzip: %w", err)
+	case n > MaxFileBytes:
+		return nil, fmt.Errorf("dataset: gzip content over the %d-byte limit", MaxFileBytes)
+	}
+	return out.Bytes(), nil
+}
+
 // gunzip returns a buffered reader of r's content, decompressed when r is gzip, limited to
 // MaxFileBytes+1 bytes so that readers notice an oversized file.
 func gunzip(r io.Reader) (*bufio.Reader, error) {

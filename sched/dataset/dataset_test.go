@@ -550,3 +550,24 @@ func TestWriteIDXRoundTrip(t *testing.T) {
 		t.Fatal("short data accepted")
 	}
 }
+
+// TestGunzipBounded: Gunzip returns a gzip file's content, and refuses content past
+// MaxFileBytes (a small file that expands without bound) and bytes that are not gzip.
+func TestGunzipBounded(t *testing.T) {
+	var zb bytes.Buffer
+	zw := gzip.NewWriter(&zb)
+	zw.Write(make([]byte, 5000))
+	zw.Close()
+	if out, err := Gunzip(zb.Bytes()); err != nil || len(out) != 5000 {
+		t.Fatalf("Gunzip: %d bytes, %v", len(out), err)
+	}
+	old := MaxFileBytes
+	MaxFileBytes = 4999
+	defer func() { MaxFileBytes = old }()
+	if _, err := Gunzip(zb.Bytes()); err == nil || !strings.Contains(err.Error(), "limit") {
+		t.Fatalf("content past the limit: %v", err)
+	}
+	if _, err := Gunzip([]byte("not gzip")); err == nil {
+		t.Fatal("Gunzip of bytes that are not gzip succeeded")
+	}
+}
