@@ -22,6 +22,7 @@ type Config struct {
 	RepairDebounce time.Duration // delay after a membership change before a scan
 	RepairPushes   int           // versions one node pushes to others at once
 	RebalanceMoves int           // versions already held by Replicas live nodes one scan moves to their new set (0: no bound)
+	ScanNames      int           // names one repair scan checks at most, those that lost a replica first (0: no bound)
 	ScrubInterval  time.Duration // period of the background checksum scrub; 0 disables it
 }
 
@@ -43,6 +44,7 @@ func DefaultConfig() Config {
 		RepairDebounce: 300 * time.Millisecond,
 		RepairPushes:   2,
 		RebalanceMoves: 128,
+		ScanNames:      1024,
 		ScrubInterval:  10 * time.Minute,
 	}
 }

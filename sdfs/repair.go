@@ -115,7 +115,7 @@ func (s *Store) Scan(ctx context.Context) {
 	if !joinedOnly || s.moving == nil {
 		s.moving = map[string]bool{} // someone left: every copy counts as a repair again
 	}
-	prevPrint := s.lastPrint
+	prevPrint, prevPeers := s.lastPrint, s.lastPeers
 	s.lastPeers, s.lastPrint = now, pp
 	turn := uint32(s.scans % FullScanEvery)
 	local := make(map[string][]*Manifest, len(all))
@@ -140,6 +140,7 @@ func (s *Store) Scan(ctx context.Context) {
 			delete(s.clean, name) // dropped or deleted here since
 		}
 	}
+	deferred := s.boundScan(local, prevPeers, now)
 	s.lastChecked = len(local)
 	ranks := make(map[string][]Peer, len(local))
 	ask := map[Peer][]string{}
@@ -201,8 +202,63 @@ func (s *Store) Scan(ctx context.Context) {
 	for _, p := range pushes {
 		missing += len(p.targets)
 	}
-	s.backlog.Store(int64(missing))
+	s.backlog.Store(int64(missing + deferred))
 	s.runPushes(ctx, pushes)
+	if deferred > 0 {
+		s.Kick() // the rest soon, not at the next tick
+	}
+}
+
+// boundScan keeps at most ScanNames of the names a scan is to check (local), those whose
+// replica set lost a member since the last scan first (their copies may be short), the
+// rest in an order that changes from scan to scan, and returns how many it left for later
+// scans (they stay unclean). After two of ten workers were killed, every node checked
+// every name it held at once (all names turn unclean when a peer leaves) and pushed the
+// lost copies of about two thirds of them: thousands of task results, at the nodes'
+// normal priority, which left the workers' compute at a fifth of its rate for 10 s.
+func (s *Store) boundScan(local map[string][]*Manifest, prevPeers, now map[string]bool) int {
+	n := s.cfg.ScanNames
+	if n <= 0 || len(local) <= n {
+		return 0
+	}
+	var gone map[string]bool
+	var prev []Peer
+	for p := range prevPeers {
+		prev = append(prev, Peer{Name: p})
+		if !now[p] {
+			if gone == nil {
+				gone = map[string]bool{}
+			}
+			gone[p] = true
+		}
+	}
+	type cand struct {
+		name  string
+		risk  bool
+		order uint64
+	}
+	cs := make([]cand, 0, len(local))
+	for name := range local {
+		h := fnv.New64a()
+		fmt.Fprintf(h, "%s\x00%d", name, s.scans)
+		c := cand{name: name, order: h.Sum64()}
+		if gone != nil {
+			for _, p := range firstN(Rank(name, prev), s.cfg.Replicas) {
+				c.risk = c.risk || gone[p.Name]
+			}
+		}
+		cs = append(cs, c)
+	}
+	sort.Slice(cs, func(i, j int) bool {
+		if cs[i].risk != cs[j].risk {
+			return cs[i].risk
+		}
+		return cs[i].order < cs[j].order
+	})
+	for _, c := range cs[n:] {
+		delete(local, c.name)
+	}
+	return len(cs) - n
 }
 
 // FullScanEvery: every name held, clean or not, is checked at least once in this many

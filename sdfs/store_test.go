@@ -841,3 +841,61 @@ func TestRebalanceMovesArePaced(t *testing.T) {
 		}
 	}
 }
+
+// TestRepairScansAreBounded: after a failure, a scan checks at most ScanNames names, those
+// whose replica set lost a member first; later scans check the rest, and every version
+// gets back to Replicas copies.
+func TestRepairScansAreBounded(t *testing.T) {
+	cfg := testConfig()
+	cfg.ScanNames = 8
+	tc := newTestCluster(t, 7, cfg)
+	c := tc.client()
+	ctx := context.Background()
+	vers := map[string]Version{}
+	for i := 0; i < 60; i++ {
+		name := fmt.Sprintf("r/%d", i)
+		v, err := c.Put(ctx, name, bytes.NewReader(randBytes(300+i, int64(i))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		vers[name] = v
+	}
+	tc.scanAll(1) // every name found fully replicated: clean
+	dead := tc.nodes[len(tc.nodes)-2:]
+	for _, nd := range dead {
+		tc.crash(nd)
+	}
+	short := func() (n int) {
+		for name, v := range vers {
+			if len(tc.holders(name, v)) < cfg.Replicas {
+				n++
+			}
+		}
+		return n
+	}
+	before := short()
+	if before <= 5*cfg.ScanNames {
+		t.Fatalf("only %d names lost a copy: the test needs more than one scan's worth", before)
+	}
+	for _, nd := range tc.nodes {
+		if nd.up {
+			nd.store.Scan(ctx)
+			if got := nd.store.lastChecked; got > cfg.ScanNames {
+				t.Fatalf("%s checked %d names in one scan, bound %d", nd.name, got, cfg.ScanNames)
+			}
+		}
+	}
+	after := short()
+	// 5 live nodes, each checking 8 names: at most 40 names repaired, and since the names
+	// that lost a copy go first, each node's 8 are all such names while it holds that many.
+	if after >= before || before-after > 5*cfg.ScanNames {
+		t.Fatalf("one bounded scan: %d names short before, %d after", before, after)
+	}
+	if before-after < cfg.ScanNames {
+		t.Fatalf("one bounded scan repaired %d names, want at least %d (the names that lost a copy first)", before-after, cfg.ScanNames)
+	}
+	tc.scanAll(20)
+	if n := short(); n != 0 {
+		t.Fatalf("%d names still short of %d copies after the scans", n, cfg.Replicas)
+	}
+}
