@@ -1,3 +1,8 @@
+//go:build ignore
+
+// (The constraint above keeps the go tool, which builds with CGO_ENABLED=0, away from
+// this C file, which sits in benchmarks/ort's Go package; make bin/ortprof builds it.)
+
 /* ortprof.c: ONNX Runtime's per-node profile, for lining up layers against IDK_PROFILE=2.
  *
  * onnxruntime-node 1.20.1 (bench.js) takes no profiling option (its binding reads only the
