@@ -48,6 +48,12 @@ bin/libidunno_kernel.so: $(KERNEL_SRC) | deps
 	    -Ikernel/include -o $@ $(wildcard kernel/*.c) -ldnnl -lm; \
 	else touch $@; fi
 
+# ortprof runs ONNX Runtime (the library onnxruntime-node ships) with its per-node profile on,
+# for benchmarks/ort/lineup.py; not part of `all`.
+bin/ortprof: benchmarks/ort/ortprof.c
+	@mkdir -p bin
+	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L -o $@ $< -ldl
+
 vet:
 	$(GO) vet ./...
 

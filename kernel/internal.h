@@ -119,6 +119,7 @@ struct idk_plan {
     int fused_next; /* the op being lowered also lowered the next one (ops.c, lower_conv_dw) */
     int prof;      /* IDK_PROFILE set at compile: time every step, print a table at destroy */
     int64_t prof_runs;
+    int64_t prof_run_min_ns, prof_steps_min_ns; /* IDK_PROFILE: fastest run, fastest sum of one run's steps */
     int prec;       /* compute type of Conv and MatMul: IDK_F32 or IDK_BF16 (idk_plan_set_precision) */
 };
 
