@@ -827,8 +827,9 @@ func TestRebalanceMovesArePaced(t *testing.T) {
 		}
 	}
 
-	// Repairs are not paced: crash three nodes and one round of scans restores every
-	// version to 4 copies.
+	// Repairs are not paced by RebalanceMoves (a scan's ScanNames bound, TestRepairScansAreBounded,
+	// is far above these 40 names): crash three nodes and one round of scans restores
+	// every version to 4 copies.
 	var down []string
 	for _, nd := range tc.nodes[len(tc.nodes)-3:] {
 		tc.crash(nd)
