@@ -163,8 +163,12 @@ func (m *Model) buildSplit(g *onnx.Graph, shapes map[string][]int64, sizes []int
 		if i > 0 {
 			th = newOSThread()
 		}
+		var donor uintptr // the later parts read the first part's weights (splitShare)
+		if i > 0 && splitShare() {
+			donor = parts[0].p.h
+		}
 		var p *plan
-		th.do(func() { p, err = lowerGraph(gs, m.src.Opset, 1, m.prec) })
+		th.do(func() { p, err = lowerGraphShared(gs, m.src.Opset, 1, m.prec, donor) })
 		if err != nil {
 			th.stop()
 			return fail()
@@ -173,6 +177,15 @@ func (m *Model) buildSplit(g *onnx.Graph, shapes map[string][]int64, sizes []int
 	}
 	return parts
 }
+
+// SplitShareEnv names the environment variable that, set to 0, gives every part of a split
+// batch its own copy of the weights. By default the parts after the first read the first
+// part's constants, plain and reordered, wherever they are the same bytes in the same
+// layout (idk_plan_share_weights): with equal sub-batches, all of them. The parts run the
+// same arithmetic on the same bytes either way, so the outputs are the same.
+const SplitShareEnv = "IDK_SPLIT_SHARE"
+
+func splitShare() bool { return os.Getenv(SplitShareEnv) != "0" }
 
 func destroyParts(parts []splitPart) {
 	for _, s := range parts {
