@@ -746,6 +746,23 @@ static int wino_tiles_poor(const idk_tensor_t *x, const idk_tensor_t *o) {
     return best < 12;
 }
 
+/* wino_min_pixels is the fewest output pixels (a side squared) at which a dense 3x3
+ * stride-1 convolution with input x runs Winograd. At batch 1 oneDNN's F(2x2,3x3) kernel
+ * loses to brgconv under 28x28 (see the layout comment). At batch >= 2 it takes its
+ * F(4x4,3x3) kernel, which beats brgconv at every size down to 7x7 (per-primitive minimum
+ * ms, batch 4 on one thread as a split batch's parts run, Winograd against brgconv:
+ * 256->256 at 14x14 5.1 against 5.9, 512->512 at 7x7 4.0 against 6.8, 512->512 at 14x14
+ * 16.5 against 37.9, AlexNet's 192->384 at 13x13 4.5 against 5.3, GoogLeNet's 160->320 at
+ * 7x7 0.92 against 1.56, SqueezeNet's 64->256 at 27x27 4.7 against 8.3; batch 2 on one
+ * thread and batch 8 on two alike), so there it has none. IDK_WINO_MIN (pixels) overrides
+ * both; IDK_WINO_BATCH=0 keeps 28x28 at every batch. */
+static int64_t wino_min_pixels(const idk_tensor_t *x) {
+    const char *mw = getenv("IDK_WINO_MIN"), *wb = getenv("IDK_WINO_BATCH");
+    if (mw) return atoll(mw);
+    if (x->dims[0] >= 2 && !(wb && strcmp(wb, "0") == 0)) return 1;
+    return 28 * 28;
+}
+
 static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
     const idk_tensor_t *x = T(0), *w = T(1), *o = OUT;
     int nd = x->ndims, S = nd - 2;
@@ -778,7 +795,10 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
      * - a first convolution (fewer than 8 input channels) is nChw16c in networks whose other
      *   convolutions are all 1x1, depthwise or grouped (MobileNet, MnasNet, EfficientNet-B0,
      *   ShuffleNet, RegNet: their 1x1 jit kernels on nChw16c), else nhwc;
-     * - a dense 3x3 stride-1 convolution with at least 28x28 outputs (channels multiples of 16)
+     * - a dense 3x3 stride-1 convolution (channels multiples of 16) with at least 28x28
+     *   outputs at batch 1, of any size at batch >= 2 (wino_min_pixels: the F(4x4) kernel
+     *   wins down to 7x7, so a ResNet's or GoogLeNet's 14x14 and 7x7 stages at batch 8 are
+     *   Winograd and nChw16c throughout, and the 1x1 rule below does not apply there)
      *   runs oneDNN's Winograd kernels on nChw16c (F(2x2,3x3) at batch 1, F(4x4,3x3) at
      *   batch 8): fewer multiplications, and faster than brgconv at these shapes (per-layer
      *   minimum ms with DNNL_VERBOSE on a loaded 2-vCPU Ice Lake VM: ResNet-18/50 batch 1 on
@@ -802,8 +822,7 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
      * blocked16 overrides, for experiments. */
     const char *lay = getenv("IDK_CONV_LAYOUT");
     int blocked = 0, wino = 0;
-    const char *mw = getenv("IDK_WINO_MIN");
-    int64_t minsp = mw ? atoll(mw) : 28 * 28;
+    int64_t minsp = wino_min_pixels(x);
     {
         /* Winograd (oneDNN's jit kernels, on nChw16c) for dense 3x3 stride-1 convolutions
          * with large outputs: see the layout comment above. */

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"idunno/kernel/onnx"
+	"idunno/kernel/zoo"
 )
 
 // TestWinoTilesPoor: a dense 3x3 convolution with 32 input channels and 147x147 outputs
@@ -48,5 +49,35 @@ func TestWinoTilesPoor(t *testing.T) {
 	}
 	if !differ {
 		t.Fatal("the same bits with and without IDK_WINO_TILES=0: Winograd still chosen?")
+	}
+}
+
+// TestWinoSmallAtBatch: at batch >= 2 the dense 3x3 convolutions of every size run
+// Winograd (oneDNN's F(4x4,3x3) kernel; wino_min_pixels in ops.c), not only from 28x28 up
+// as at batch 1: ResNet-18 at 64x64 (3x3 convolutions at 16x16 to 2x2), batch 4 on two
+// threads (two sub-batches of 2), gives the logits of IDK_WINO_BATCH=0 (brgconv there) to
+// 1e-5 of the largest (Winograd rounds its transforms differently), not the same bits
+// (the switch took effect), and the same bytes on a second run.
+func TestWinoSmallAtBatch(t *testing.T) {
+	m, err := zoo.Build("resnet18", zoo.Options{Seed: 9, InputShape: []int64{3, 64, 64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := seededInput([]int64{4, 3, 64, 64}, 23)
+	setCEnv(t, "IDK_WINO_BATCH", "0")
+	direct := logits(t, m, x)
+	setCEnv(t, "IDK_WINO_BATCH", "")
+	wino := logits(t, m, x)
+	again := logits(t, m, x)
+	checkClose(t, "resnet18 batch 4, Winograd at every size against 28x28 up", direct, wino, 1e-5)
+	differ := false
+	for i := range wino {
+		differ = differ || math.Float32bits(direct[i]) != math.Float32bits(wino[i])
+		if math.Float32bits(wino[i]) != math.Float32bits(again[i]) {
+			t.Fatalf("logit %d: %v, then %v on the same input", i, wino[i], again[i])
+		}
+	}
+	if !differ {
+		t.Fatal("the same bits with and without IDK_WINO_BATCH=0: Winograd not taken at small sizes?")
 	}
 }
