@@ -25,6 +25,8 @@ var (
 	idkFmaRun         func(threads int32, iters int64) float64
 	idkInt8Run        func(threads int32, iters int64) float64
 	idkPlanSetPrec    func(p uintptr, dtype int32) int32
+	idkPlanShareW     func(p, donor uintptr) int32
+	idkPlanConstBytes func(p uintptr, borrowed int32) int64
 	idkBF16Supported  func() int32
 	idkPeakBF16       func(threads int32, seconds float64) float64
 
@@ -62,6 +64,8 @@ func register(h uintptr) (err error) {
 	purego.RegisterLibFunc(&idkFmaRun, h, "idk_fma_run")
 	purego.RegisterLibFunc(&idkInt8Run, h, "idk_int8_run")
 	purego.RegisterLibFunc(&idkPlanSetPrec, h, "idk_plan_set_precision")
+	purego.RegisterLibFunc(&idkPlanShareW, h, "idk_plan_share_weights")
+	purego.RegisterLibFunc(&idkPlanConstBytes, h, "idk_plan_const_bytes")
 	purego.RegisterLibFunc(&idkBF16Supported, h, "idk_bf16_supported")
 	purego.RegisterLibFunc(&idkPeakBF16, h, "idk_peak_bf16_gflops")
 	purego.RegisterLibFunc(&idkTrainSetRole, h, "idk_train_set_role")

@@ -33,7 +33,8 @@ typedef struct {
 typedef struct {
     int dtype, ndims;
     int64_t dims[IDK_MAX_DIMS];
-    void *cdata; /* constant contents, plain (owned) */
+    void *cdata; /* constant contents, plain (owned unless cshared) */
+    int cshared; /* cdata is the donor plan's (idk_plan_share_weights), not freed here */
     size_t nbytes;
     int nviews;
     idk_view_t views[IDK_MAX_VIEWS];
@@ -121,6 +122,11 @@ struct idk_plan {
     int64_t prof_runs;
     int64_t prof_run_min_ns, prof_steps_min_ns; /* IDK_PROFILE: fastest run, fastest sum of one run's steps */
     int prec;       /* compute type of Conv and MatMul: IDK_F32 or IDK_BF16 (idk_plan_set_precision) */
+    /* weight sharing (idk_plan_share_weights): the plan whose constants this one reads, and
+     * the holders of this plan (itself and every plan sharing its weights; it is freed when
+     * the last one lets go) */
+    idk_plan_t *donor;
+    int refs;
 };
 
 idk_status_t idk_fail(idk_plan_t *p, idk_status_t st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

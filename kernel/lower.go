@@ -307,6 +307,13 @@ func normAxis(ax int64, rank int) (int64, bool) {
 
 // lowerGraph builds and compiles a C plan for a compiled graph.
 func lowerGraph(g *onnx.Graph, opset int64, threads int, prec Precision) (*plan, error) {
+	return lowerGraphShared(g, opset, threads, prec, 0)
+}
+
+// lowerGraphShared is lowerGraph for a plan that reads the constants of the compiled plan
+// donor (0: none) where they are the same bytes in the same layout (idk_plan_share_weights;
+// the split batch's parts). The donor's memory lives until both plans are destroyed.
+func lowerGraphShared(g *onnx.Graph, opset int64, threads int, prec Precision, donor uintptr) (*plan, error) {
 	var h uintptr
 	if st := idkPlanCreate(&h, int32(threads)); st != statusOK {
 		return nil, fmt.Errorf("kernel: create plan: %s", idkStatusStr(st))
@@ -314,6 +321,13 @@ func lowerGraph(g *onnx.Graph, opset int64, threads int, prec Precision) (*plan,
 	if prec == BF16 {
 		if st := idkPlanSetPrec(h, dtBF16); st != statusOK {
 			err := fmt.Errorf("kernel: bf16: %s: %s", idkStatusStr(st), idkPlanError(h))
+			idkPlanDestroy(h)
+			return nil, err
+		}
+	}
+	if donor != 0 {
+		if st := idkPlanShareW(h, donor); st != statusOK {
+			err := fmt.Errorf("kernel: share weights: %s: %s", idkStatusStr(st), idkPlanError(h))
 			idkPlanDestroy(h)
 			return nil, err
 		}

@@ -726,6 +726,43 @@ out:
     return rc;
 }
 
+/* wino_tiles_poor reports a dense 3x3 convolution (input x, output o) that oneDNN's
+ * F(4x4,3x3) Winograd kernel (batch >= 2; batch 1 gets the F(2x2,3x3) one) would block badly:
+ * that kernel's register block of tiles is a divisor, under its 32 registers, of the tile
+ * count N * ceil(OH/4) * ceil(OW/4), and where the largest one is under 12 (145 to 148 output
+ * pixels a side: 37 tiles, a prime, so 4 at batch 4 and 8 at batch 8) it runs at about half
+ * speed. With at most 32 input channels brgconv on nhwc is then faster (batch 4 on one
+ * thread, per-primitive minimum ms, Winograd against brgconv: Inception-v3's stem 32->32 at
+ * 147x147 23.5 against 14.1, 32->64 30.6 against 18.5, 16->32 9.8 against 5.8; with 64 or 128
+ * input channels Winograd still wins or ties, and at 23, 29 or 31 prime tiles a side,
+ * divisors 23 to 31, it stays 1.2-1.25x faster than brgconv). IDK_WINO_TILES=0 turns the
+ * check off. */
+static int wino_tiles_poor(const idk_tensor_t *x, const idk_tensor_t *o) {
+    const char *e = getenv("IDK_WINO_TILES");
+    if ((e && strcmp(e, "0") == 0) || x->ndims != 4 || x->dims[0] < 2 || x->dims[1] > 32) return 0;
+    int64_t tiles = x->dims[0] * ((o->dims[2] + 3) / 4) * ((o->dims[3] + 3) / 4), best = 1;
+    for (int64_t d = 1; d < 32; d++)
+        if (tiles % d == 0) best = d;
+    return best < 12;
+}
+
+/* wino_min_pixels is the fewest output pixels (a side squared) at which a dense 3x3
+ * stride-1 convolution with input x runs Winograd. At batch 1 oneDNN's F(2x2,3x3) kernel
+ * loses to brgconv under 28x28 (see the layout comment). At batch >= 2 it takes its
+ * F(4x4,3x3) kernel, which beats brgconv at every size down to 7x7 (per-primitive minimum
+ * ms, batch 4 on one thread as a split batch's parts run, Winograd against brgconv:
+ * 256->256 at 14x14 5.1 against 5.9, 512->512 at 7x7 4.0 against 6.8, 512->512 at 14x14
+ * 16.5 against 37.9, AlexNet's 192->384 at 13x13 4.5 against 5.3, GoogLeNet's 160->320 at
+ * 7x7 0.92 against 1.56, SqueezeNet's 64->256 at 27x27 4.7 against 8.3; batch 2 on one
+ * thread and batch 8 on two alike), so there it has none. IDK_WINO_MIN (pixels) overrides
+ * both; IDK_WINO_BATCH=0 keeps 28x28 at every batch. */
+static int64_t wino_min_pixels(const idk_tensor_t *x) {
+    const char *mw = getenv("IDK_WINO_MIN"), *wb = getenv("IDK_WINO_BATCH");
+    if (mw) return atoll(mw);
+    if (x->dims[0] >= 2 && !(wb && strcmp(wb, "0") == 0)) return 1;
+    return 28 * 28;
+}
+
 static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
     const idk_tensor_t *x = T(0), *w = T(1), *o = OUT;
     int nd = x->ndims, S = nd - 2;
@@ -758,7 +795,10 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
      * - a first convolution (fewer than 8 input channels) is nChw16c in networks whose other
      *   convolutions are all 1x1, depthwise or grouped (MobileNet, MnasNet, EfficientNet-B0,
      *   ShuffleNet, RegNet: their 1x1 jit kernels on nChw16c), else nhwc;
-     * - a dense 3x3 stride-1 convolution with at least 28x28 outputs (channels multiples of 16)
+     * - a dense 3x3 stride-1 convolution (channels multiples of 16) with at least 28x28
+     *   outputs at batch 1, of any size at batch >= 2 (wino_min_pixels: the F(4x4) kernel
+     *   wins down to 7x7, so a ResNet's or GoogLeNet's 14x14 and 7x7 stages at batch 8 are
+     *   Winograd and nChw16c throughout, and the 1x1 rule below does not apply there)
      *   runs oneDNN's Winograd kernels on nChw16c (F(2x2,3x3) at batch 1, F(4x4,3x3) at
      *   batch 8): fewer multiplications, and faster than brgconv at these shapes (per-layer
      *   minimum ms with DNNL_VERBOSE on a loaded 2-vCPU Ice Lake VM: ResNet-18/50 batch 1 on
@@ -768,7 +808,9 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
      *   1.42 against 1.27 ms on two: little to split across threads). The nhwc<->nChw16c
      *   reorders around them cost ResNet-50 batch 1 about 1 ms of the 3 saved; its numerics
      *   stay within the torch cross-checks (1e-6 relative). IDK_CONV_ALGO=winograd or direct
-     *   and IDK_WINO_MIN (output pixels) override, for experiments;
+     *   and IDK_WINO_MIN (output pixels) override, for experiments. Not where the F(4x4)
+     *   kernel would block the tiles badly and brgconv is faster (wino_tiles_poor: at most 32
+     *   input channels at 145-148 output pixels a side, Inception-v3's stem at batch >= 2);
      * - every other convolution lets oneDNN choose (format any: nhwc and its brgemm
      *   kernels), which runs dense 3x3 convolutions 1.3-2x faster than the nChw16c jit
      *   kernel at batch 1 and 8 on AVX-512 (ResNet-18 batch 1: 29-33 against 21-23 images
@@ -780,15 +822,14 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
      * blocked16 overrides, for experiments. */
     const char *lay = getenv("IDK_CONV_LAYOUT");
     int blocked = 0, wino = 0;
-    const char *mw = getenv("IDK_WINO_MIN");
-    int64_t minsp = mw ? atoll(mw) : 28 * 28;
+    int64_t minsp = wino_min_pixels(x);
     {
         /* Winograd (oneDNN's jit kernels, on nChw16c) for dense 3x3 stride-1 convolutions
          * with large outputs: see the layout comment above. */
         const char *al = getenv("IDK_CONV_ALGO");
         if (nd == 4 && dt == dnnl_f32 && g == 1 && w->dims[2] == 3 && w->dims[3] == 3 && st[0] == 1 && st[1] == 1 &&
             dl[0] == 0 && dl[1] == 0 && x->dims[1] % 16 == 0 && o->dims[1] % 16 == 0)
-            wino = al ? strcmp(al, "winograd") == 0 : o->dims[2] * o->dims[3] >= minsp;
+            wino = al ? strcmp(al, "winograd") == 0 : o->dims[2] * o->dims[3] >= minsp && !wino_tiles_poor(x, o);
     }
     if (wino && !lay) {
         blocked = 1;

@@ -48,6 +48,7 @@ IDK_API idk_status_t idk_plan_create(idk_plan_t **out, int32_t threads) {
     if (!p) return IDK_ERR_NOMEM;
     p->threads = threads;
     p->prec = IDK_F32;
+    p->refs = 1;
     if (dnnl_engine_create(&p->eng, dnnl_cpu, 0) != dnnl_success) {
         free(p);
         return IDK_ERR_DNNL;
@@ -114,6 +115,8 @@ static void prof_report(const idk_plan_t *p) {
 
 IDK_API void idk_plan_destroy(idk_plan_t *p) {
     if (!p) return;
+    /* a donor lives on while plans sharing its weights do (the last one frees it) */
+    if (__atomic_sub_fetch(&p->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
     prof_report(p);
     idk_train_free(p->tr);
     for (int i = 0; i < p->ns; i++) {
@@ -125,8 +128,10 @@ IDK_API void idk_plan_destroy(idk_plan_t *p) {
         free(s->args);
         free(s->extra);
     }
-    for (int i = 0; i < p->nt; i++) free(p->t[i].cdata);
-    /* ext buffers of constants alias cdata (freed above); reordered copies (first == -2) are owned */
+    for (int i = 0; i < p->nt; i++)
+        if (!p->t[i].cshared) free(p->t[i].cdata);
+    /* ext buffers of constants alias cdata (freed above); reordered copies (first == -2) are
+     * owned, the donor's (first == -3) borrowed */
     for (int i = 0; i < p->nops; i++) {
         free(p->ops[i].ia);
         free(p->ops[i].fa);
@@ -144,7 +149,66 @@ IDK_API void idk_plan_destroy(idk_plan_t *p) {
     free(p->scratch);
     dnnl_stream_destroy(p->stream);
     dnnl_engine_destroy(p->eng);
+    idk_plan_t *donor = p->donor;
     free(p);
+    idk_plan_destroy(donor);
+}
+
+/* Weight sharing. The T sub-batch plans of a split batch (kernel/split.go) are the same
+ * graph but for the batch's extent, so they hold the same constants, and where oneDNN picks
+ * the same weight layout for their sub-batch sizes (equal sizes: always) the same reordered
+ * copies too. A plan given a donor reads those bytes instead of holding its own: ResNet-50's
+ * 100 MB of plain and reordered weights once instead of once a part, and one copy in the
+ * shared cache while the parts run at once. Constants are read-only once a plan is compiled
+ * (no op writes a constant's buffer: in-place sums and concatenations skip them), so the
+ * plans may run at once. Matching is by content, never assumed: a constant is shared only
+ * when the donor's tensor of the same id has the same type, dims and bytes, and a reordered
+ * copy only when the donor holds that tensor in exactly the layout asked for; anything else
+ * is copied as without a donor. */
+IDK_API idk_status_t idk_plan_share_weights(idk_plan_t *p, idk_plan_t *donor) {
+    if (!p || !donor || p == donor) return IDK_ERR_INVALID;
+    if (p->compiled || p->nt || p->nops || p->tr || p->donor)
+        return idk_fail(p, IDK_ERR_STATE, "share_weights after tensors were added");
+    if (!donor->compiled || donor->tr || donor->prec != p->prec)
+        return idk_fail(p, IDK_ERR_INVALID, "share_weights: the donor must be a compiled inference plan of the same precision");
+    __atomic_add_fetch(&donor->refs, 1, __ATOMIC_ACQ_REL);
+    p->donor = donor;
+    return IDK_OK;
+}
+
+IDK_API int64_t idk_plan_const_bytes(const idk_plan_t *p, int32_t borrowed) {
+    if (!p) return 0;
+    int64_t n = 0;
+    for (int i = 0; i < p->nt; i++)
+        if (p->t[i].cdata && p->t[i].cshared == !!borrowed) n += (int64_t)p->t[i].nbytes;
+    for (int i = 0; i < p->nb; i++)
+        if (p->b[i].ext && p->b[i].first == (borrowed ? -3 : -2)) n += (int64_t)p->b[i].size;
+    return n;
+}
+
+/* donor_const returns the donor's copy of constant tensor id when it is the same constant. */
+static void *donor_const(const idk_plan_t *p, int id, int dtype, int ndims, const int64_t *dims, const void *data,
+                         size_t nbytes) {
+    const idk_plan_t *d = p->donor;
+    if (!d || id >= d->nt) return NULL;
+    const idk_tensor_t *dt = &d->t[id];
+    if (!dt->cdata || dt->dtype != dtype || dt->ndims != ndims || dt->nbytes != nbytes) return NULL;
+    for (int i = 0; i < ndims; i++)
+        if (dt->dims[i] != dims[i]) return NULL;
+    return memcmp(dt->cdata, data, nbytes) == 0 ? dt->cdata : NULL;
+}
+
+/* donor_view returns the donor's copy of shared constant tid in layout md, or NULL. */
+static void *donor_view(idk_plan_t *p, int tid, const dnnl_memory_desc_t *md) {
+    idk_plan_t *d = p->donor;
+    if (!d || !p->t[tid].cshared) return NULL;
+    const idk_tensor_t *dt = &d->t[tid];
+    for (int i = 0; i < dt->nviews; i++) {
+        size_t off = 0;
+        int r = idk_buf_root(d, dt->views[i].buf, &off);
+        if (r >= 0 && d->b[r].ext && off == 0 && dnnl_memory_desc_equal(&dt->views[i].md, md)) return d->b[r].ext;
+    }
+    return NULL;
 }
 
 IDK_API int32_t idk_bf16_supported(void) {
@@ -242,7 +306,9 @@ IDK_API idk_status_t idk_plan_add_tensor(idk_plan_t *p, int32_t dtype, int32_t n
     t->ndims = ndims;
     for (int i = 0; i < ndims; i++) t->dims[i] = dims[i];
     t->nbytes = want;
-    if (data) {
+    if (data && (t->cdata = donor_const(p, p->nt, dtype, ndims, dims, data, want))) {
+        t->cshared = 1;
+    } else if (data) {
         t->cdata = malloc(want ? want : 1);
         if (!t->cdata) return IDK_ERR_NOMEM;
         memcpy(t->cdata, data, want);
@@ -498,6 +564,15 @@ int idk_get_view(idk_plan_t *p, int tid, const dnnl_memory_desc_t *md, int *buf)
     idk_view_t *src = &t->views[0];
     if (t->cdata) {
         int b;
+        void *shared = donor_view(p, tid, md);
+        if (shared) {
+            if ((b = idk_new_buffer(p, dnnl_memory_desc_get_size(md))) < 0) return -1;
+            p->b[b].ext = shared;
+            p->b[b].first = -3; /* the donor's, not freed with this plan */
+            if (add_view(p, t, md, 0, b) != IDK_OK) return -1;
+            *buf = b;
+            return 0;
+        }
         if (reorder_now(p, &src->md, idk_buf_ptr(p, src->buf), md, &b) != 0) {
             idk_fail(p, IDK_ERR_DNNL, "op %d: reorder of constant tensor %d failed", p->cur_op, tid);
             return -1;

@@ -35,14 +35,19 @@ const SplitEnv = "IDK_SPLIT"
 // The default rule also leaves alone the models where T copies of the weights cost more
 // than the barriers saved:
 //
-//   - maxSplitWeightBytes bounds the constant data: each sub-plan reorders its own copy of
-//     the weights, so a split holds T times the weight memory (VGG-11 at batch 8: 3.5 GB
-//     resident whole, 4.6 GB split; Wide ResNet-50-2 1.8 and 2.4 GB);
+//   - maxSplitWeightBytes bounds the constant data: the later sub-plans read the first
+//     one's weights (idk_plan_share_weights, IDK_SPLIT_SHARE), plain and reordered, but
+//     only where oneDNN picks the same layout for their sub-batch size, which unequal
+//     sub-batches (5 = 3+2) need not; a copy per part cost VGG-11 at batch 8 3.5 GB
+//     resident whole against 4.6 GB split, Wide ResNet-50-2 1.8 against 2.4 GB (shared:
+//     1.8, as whole; ResNet-50 0.70 whole, 0.92 with copies, 0.72 shared);
 //   - maxSplitStreamBytes bounds the weights of memory-bound matrix products (a classifier
 //     layer read for a handful of rows): each sub-plan streams all of them from memory
 //     where one plan on T threads reads each weight once (AlexNet at batch 8, 234 MB of
 //     them: 46.7 ms minimum whole against 53.8 split, alternating single runs in one
-//     process; MobileNetV2's and ResNet's classifiers, 5-8 MB, stay in the caches).
+//     process; MobileNetV2's and ResNet's classifiers, 5-8 MB, stay in the caches). The
+//     parts reading one shared copy at about the same time did not change that (57.4 ms
+//     whole, 66.5 split and shared, 64.0 split with copies, on a loaded machine).
 const (
 	maxSplitWeightBytes = 512 << 20
 	maxSplitStreamBytes = 32 << 20
@@ -163,8 +168,12 @@ func (m *Model) buildSplit(g *onnx.Graph, shapes map[string][]int64, sizes []int
 		if i > 0 {
 			th = newOSThread()
 		}
+		var donor uintptr // the later parts read the first part's weights (splitShare)
+		if i > 0 && splitShare() {
+			donor = parts[0].p.h
+		}
 		var p *plan
-		th.do(func() { p, err = lowerGraph(gs, m.src.Opset, 1, m.prec) })
+		th.do(func() { p, err = lowerGraphShared(gs, m.src.Opset, 1, m.prec, donor) })
 		if err != nil {
 			th.stop()
 			return fail()
@@ -173,6 +182,15 @@ func (m *Model) buildSplit(g *onnx.Graph, shapes map[string][]int64, sizes []int
 	}
 	return parts
 }
+
+// SplitShareEnv names the environment variable that, set to 0, gives every part of a split
+// batch its own copy of the weights. By default the parts after the first read the first
+// part's constants, plain and reordered, wherever they are the same bytes in the same
+// layout (idk_plan_share_weights): with equal sub-batches, all of them. The parts run the
+// same arithmetic on the same bytes either way, so the outputs are the same.
+const SplitShareEnv = "IDK_SPLIT_SHARE"
+
+func splitShare() bool { return os.Getenv(SplitShareEnv) != "0" }
 
 func destroyParts(parts []splitPart) {
 	for _, s := range parts {

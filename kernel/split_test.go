@@ -233,3 +233,91 @@ func TestSplitStreamBound(t *testing.T) {
 // TestSplitConcurrentEviction: split batches of many sizes from several goroutines at once,
 // more than the cache holds; evicted entries are rebuilt, and every output is the batch's.
 func TestSplitConcurrentEviction(t *testing.T) { runBatchesPastCache(t, lenet(t, 2), 2) }
+
+// TestSplitShareWeights: the parts of a split batch after the first read its constants
+// (IDK_SPLIT_SHARE), all of them when the sub-batches are equal; the outputs are the same
+// bytes as with a copy per part (the same arithmetic on the same weights) on every run, and
+// the model closes cleanly with its donor destroyed first.
+func TestSplitShareWeights(t *testing.T) {
+	cases := []struct {
+		name    string
+		shape   []int64
+		batches []int64
+	}{
+		{"lenet5", nil, []int64{4, 5}},
+		{"mobilenet_v2", []int64{3, 64, 64}, []int64{4, 5}},
+		{"squeezenet", []int64{3, 64, 64}, []int64{4}},
+		{"resnet18", []int64{3, 64, 64}, []int64{2}},
+	}
+	for _, c := range cases {
+		src, err := zoo.Build(c.name, zoo.Options{Seed: 7, InputShape: c.shape})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv(SplitShareEnv, "")
+		shared, err := LoadModel(src, Options{Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv(SplitShareEnv, "0")
+		own, err := LoadModel(src, Options{Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range c.batches {
+			dims := append([]int64{b}, shared.Inputs()[0].Dims[1:]...)
+			in := []*onnx.Tensor{seededInput(dims, uint64(b)+11)}
+			t.Setenv(SplitShareEnv, "0")
+			ref, err := own.Run(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv(SplitShareEnv, "")
+			for run := 0; run < 3; run++ {
+				out, err := shared.Run(in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !sameBits(ref[0].F32, out[0].F32) {
+					t.Fatalf("%s batch %d run %d: shared weights gave other bytes than a copy per part", c.name, b, run)
+				}
+			}
+			sp, op := splitPlans(t, shared, b), splitPlans(t, own, b)
+			donorOwn := idkPlanConstBytes(sp[0], 0)
+			if donorOwn <= 0 || donorOwn != idkPlanConstBytes(op[0], 0) {
+				t.Fatalf("%s batch %d: the first part holds %d bytes of constants, %d without sharing", c.name, b, donorOwn, idkPlanConstBytes(op[0], 0))
+			}
+			borrowed, owned := idkPlanConstBytes(sp[1], 1), idkPlanConstBytes(sp[1], 0)
+			if idkPlanConstBytes(op[1], 1) != 0 || borrowed <= 0 || borrowed+owned != idkPlanConstBytes(op[1], 0) {
+				t.Fatalf("%s batch %d: second part borrows %d and holds %d bytes; without sharing it borrows %d and holds %d",
+					c.name, b, borrowed, owned, idkPlanConstBytes(op[1], 1), idkPlanConstBytes(op[1], 0))
+			}
+			if b%2 == 0 && owned != 0 {
+				t.Fatalf("%s batch %d: equal sub-batches, the second part still holds %d bytes of its own constants", c.name, b, owned)
+			}
+			t.Logf("%s batch %d: second part borrows %d bytes, holds %d", c.name, b, borrowed, owned)
+		}
+		shared.Close()
+		own.Close()
+	}
+}
+
+// splitPlans returns the plan handles of the split batch of this size.
+func splitPlans(t *testing.T, m *Model, batch int64) []uintptr {
+	t.Helper()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range m.plans {
+		if e.inputs[0].dims[0] == batch {
+			var hs []uintptr
+			for _, s := range e.parts {
+				hs = append(hs, s.p.h)
+			}
+			if len(hs) == 2 {
+				return hs
+			}
+		}
+	}
+	t.Fatalf("batch %d is not split in two", batch)
+	return nil
+}

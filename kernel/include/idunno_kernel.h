@@ -278,6 +278,19 @@ IDK_API void idk_plan_destroy(idk_plan_t *p);
  * fails with IDK_ERR_UNSUPPORTED. */
 IDK_API idk_status_t idk_plan_set_precision(idk_plan_t *p, int32_t dtype);
 
+/* idk_plan_share_weights makes p, before any tensor is added, read the constants of donor (a
+ * compiled inference plan of the same precision) instead of copying its own, wherever the
+ * donor's constant of the same id has the same type, dims and bytes, and each reordered
+ * copy wherever the donor holds that constant in the layout p asks for; everything else p
+ * copies as usual. Constants are never written after compile, so both plans may run at
+ * once. The donor's memory lives until it and every plan sharing it are destroyed (destroy
+ * them in any order). */
+IDK_API idk_status_t idk_plan_share_weights(idk_plan_t *p, idk_plan_t *donor);
+
+/* idk_plan_const_bytes returns the bytes of constants, plain and reordered, that p holds
+ * itself (borrowed == 0) or reads from its donor (borrowed != 0). */
+IDK_API int64_t idk_plan_const_bytes(const idk_plan_t *p, int32_t borrowed);
+
 /* idk_bf16_supported reports 1 when oneDNN runs bf16 natively on this CPU (AVX512_BF16 or
  * AMX), 2 when it also has AMX tiles, else 0. */
 IDK_API int32_t idk_bf16_supported(void);
