@@ -39,16 +39,25 @@ func TestWinoTilesPoor(t *testing.T) {
 	setCEnv(t, "IDK_WINO_TILES", "")
 	direct := logits(t, m, x)
 	again := logits(t, m, x)
-	checkClose(t, "147x147 3x3 convolution, brgconv against Winograd", wino, direct, 1e-5)
+	checkSwitched(t, "147x147 3x3 convolution, brgconv against Winograd (IDK_WINO_TILES=0)", wino, direct, again)
+}
+
+// checkSwitched: out (a default run, and again a second run of it) is within 1e-5 of the
+// largest of off (the same with an IDK_ switch turning a change off), not the same bits
+// (the switch took effect: Winograd rounds its transforms differently), and again is
+// the same bytes as out.
+func checkSwitched(t *testing.T, what string, off, out, again []float32) {
+	t.Helper()
+	checkClose(t, what, off, out, 1e-5)
 	differ := false
-	for i := range direct {
-		differ = differ || math.Float32bits(direct[i]) != math.Float32bits(wino[i])
-		if math.Float32bits(direct[i]) != math.Float32bits(again[i]) {
-			t.Fatalf("output %d: %v, then %v on the same input", i, direct[i], again[i])
+	for i := range out {
+		differ = differ || math.Float32bits(off[i]) != math.Float32bits(out[i])
+		if math.Float32bits(out[i]) != math.Float32bits(again[i]) {
+			t.Fatalf("%s: output %d: %v, then %v on the same input", what, i, out[i], again[i])
 		}
 	}
 	if !differ {
-		t.Fatal("the same bits with and without IDK_WINO_TILES=0: Winograd still chosen?")
+		t.Fatalf("%s: the same bits with the switch off: did it take effect?", what)
 	}
 }
 
@@ -69,15 +78,5 @@ func TestWinoSmallAtBatch(t *testing.T) {
 	setCEnv(t, "IDK_WINO_BATCH", "")
 	wino := logits(t, m, x)
 	again := logits(t, m, x)
-	checkClose(t, "resnet18 batch 4, Winograd at every size against 28x28 up", direct, wino, 1e-5)
-	differ := false
-	for i := range wino {
-		differ = differ || math.Float32bits(direct[i]) != math.Float32bits(wino[i])
-		if math.Float32bits(wino[i]) != math.Float32bits(again[i]) {
-			t.Fatalf("logit %d: %v, then %v on the same input", i, wino[i], again[i])
-		}
-	}
-	if !differ {
-		t.Fatal("the same bits with and without IDK_WINO_BATCH=0: Winograd not taken at small sizes?")
-	}
+	checkSwitched(t, "resnet18 batch 4, Winograd at every size against 28x28 up (IDK_WINO_BATCH=0)", direct, wino, again)
 }
