@@ -403,13 +403,6 @@ func (c *Core) lease(now time.Time, worker string, j *coreJob, express bool) (Or
 	return Order{Job: j.Name, Task: task, Express: express}, true
 }
 
-// slackTasks is the least slack in tasks of the smallest size. At half a task, eight jobs
-// of 8-query tasks at ~50 queries/s each had a slack of 5 queries: any job a task behind
-// beat a worker's own, and every worker ran all eight in turn, switching models between
-// 75-90% of its consecutive tasks (the aggregate against the jobs one after another fell
-// to 78-82% in that run).
-const slackTasks = 2
-
 // Pick chooses the job worker runs next ("" for none): the job furthest behind in queries
 // leased over weight (less those waiting for loads), preferring the worker's assigned
 // jobs by FairSlack (see FairQueue). A worker with a task of a job waiting for the job's
@@ -468,20 +461,12 @@ func (c *Core) Control(now time.Time) []Resize {
 		}
 	}
 	c.fairRate = FairRate(len(c.workers), loads)
-	// The slack is at least half the largest task (over its job's weight): with less, a
-	// job of large tasks could lease only when the others had caught up a whole task, and
-	// its rate would move in bursts. And at least slackTasks of the smallest: with less, a
-	// worker's own job, a task ahead, would lose to every other job, and workers would run
-	// every job in turn.
+	// The slack is at least the largest task (over its job's weight): with less, a job of
+	// large tasks could lease only when the others had caught up a whole task, and its
+	// rate would move in bursts.
 	c.slack = c.cfg.FairSlack.Seconds() * c.fairRate
-	smallest := math.Inf(1)
 	for i, j := range js {
-		task := float64(j.Tasks.Sizing().TaskSize) / loads[i].weight()
-		c.slack = math.Max(c.slack, 0.5*task)
-		smallest = math.Min(smallest, task)
-	}
-	if len(js) > 0 {
-		c.slack = math.Max(c.slack, slackTasks*smallest)
+		c.slack = math.Max(c.slack, 0.5*float64(j.Tasks.Sizing().TaskSize)/loads[i].weight())
 	}
 	c.assign = ReassignWorkers(c.assign, c.workers, names, shares)
 	costs := CostEstimates(loads)
