@@ -210,10 +210,11 @@ func (s *Store) Scan(ctx context.Context) {
 // replica set lost a member since the last scan first (their copies may be short), the
 // rest in an order that changes from scan to scan, and returns how many it left for later
 // scans (they stay unclean; the next runs at the next tick, so a node checks about
-// ScanNames names per RepairInterval: 4,000 names held take 4 scans, 12 s). After two of ten workers were killed, every node checked
-// every name it held at once (all names turn unclean when a peer leaves) and pushed the
-// lost copies of about two thirds of them: thousands of task results, at the nodes'
-// normal priority, which left the workers' compute at a fifth of its rate for 10 s.
+// ScanNames names per RepairInterval: 4,000 names held take 4 scans, 12 s). After two of
+// ten workers were killed, every node checked every name it held at once (all names turn
+// unclean when a peer leaves) and pushed the lost copies of about two thirds of them:
+// thousands of task results, at the nodes' normal priority, which left the workers'
+// compute at a fifth of its rate for 10 s.
 func (s *Store) boundScan(local map[string][]*Manifest, prevPeers, now map[string]bool) int {
 	n := s.cfg.ScanNames
 	if n <= 0 || len(local) <= n {

@@ -136,7 +136,7 @@ func Open(r io.Reader) (Dataset, error) {
 // OpenBytes is Open over a file already in memory. Uncompressed uint8 data is used in
 // place, not copied: b must not change while the dataset is in use.
 func OpenBytes(b []byte) (Dataset, error) {
-	if bytes.HasPrefix(b, gzipMagic) {
+	if Gzipped(b) {
 		return Open(bytes.NewReader(b))
 	}
 	if int64(len(b)) > MaxFileBytes+64<<10 {
