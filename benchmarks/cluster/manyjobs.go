@@ -288,22 +288,28 @@ func manyJobs(o options, counts []int) error {
 		}
 		// The time the same queries would take run one after another, alone, over the
 		// time they took together.
-		work := func(a aloneRates) (seq, seqCPU float64) {
-			for c, q := range r.done {
+		work := func(a aloneRates, m manyResult) (seq, seqCPU float64) {
+			for c, q := range m.done {
 				seq += q / a.rate[c]
 				seqCPU += q / a.perCPU[c]
 			}
 			return seq, seqCPU
 		}
-		sb, cb := work(before)
-		sa, ca := work(after)
-		seq, seqCPU := (sb+sa)/2, (cb+ca)/2
-		fmt.Printf("manyjobs: %d jobs: aggregate throughput %.1f%% of running the same jobs one after another (%.1f s of work alone done in %.1f s together; %.1f%% against the alone rates before, %.1f%% after)\n",
-			r.n, 100*seq/r.secs, seq, r.secs, 100*sb/r.secs, 100*sa/r.secs)
-		// The same per CPU-second the cluster's processes got: the machine is shared, and
-		// what other processes take differs between the runs.
-		fmt.Printf("manyjobs: %d jobs: per cluster CPU-second, %.1f%% (%.1f CPU-s of work alone done in %.1f CPU-s together, the cluster using %.2f cores; %.1f%% before, %.1f%% after)\n",
-			r.n, 100*seqCPU/r.cpu, seqCPU, r.cpu, r.cpu/r.secs, 100*cb/r.cpu, 100*ca/r.cpu)
+		report := func(what string, m manyResult) {
+			sb, cb := work(before, m)
+			sa, ca := work(after, m)
+			seq, seqCPU := (sb+sa)/2, (cb+ca)/2
+			fmt.Printf("manyjobs: %d jobs, %s: aggregate throughput %.1f%% of running the same jobs one after another (%.1f s of work alone done in %.1f s together; %.1f%% against the alone rates before, %.1f%% after)\n",
+				r.n, what, 100*seq/m.secs, seq, m.secs, 100*sb/m.secs, 100*sa/m.secs)
+			// The same per CPU-second the cluster's processes got: the machine is shared, and
+			// what other processes take differs between the runs.
+			fmt.Printf("manyjobs: %d jobs, %s: per cluster CPU-second, %.1f%% (%.1f CPU-s of work alone done in %.1f CPU-s together, the cluster using %.2f cores; %.1f%% before, %.1f%% after)\n",
+				r.n, what, 100*seqCPU/m.cpu, seqCPU, m.cpu, m.cpu/m.secs, 100*cb/m.cpu, 100*ca/m.cpu)
+		}
+		report(fmt.Sprintf("the steady window (%d model loads in it)", r.loads), r.manyResult)
+		if r.warm != nil {
+			report("after the workers' last model load", *r.warm)
+		}
 	}
 	fmt.Printf("manyjobs: load average after: %s\n", loadavg())
 	return nil
@@ -391,6 +397,35 @@ type manyResult struct {
 	secs  float64
 	cpu   float64 // the cluster's CPU seconds in the steady window
 	lines []string
+	// warm is the same over the part of the steady window after the last model load on
+	// any worker (nil if under 20 s): the alone runs are measured with every worker's
+	// model loaded, while in the runs together workers go on loading the models of jobs
+	// they help for a while (each a fetch from SDFS and a plan build).
+	warm  *manyResult
+	loads int // model loads in the steady window
+}
+
+// modelLoads returns when workers had a job's model ready (the scheduler logs it), in
+// seconds from start, from every node's log.
+func modelLoads(d *scenario.Driver, start time.Time) []float64 {
+	var out []float64
+	for _, n := range d.Cluster.Nodes() {
+		b, err := os.ReadFile(filepath.Join(n.DataDir, "node.log"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if !strings.Contains(line, "ready (model") {
+				continue
+			}
+			ts, _, _ := strings.Cut(line, " ")
+			if t, err := time.Parse(time.RFC3339Nano, ts); err == nil {
+				out = append(out, t.Sub(start).Seconds())
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func manyRun(o options, d *scenario.Driver, n int) (manyResult, error) {
@@ -427,7 +462,11 @@ func manyRun(o options, d *scenario.Driver, n int) (manyResult, error) {
 	lastAdd := marks[len(marks)-1].X
 	s.runFor(20 * time.Second)
 	profileMark(d, fmt.Sprintf("%d jobs, from 20 s after the last add", n))
-	s.runFor(60 * time.Second)
+	steady := 60 * time.Second
+	if o.manyAlone {
+		steady = 120 * time.Second // room for a window after the workers' last model load
+	}
+	s.runFor(steady)
 	// Events (--many-events): two workers killed (SIGKILL), the same two restarted (they
 	// rejoin), then the last job removed; the steady-state figures stop at the first.
 	steadyTo := math.Inf(1)
@@ -511,6 +550,23 @@ func manyRun(o options, d *scenario.Driver, n int) (manyResult, error) {
 	res := manyResult{done: map[manyConfig]float64{}, secs: s.t[last] - s.t[first], cpu: s.cpu[last] - s.cpu[first]}
 	for i := range jobs {
 		res.done[cfg[i]] += s.done[i][last] - s.done[i][first]
+	}
+	warmFrom := s.t[first]
+	for _, t := range modelLoads(d, s.start) {
+		if t >= s.t[first] && t <= s.t[last] {
+			res.loads++
+			warmFrom = t
+		}
+	}
+	if k := slices.IndexFunc(s.t, func(x float64) bool { return x >= warmFrom }); k >= first && s.t[last]-s.t[k] >= 20 {
+		w := manyResult{done: map[manyConfig]float64{}, secs: s.t[last] - s.t[k], cpu: s.cpu[last] - s.cpu[k]}
+		for i := range jobs {
+			w.done[cfg[i]] += s.done[i][last] - s.done[i][k]
+		}
+		res.warm = &w
+		res.lines = append(res.lines, fmt.Sprintf("manyjobs: %d jobs: %d model loads in the steady window (%.0f-%.0f s), the last at %.0f s", n, res.loads, s.t[first], s.t[last], warmFrom))
+	} else {
+		res.lines = append(res.lines, fmt.Sprintf("manyjobs: %d jobs: %d model loads in the steady window (%.0f-%.0f s), the last at %.0f s: no 20 s window after it", n, res.loads, s.t[first], s.t[last], warmFrom))
 	}
 	// Files: rates and shares over time, the spread per sample.
 	header := []string{"seconds"}

@@ -124,6 +124,7 @@ type Core struct {
 	assign      map[string][]Share
 	shares      map[string]float64
 	fairRate    float64 // queries per second per unit of weight each running job gets
+	secPerFLOP  float64 // the cluster's speed as last measured (SecPerFLOP), for priors
 	slack       float64 // FairQueue's slack: FairSlack at the fair rate, at least a task
 	lastControl time.Time
 	waits       *waits                     // tasks workers report waiting for their job's model to load
@@ -460,7 +461,10 @@ func (c *Core) Control(now time.Time) []Resize {
 			c.fair.Remove(n)
 		}
 	}
-	c.fairRate = FairRate(len(c.workers), loads)
+	if spf, ok := SecPerFLOP(loads); ok {
+		c.secPerFLOP = spf // kept when those jobs end: the next job's prior starts from it
+	}
+	c.fairRate = FairRate(len(c.workers), loads, c.secPerFLOP)
 	// The slack is at least the largest task (over its job's weight): with less, a job of
 	// large tasks could lease only when the others had caught up a whole task, and its
 	// rate would move in bursts.
@@ -469,7 +473,7 @@ func (c *Core) Control(now time.Time) []Resize {
 		c.slack = math.Max(c.slack, 0.5*float64(j.Tasks.Sizing().TaskSize)/loads[i].weight())
 	}
 	c.assign = ReassignWorkers(c.assign, c.workers, names, shares)
-	costs := CostEstimates(loads)
+	costs := CostEstimates(loads, c.secPerFLOP)
 	var out []Resize
 	for i, j := range js {
 		if r, ok := c.resize(j, costs[i], loads[i].weight()); ok {
@@ -524,8 +528,8 @@ func (c *Core) resize(j *coreJob, cost, weight float64) (Resize, bool) {
 func (c *Core) Prior(flops, weight float64) (cost, rate float64) {
 	_, loads := c.loads()
 	loads = append(loads, JobLoad{Name: "", FLOPs: flops, Weight: weight})
-	costs := CostEstimates(loads)
-	return costs[len(costs)-1], FairRate(max(len(c.workers), 1), loads) * loads[len(loads)-1].weight()
+	costs := CostEstimates(loads, c.secPerFLOP)
+	return costs[len(costs)-1], FairRate(max(len(c.workers), 1), loads, c.secPerFLOP) * loads[len(loads)-1].weight()
 }
 
 // TaskTarget is about how many queries the tasks of a job about to be added should have

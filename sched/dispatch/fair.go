@@ -39,34 +39,49 @@ const (
 	defaultCost       = 1e-3  // seconds per query of a job with nothing known
 )
 
+// SecPerFLOP is the seconds per FLOP measured on the jobs that have both a measured cost
+// and FLOPs (false if none): the cluster's speed, which CostEstimates scales priors by.
+func SecPerFLOP(jobs []JobLoad) (float64, bool) {
+	cf, ff := 0.0, 0.0
+	for _, j := range jobs {
+		if usable(j.Cost) && usable(j.FLOPs) {
+			cf += j.Cost
+			ff += j.FLOPs
+		}
+	}
+	return cf / ff, ff > 0
+}
+
 func usable(x float64) bool { return x > 0 && !math.IsInf(x, 0) && !math.IsNaN(x) }
 
 // CostEstimates returns each job's cost per query in worker-seconds: the measured cost
 // where there is one, else a prior. The prior of a job whose model's FLOPs are known is
 // its FLOPs times the seconds per FLOP measured on the jobs that have both (a cluster-wide
 // speed, so a cheap job added next to an expensive one starts with a share close to fair);
-// without FLOPs, it is the mean cost of the others.
-func CostEstimates(jobs []JobLoad) []float64 {
+// without FLOPs, it is the mean cost of the others. While no job in jobs has both,
+// secPerFLOP is the scale (what earlier jobs measured; 0: defaultSecPerFLOP): only the
+// ratios of priors decide shares, but the scale sizes the first tasks and the fair rate.
+func CostEstimates(jobs []JobLoad, secPerFLOP float64) []float64 {
 	out := make([]float64, len(jobs))
-	known, sumCost, cf, ff := 0, 0.0, 0.0, 0.0
+	known, sumCost := 0, 0.0
 	for _, j := range jobs {
 		if usable(j.Cost) {
 			known++
 			sumCost += j.Cost
-			if usable(j.FLOPs) {
-				cf += j.Cost
-				ff += j.FLOPs
-			}
 		}
 	}
 	spf := defaultSecPerFLOP
-	if ff > 0 {
-		// Summed, the heaviest jobs dominate: their cost is mostly compute, the cheap
-		// jobs' mostly per-query overhead.
-		spf = cf / ff
+	if usable(secPerFLOP) {
+		spf = secPerFLOP
+	}
+	// Summed, the heaviest jobs dominate: their cost is mostly compute, the cheap jobs'
+	// mostly per-query overhead.
+	measured, ok := SecPerFLOP(jobs)
+	if ok {
+		spf = measured
 	}
 	flopsPrior := func(j JobLoad) (float64, bool) {
-		if usable(j.FLOPs) && (ff > 0 || known == 0) {
+		if usable(j.FLOPs) && (ok || known == 0) {
 			return j.FLOPs * spf, true
 		}
 		return 0, false
@@ -114,7 +129,7 @@ func FairShares(jobs []JobLoad) (shares, gains []float64) {
 	if n == 0 {
 		return shares, gains
 	}
-	costs := CostEstimates(jobs)
+	costs := CostEstimates(jobs, 0) // the scale cancels out of shares
 	// The rate the gains steer to: the geometric mean of the measured rates.
 	measured, logSum := 0, 0.0
 	for _, j := range jobs {
@@ -148,9 +163,10 @@ func FairShares(jobs []JobLoad) (shares, gains []float64) {
 }
 
 // FairRate is the query rate per unit of weight that every job gets under fair time when
-// workers workers are kept busy: rate_j = weight_j * workers / sum(weight_k * cost_k).
-func FairRate(workers int, jobs []JobLoad) float64 {
-	costs := CostEstimates(jobs)
+// workers workers are kept busy: rate_j = weight_j * workers / sum(weight_k * cost_k),
+// the costs estimated as CostEstimates does with secPerFLOP.
+func FairRate(workers int, jobs []JobLoad, secPerFLOP float64) float64 {
+	costs := CostEstimates(jobs, secPerFLOP)
 	sum := 0.0
 	for i, j := range jobs {
 		sum += costs[i] * j.weight()

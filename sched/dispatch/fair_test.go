@@ -236,7 +236,7 @@ func TestFairSharesFLOPsPrior(t *testing.T) {
 		t.Fatalf("fallback shares %v", shares)
 	}
 	// A job without FLOPs next to unmeasured jobs with FLOPs gets their mean prior.
-	c := CostEstimates([]JobLoad{{Name: "a", FLOPs: 1e9}, {Name: "b", FLOPs: 3e9}, {Name: "c"}})
+	c := CostEstimates([]JobLoad{{Name: "a", FLOPs: 1e9}, {Name: "b", FLOPs: 3e9}, {Name: "c"}}, 0)
 	if math.Abs(c[2]/c[0]-2) > 1e-9 || math.Abs(c[1]/c[0]-3) > 1e-9 {
 		t.Fatalf("estimates %v", c)
 	}
@@ -269,7 +269,7 @@ func BenchmarkFairDecision(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		shares, _ := FairShares(loads)
-		slack := 0.25 * FairRate(len(workers), loads)
+		slack := 0.25 * FairRate(len(workers), loads, 0)
 		assign := AssignWorkers(workers, names, shares)
 		for _, w := range workers {
 			mine := map[string]bool{}
@@ -514,5 +514,45 @@ func TestCoreOneLoadPerWorker(t *testing.T) {
 	}
 	if !seen {
 		t.Fatalf("after loading %s, w1 never got a task of %s", loading, other)
+	}
+}
+
+// TestCorePriorKeepsMeasuredSpeed: a job added when no running job has a measured cost
+// gets its prior on the scale the cluster last measured, not the default: on the local
+// cluster (ten nodes sharing two cores) the default's 100 GFLOP/s a worker was 8-10x too
+// fast, and a ResNet-18 added while ResNet-50 was still loading got 120-query tasks at a
+// prior fair rate of 1,200 queries/s against 119 measured a second later.
+func TestCorePriorKeepsMeasuredSpeed(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	c := New(DefaultConfig())
+	c.Tick(t0, []string{"coord", "w1", "w2"}, "coord")
+	if cost, _ := c.Prior(1e9, 1); math.Abs(cost/(1e9*defaultSecPerFLOP)-1) > 1e-9 {
+		t.Fatalf("prior with nothing measured: %v, want the default scale %v", cost, 1e9*defaultSecPerFLOP)
+	}
+	tasks := NewMemTasks(20, 10, 10, false)
+	c.AddJob(Job{Name: "a", Weight: 1, FLOPs: 1e9, Tasks: tasks})
+	c.Control(t0)
+	for i := 0; i < 2; i++ {
+		task, ok := c.tasks.Lease("a", "w1", t0)
+		if !ok {
+			t.Fatal("no task")
+		}
+		c.fair.Leased("a", 10)
+		tasks.Done(task)
+		c.Completed(t0, "a", task, 0.1) // 1e-10 s per FLOP, 10x slower than the default
+	}
+	if got := c.Running(); len(got) != 0 {
+		t.Fatalf("running %v, want a done", got)
+	}
+	cost, rate := c.Prior(2e9, 1)
+	if math.Abs(cost/0.2-1) > 1e-9 {
+		t.Fatalf("prior after a finished: %v, want 0.2 (its measured speed)", cost)
+	}
+	if math.Abs(rate/(2/0.2)-1) > 1e-9 {
+		t.Fatalf("fair rate of the new job alone on 2 workers: %v, want 10", rate)
+	}
+	// The first tasks are sized by it: TaskSeconds (250 ms) at 0.2 s a query is one batch.
+	if got := c.TaskTarget(2e9, 1, 1); got != 1 {
+		t.Fatalf("task target %d, want 1", got)
 	}
 }
