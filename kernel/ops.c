@@ -754,12 +754,17 @@ static int wino_tiles_poor(const idk_tensor_t *x, const idk_tensor_t *o) {
  * 256->256 at 14x14 5.1 against 5.9, 512->512 at 7x7 4.0 against 6.8, 512->512 at 14x14
  * 16.5 against 37.9, AlexNet's 192->384 at 13x13 4.5 against 5.3, GoogLeNet's 160->320 at
  * 7x7 0.92 against 1.56, SqueezeNet's 64->256 at 27x27 4.7 against 8.3; batch 2 on one
- * thread and batch 8 on two alike), so there it has none. IDK_WINO_MIN (pixels) overrides
- * both; IDK_WINO_BATCH=0 keeps 28x28 at every batch. */
+ * thread and batch 8 on two alike), so there its minimum is one 4x4 tile: under it most of
+ * a tile's outputs are thrown away (a 1x1 output computes 36 products for 9 useful ones),
+ * and ResNet-18 at 32x32 input (3x3 convolutions at 8x8 to 1x1) ran batch 8 on one thread
+ * in 19.2-22.0 ms with Winograd down to 1x1 against 6.6 from 4x4 up and 6.5-6.6 from 28x28
+ * up; ResNet-50 at 64x64 57.8-59.0 from 4x4 up against 61.1-63.1 down to 1x1 and 60.4-64.0
+ * from 28x28 up (fastest runs, `bench kernel --threads 1`, 2026-11-28). IDK_WINO_MIN
+ * (pixels) overrides both; IDK_WINO_BATCH=0 keeps 28x28 at every batch. */
 static int64_t wino_min_pixels(const idk_tensor_t *x) {
     const char *mw = getenv("IDK_WINO_MIN"), *wb = getenv("IDK_WINO_BATCH");
     if (mw) return atoll(mw);
-    if (x->dims[0] >= 2 && !(wb && strcmp(wb, "0") == 0)) return 1;
+    if (x->dims[0] >= 2 && !(wb && strcmp(wb, "0") == 0)) return 4 * 4;
     return 28 * 28;
 }
 
