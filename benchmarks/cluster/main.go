@@ -37,7 +37,7 @@ func main() {
 	which := flag.String("run", "fairtime,manyjobs,recovery", "scenarios to run (fairtime, manyjobs, recovery)")
 	many := flag.String("many", "2,4,8", "manyjobs: job counts to run (2: ResNet-50 and LeNet-5 added together; multiples of 4: the four jobs, each n/4 times, added 3 s apart)")
 	lenetBatch := flag.Int("many-lenet-batch", 64, "manyjobs: LeNet-5's batch (a task is at least one batch, so at a low rate one LeNet-5 task moves its 10 s rate by batch / (10 s x rate))")
-	flag.BoolVar(&o.manyAlone, "many-alone", true, "manyjobs: run each job alone before and after, for the aggregate-throughput ratio")
+	flag.BoolVar(&o.manyAlone, "many-alone", true, "manyjobs: run each job alone before the runs together and after each, for the aggregate-throughput ratio")
 	flag.BoolVar(&o.manyEvents, "many-events", false, "manyjobs: after the steady state, kill 2 workers, restart them, remove the last job, add one again, and report how long the spread takes to settle after each")
 	weights := flag.String("many-weights", "1,1,1,1", "manyjobs: the fair-time weights (job add --weight) of ResNet-50, ResNet-18, MobileNetV2 and LeNet-5; the spread is of rate over weight")
 	flag.Parse()

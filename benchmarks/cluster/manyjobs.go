@@ -247,15 +247,18 @@ func manyJobs(o options, counts []int) error {
 		n int
 		manyResult
 	}
-	// Alone, before and after: the machine is shared and its speed drifts (the same job
-	// alone measured 80 and 97 queries per CPU-second in two runs an hour apart), so the
-	// ratio is given against the alone rates on either side of the runs together, and
-	// against their mean.
-	var before aloneRates
+	// Alone, before and after each run together: the machine is shared and its speed
+	// drifts (the same job alone measured 80 and 97 queries per CPU-second in two runs an
+	// hour apart, and moved 9-17% within one), so each run together is compared with the
+	// alone rates measured right before and right after it, and with their mean.
+	var sets []aloneRates // sets[i] just before the run of counts[i], sets[i+1] just after
+	var setNames []string
 	if o.manyAlone {
-		if before, err = measureAlone(d, "before", "alone-", 15*time.Second); err != nil {
+		before, err := measureAlone(d, "before", "alone-", 15*time.Second)
+		if err != nil {
 			return err
 		}
+		sets, setNames = append(sets, before), append(setNames, "before")
 	}
 	var results []result
 	for _, n := range counts {
@@ -264,6 +267,13 @@ func manyJobs(o options, counts []int) error {
 			return err
 		}
 		results = append(results, result{n, r})
+		if o.manyAlone {
+			a, err := measureAlone(d, fmt.Sprintf("after%d", n), "", 0)
+			if err != nil {
+				return err
+			}
+			sets, setNames = append(sets, a), append(setNames, fmt.Sprintf("after the %d jobs", n))
+		}
 	}
 	if !o.manyAlone {
 		for _, r := range results {
@@ -273,16 +283,14 @@ func manyJobs(o options, counts []int) error {
 		}
 		return nil
 	}
-	after, err := measureAlone(d, "after", "", 0)
-	if err != nil {
-		return err
-	}
 	for _, c := range manyConfigs {
-		fmt.Printf("manyjobs: alone: %s %s: %.1f queries/s before, %.1f after (%+.1f%%); %.1f and %.1f per cluster CPU-second (%+.1f%%)\n",
-			c.model, c.size, before.rate[c], after.rate[c], 100*(after.rate[c]/before.rate[c]-1),
-			before.perCPU[c], after.perCPU[c], 100*(after.perCPU[c]/before.perCPU[c]-1))
+		var parts []string
+		for i, a := range sets {
+			parts = append(parts, fmt.Sprintf("%s %.1f queries/s, %.1f per cluster CPU-second", setNames[i], a.rate[c], a.perCPU[c]))
+		}
+		fmt.Printf("manyjobs: alone: %s %s: %s\n", c.model, c.size, strings.Join(parts, "; "))
 	}
-	for _, r := range results {
+	for i, r := range results {
 		for _, l := range r.lines {
 			fmt.Println(l)
 		}
@@ -295,16 +303,17 @@ func manyJobs(o options, counts []int) error {
 			}
 			return seq, seqCPU
 		}
+		before, after := sets[i], sets[i+1]
 		report := func(what string, m manyResult) {
 			sb, cb := work(before, m)
 			sa, ca := work(after, m)
 			seq, seqCPU := (sb+sa)/2, (cb+ca)/2
-			fmt.Printf("manyjobs: %d jobs, %s: aggregate throughput %.1f%% of running the same jobs one after another (%.1f s of work alone done in %.1f s together; %.1f%% against the alone rates before, %.1f%% after)\n",
-				r.n, what, 100*seq/m.secs, seq, m.secs, 100*sb/m.secs, 100*sa/m.secs)
+			fmt.Printf("manyjobs: %d jobs, %s: aggregate throughput %.1f%% of running the same jobs one after another (%.1f s of work alone done in %.1f s together; %.1f%% against the alone rates %s, %.1f%% %s)\n",
+				r.n, what, 100*seq/m.secs, seq, m.secs, 100*sb/m.secs, setNames[i], 100*sa/m.secs, setNames[i+1])
 			// The same per CPU-second the cluster's processes got: the machine is shared, and
 			// what other processes take differs between the runs.
-			fmt.Printf("manyjobs: %d jobs, %s: per cluster CPU-second, %.1f%% (%.1f CPU-s of work alone done in %.1f CPU-s together, the cluster using %.2f cores; %.1f%% before, %.1f%% after)\n",
-				r.n, what, 100*seqCPU/m.cpu, seqCPU, m.cpu, m.cpu/m.secs, 100*cb/m.cpu, 100*ca/m.cpu)
+			fmt.Printf("manyjobs: %d jobs, %s: per cluster CPU-second, %.1f%% (%.1f CPU-s of work alone done in %.1f CPU-s together, the cluster using %.2f cores; %.1f%% %s, %.1f%% %s)\n",
+				r.n, what, 100*seqCPU/m.cpu, seqCPU, m.cpu, m.cpu/m.secs, 100*cb/m.cpu, setNames[i], 100*ca/m.cpu, setNames[i+1])
 		}
 		report(fmt.Sprintf("the steady window (%d model loads in it)", r.loads), r.manyResult)
 		if r.warm != nil {
