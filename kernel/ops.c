@@ -737,13 +737,68 @@ out:
  * input channels Winograd still wins or ties, and at 23, 29 or 31 prime tiles a side,
  * divisors 23 to 31, it stays 1.2-1.25x faster than brgconv). IDK_WINO_TILES=0 turns the
  * check off. */
-static int wino_tiles_poor(const idk_tensor_t *x, const idk_tensor_t *o) {
-    const char *e = getenv("IDK_WINO_TILES");
-    if ((e && strcmp(e, "0") == 0) || x->ndims != 4 || x->dims[0] < 2 || x->dims[1] > 32) return 0;
-    int64_t tiles = x->dims[0] * ((o->dims[2] + 3) / 4) * ((o->dims[3] + 3) / 4), best = 1;
+static int wino_f4_blocks_poorly(const idk_tensor_t *o) {
+    int64_t tiles = o->dims[0] * ((o->dims[2] + 3) / 4) * ((o->dims[3] + 3) / 4), best = 1;
     for (int64_t d = 1; d < 32; d++)
         if (tiles % d == 0) best = d;
     return best < 12;
+}
+
+static int wino_tiles_poor(const idk_tensor_t *x, const idk_tensor_t *o) {
+    const char *e = getenv("IDK_WINO_TILES");
+    if ((e && strcmp(e, "0") == 0) || x->ndims != 4 || x->dims[0] < 2 || x->dims[1] > 32) return 0;
+    return wino_f4_blocks_poorly(o);
+}
+
+/* wino_f2_whole_image reports a Winograd primitive that is oneDNN's F(2x2,3x3) kernel (what
+ * it gives batch 1 under 160 channels) having blocked itself poorly: its tile block search
+ * (the batch-1 path scores blocks by thread balance and L2 fit) sometimes settles on the
+ * whole image as one block with one 16-channel output block per GEMM chunk, which its
+ * weights' layout shows (wino_desc.oc2_block 1; 2 to 6 otherwise), and then runs at about
+ * half speed. Per-primitive minimum ms at batch 1 on two threads (a scratch oneDNN driver,
+ * 2026-11-28, load 2-3), F(2x2) / F(4x4) / brgconv on nhwc, input -> output channels at
+ * the output size:
+ *   oc2_block 1: Inception-v3's 80->192 at 71x71 4.6 / 2.4 / 4.2, 96->96 3.4 / 1.9 / 2.5,
+ *   64->192 5.0 / 2.4, 128->128 5.8 / 3.0 / 4.3, 128->32 1.85 / 1.00 / 1.13, at 112x112
+ *   128->32 8.0 / 4.7; Inception-v3's 32->32 at 147x147 1.69 / 3.0 / 1.29, 16->32 and
+ *   32->32 at 71x71 0.23 / - / 0.16 and 0.40 / - / 0.31;
+ *   oc2_block 2-6 (every batch-1 Winograd convolution of ResNet-18/50, VGG-11, GoogLeNet,
+ *   DenseNet-121 and Inception-v3's others): F(2x2) fastest, e.g. 64->64 at 56x56 0.41 /
+ *   0.52 / 0.64, 32->64 at 147x147 1.54 / 5.4 / 2.30, 64->128 at 112x112 3.2-3.4 / 3.4 /
+ *   5.6, 128->32 at 56x56 0.52-0.57 / 0.64 / 0.65.
+ * lower_conv then takes the F(4x4) kernel where its tiles block well (wino_f4_blocks_poorly;
+ * not at 147x147, 37 tiles a side) and a direct convolution otherwise. The search depends on
+ * the machine's caches and the thread count, both fixed for a plan, so a plan's choice and
+ * its bytes stay the same from run to run. IDK_WINO_F2CHECK=0 turns the check off. */
+static int wino_f2_whole_image(const_dnnl_primitive_desc_t pd) {
+    const char *e = getenv("IDK_WINO_F2CHECK"), *impl = NULL;
+    if (e && strcmp(e, "0") == 0) return 0;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl ||
+        !strstr(impl, "wino_2x3"))
+        return 0;
+    const dnnl_memory_desc_t *w = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    return w && w->format_kind == dnnl_format_kind_wino && w->format_desc.wino_desc.oc2_block == 1;
+}
+
+/* wino_f4_pd returns the primitive descriptor of oneDNN's F(4x4,3x3) Winograd kernel for cd
+ * and attr, or NULL where it has none. */
+static dnnl_primitive_desc_t wino_f4_pd(idk_plan_t *p, const dnnl_convolution_desc_t *cd,
+                                        const_dnnl_primitive_attr_t attr) {
+    dnnl_primitive_desc_iterator_t it;
+    if (dnnl_primitive_desc_iterator_create(&it, cd, attr, p->eng, NULL) != dnnl_success) return NULL;
+    dnnl_primitive_desc_t found = NULL;
+    do {
+        dnnl_primitive_desc_t c = dnnl_primitive_desc_iterator_fetch(it);
+        const char *impl = NULL;
+        if (c && dnnl_primitive_desc_query(c, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
+            strstr(impl, "wino_4x3")) {
+            found = c;
+            break;
+        }
+        if (c) dnnl_primitive_desc_destroy(c);
+    } while (dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+    dnnl_primitive_desc_iterator_destroy(it);
+    return found;
 }
 
 /* wino_min_pixels is the fewest output pixels (a side squared) at which a dense 3x3
@@ -811,6 +866,8 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
      *   and IDK_WINO_MIN (output pixels) override, for experiments. Not where the F(4x4)
      *   kernel would block the tiles badly and brgconv is faster (wino_tiles_poor: at most 32
      *   input channels at 145-148 output pixels a side, Inception-v3's stem at batch >= 2);
+     *   and where the F(2x2) kernel blocks the whole image as one tile block, F(4x4) or a
+     *   direct convolution instead (wino_f2_whole_image, Inception-v3's stem at batch 1);
      * - every other convolution lets oneDNN choose (format any: nhwc and its brgemm
      *   kernels), which runs dense 3x3 convolutions 1.3-2x faster than the nChw16c jit
      *   kernel at batch 1 and 8 on AVX-512 (ResNet-18 batch 1: 29-33 against 21-23 images
@@ -923,6 +980,17 @@ retry:
     }
     dnnl_primitive_desc_t pd;
     ds = dnnl_primitive_desc_create(&pd, &cd, attr, p->eng, NULL);
+    if (ds == dnnl_success && wino && !getenv("IDK_CONV_ALGO") && wino_f2_whole_image(pd)) {
+        /* F(2x2) blocked poorly: F(4x4) if its tiles block well, else direct */
+        dnnl_primitive_desc_t f4 = wino_f4_blocks_poorly(o) ? NULL : wino_f4_pd(p, &cd, attr);
+        dnnl_primitive_desc_destroy(pd);
+        if (!f4) {
+            dnnl_primitive_attr_destroy(attr);
+            blocked = wino = 0;
+            goto retry;
+        }
+        pd = f4;
+    }
     dnnl_primitive_attr_destroy(attr);
     if (ds != dnnl_success && blocked) {
         blocked = wino = 0;

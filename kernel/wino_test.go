@@ -17,7 +17,45 @@ import (
 // effect); each gives the same bytes on a second run.
 func TestWinoTilesPoor(t *testing.T) {
 	const n, c, hw = 4, 32, 147
-	w := seededInput([]int64{c, c, 3, 3}, 21)
+	m := conv3x3Model(c, c, hw, 1, 21)
+	x := seededInput([]int64{n, c, hw, hw}, 22)
+	setCEnv(t, "IDK_WINO_TILES", "0")
+	wino := logits(t, m, x)
+	setCEnv(t, "IDK_WINO_TILES", "")
+	direct := logits(t, m, x)
+	again := logits(t, m, x)
+	checkSwitched(t, "147x147 3x3 convolution, brgconv against Winograd (IDK_WINO_TILES=0)", wino, direct, again)
+}
+
+// TestWinoF2WholeImage: at batch 1 on two threads, Inception-v3's two unpadded stem
+// convolutions, where oneDNN's F(2x2,3x3) Winograd kernel blocks the whole image as one
+// tile block (wino_f2_whole_image in ops.c; IDK_WINO_F2CHECK=0 keeps it), run the F(4x4)
+// kernel (80->192 channels at 71x71 outputs) and brgconv (32->32 at 147x147, where the
+// F(4x4) kernel's tiles block badly). Each is within 1e-5 of the largest of the F(2x2)
+// run, not the same bits (the switch took effect), and the same bytes on a second run.
+func TestWinoF2WholeImage(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		in, out, size int64
+	}{
+		{"80->192 at 73x73, F(4x4)", 80, 192, 73},
+		{"32->32 at 149x149, brgconv", 32, 32, 149},
+	} {
+		m := conv3x3Model(c.in, c.out, c.size, 0, 24)
+		x := seededInput([]int64{1, c.in, c.size, c.size}, 25)
+		setCEnv(t, "IDK_WINO_F2CHECK", "0")
+		f2 := logits(t, m, x)
+		setCEnv(t, "IDK_WINO_F2CHECK", "")
+		out := logits(t, m, x)
+		again := logits(t, m, x)
+		checkSwitched(t, c.name+" against F(2x2) Winograd (IDK_WINO_F2CHECK=0)", f2, out, again)
+	}
+}
+
+// conv3x3Model is one 3x3 stride-1 convolution from in to out channels on size x size
+// inputs (any batch), padded by pad on every side, with seeded weights in [-0.05, 0.05).
+func conv3x3Model(in, out, size, pad int64, seed uint64) *onnx.Model {
+	w := seededInput([]int64{out, in, 3, 3}, seed)
 	for i := range w.F32 {
 		w.F32[i] = (w.F32[i] - 0.5) / 10
 	}
@@ -27,19 +65,12 @@ func TestWinoTilesPoor(t *testing.T) {
 	}
 	g := &onnx.Graph{
 		Initializers: map[string]*onnx.Tensor{"w": w},
-		Inputs:       []onnx.ValueInfo{{Name: "x", DType: onnx.Float, Dims: []int64{-1, c, hw, hw}, DimParams: make([]string, 4), HasShape: true}},
+		Inputs:       []onnx.ValueInfo{{Name: "x", DType: onnx.Float, Dims: []int64{-1, in, size, size}, DimParams: make([]string, 4), HasShape: true}},
 		Outputs:      []onnx.ValueInfo{{Name: "y"}},
 		Nodes: []*onnx.Node{{Name: "conv", OpType: "Conv", Inputs: []string{"x", "w"}, Outputs: []string{"y"},
-			Attrs: map[string]*onnx.Attribute{"kernel_shape": ints("kernel_shape", 3, 3), "pads": ints("pads", 1, 1, 1, 1)}}},
+			Attrs: map[string]*onnx.Attribute{"kernel_shape": ints("kernel_shape", 3, 3), "pads": ints("pads", pad, pad, pad, pad)}}},
 	}
-	m := &onnx.Model{IRVersion: 8, Opset: 13, Opsets: map[string]int64{"": 13}, Graph: g}
-	x := seededInput([]int64{n, c, hw, hw}, 22)
-	setCEnv(t, "IDK_WINO_TILES", "0")
-	wino := logits(t, m, x)
-	setCEnv(t, "IDK_WINO_TILES", "")
-	direct := logits(t, m, x)
-	again := logits(t, m, x)
-	checkSwitched(t, "147x147 3x3 convolution, brgconv against Winograd (IDK_WINO_TILES=0)", wino, direct, again)
+	return &onnx.Model{IRVersion: 8, Opset: 13, Opsets: map[string]int64{"": 13}, Graph: g}
 }
 
 // checkSwitched: out (a default run, and again a second run of it) is within 1e-5 of the
