@@ -750,12 +750,12 @@ static int wino_tiles_poor(const idk_tensor_t *x, const idk_tensor_t *o) {
     return wino_f4_blocks_poorly(o);
 }
 
-/* wino_f2_whole_image reports a Winograd primitive that is oneDNN's F(2x2,3x3) kernel (what
- * it gives batch 1 under 160 channels) having blocked itself poorly: its tile block search
- * (the batch-1 path scores blocks by thread balance and L2 fit) sometimes settles on the
- * whole image as one block with one 16-channel output block per GEMM chunk, which its
- * weights' layout shows (wino_desc.oc2_block 1; 2 to 6 otherwise), and then runs at about
- * half speed. Per-primitive minimum ms at batch 1 on two threads (a scratch oneDNN driver,
+/* wino_f2_blocks_poorly reports a Winograd primitive that is oneDNN's F(2x2,3x3) kernel (what
+ * it gives batch 1 under 160 channels) having blocked itself poorly: its blocking search
+ * (the batch-1 path scores candidate tile blocks by thread balance and L2 fit) sometimes
+ * settles on one 16-channel output block per GEMM chunk, which its weights' layout shows
+ * (wino_desc.oc2_block 1; 2 to 6 otherwise), and then runs at about half speed: in every
+ * shape measured oc2_block 1 went with the slow runs, 2-6 with the fast ones. Per-primitive minimum ms at batch 1 on two threads (a scratch oneDNN driver,
  * 2026-11-28, load 2-3), F(2x2) / F(4x4) / brgconv on nhwc, input -> output channels at
  * the output size:
  *   oc2_block 1: Inception-v3's 80->192 at 71x71 4.6 / 2.4 / 4.2, 96->96 3.4 / 1.9 / 2.5,
@@ -770,7 +770,7 @@ static int wino_tiles_poor(const idk_tensor_t *x, const idk_tensor_t *o) {
  * not at 147x147, 37 tiles a side) and a direct convolution otherwise. The search depends on
  * the machine's caches and the thread count, both fixed for a plan, so a plan's choice and
  * its bytes stay the same from run to run. IDK_WINO_F2CHECK=0 turns the check off. */
-static int wino_f2_whole_image(const_dnnl_primitive_desc_t pd) {
+static int wino_f2_blocks_poorly(const_dnnl_primitive_desc_t pd) {
     const char *e = getenv("IDK_WINO_F2CHECK"), *impl = NULL;
     if (e && strcmp(e, "0") == 0) return 0;
     if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl ||
@@ -866,8 +866,8 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
      *   and IDK_WINO_MIN (output pixels) override, for experiments. Not where the F(4x4)
      *   kernel would block the tiles badly and brgconv is faster (wino_tiles_poor: at most 32
      *   input channels at 145-148 output pixels a side, Inception-v3's stem at batch >= 2);
-     *   and where the F(2x2) kernel blocks the whole image as one tile block, F(4x4) or a
-     *   direct convolution instead (wino_f2_whole_image, Inception-v3's stem at batch 1);
+     *   and where the F(2x2) kernel blocks its GEMMs poorly at batch 1, F(4x4) or a
+     *   direct convolution instead (wino_f2_blocks_poorly, Inception-v3's stem at batch 1);
      * - every other convolution lets oneDNN choose (format any: nhwc and its brgemm
      *   kernels), which runs dense 3x3 convolutions 1.3-2x faster than the nChw16c jit
      *   kernel at batch 1 and 8 on AVX-512 (ResNet-18 batch 1: 29-33 against 21-23 images
@@ -980,7 +980,7 @@ retry:
     }
     dnnl_primitive_desc_t pd;
     ds = dnnl_primitive_desc_create(&pd, &cd, attr, p->eng, NULL);
-    if (ds == dnnl_success && wino && !getenv("IDK_CONV_ALGO") && wino_f2_whole_image(pd)) {
+    if (ds == dnnl_success && wino && !getenv("IDK_CONV_ALGO") && wino_f2_blocks_poorly(pd)) {
         /* F(2x2) blocked poorly: F(4x4) if its tiles block well, else direct */
         dnnl_primitive_desc_t f4 = wino_f4_blocks_poorly(o) ? NULL : wino_f4_pd(p, &cd, attr);
         dnnl_primitive_desc_destroy(pd);

@@ -27,13 +27,13 @@ func TestWinoTilesPoor(t *testing.T) {
 	checkSwitched(t, "147x147 3x3 convolution, brgconv against Winograd (IDK_WINO_TILES=0)", wino, direct, again)
 }
 
-// TestWinoF2WholeImage: at batch 1 on two threads, Inception-v3's two unpadded stem
-// convolutions, where oneDNN's F(2x2,3x3) Winograd kernel blocks the whole image as one
-// tile block (wino_f2_whole_image in ops.c; IDK_WINO_F2CHECK=0 keeps it), run the F(4x4)
+// TestWinoF2BlocksPoorly: at batch 1 on two threads, Inception-v3's two unpadded stem
+// convolutions, where oneDNN's F(2x2,3x3) Winograd kernel blocks its GEMMs poorly
+// (wino_f2_blocks_poorly in ops.c; IDK_WINO_F2CHECK=0 keeps it), run the F(4x4)
 // kernel (80->192 channels at 71x71 outputs) and brgconv (32->32 at 147x147, where the
 // F(4x4) kernel's tiles block badly). Each is within 1e-5 of the largest of the F(2x2)
 // run, not the same bits (the switch took effect), and the same bytes on a second run.
-func TestWinoF2WholeImage(t *testing.T) {
+func TestWinoF2BlocksPoorly(t *testing.T) {
 	for _, c := range []struct {
 		name          string
 		in, out, size int64
