@@ -380,6 +380,12 @@ static int new_out(idk_plan_t *p, int tid, const dnnl_memory_desc_t *md) {
     return b;
 }
 
+/* env_off reports whether the switch name is set to 0 (a behaviour turned off). */
+static int env_off(const char *name) {
+    const char *e = getenv(name);
+    return e && strcmp(e, "0") == 0;
+}
+
 /* pd_is_ref reports whether oneDNN implements pd with its reference kernel (plain C loops,
  * 10-100x slower than its jit ones): the caller then tries another layout. */
 static int pd_is_ref(const_dnnl_primitive_desc_t pd) {
@@ -771,8 +777,8 @@ static int wino_tiles_poor(const idk_tensor_t *x, const idk_tensor_t *o) {
  * the machine's caches and the thread count, both fixed for a plan, so a plan's choice and
  * its bytes stay the same from run to run. IDK_WINO_F2CHECK=0 turns the check off. */
 static int wino_f2_blocks_poorly(const_dnnl_primitive_desc_t pd) {
-    const char *e = getenv("IDK_WINO_F2CHECK"), *impl = NULL;
-    if (e && strcmp(e, "0") == 0) return 0;
+    const char *impl = NULL;
+    if (env_off("IDK_WINO_F2CHECK")) return 0;
     if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl ||
         !strstr(impl, "wino_2x3"))
         return 0;
@@ -818,6 +824,23 @@ static int64_t wino_min_pixels(const idk_tensor_t *x) {
     return 28 * 28;
 }
 
+/* from_nhwc_stem reports whether tensor tid is the output of a 7x7 stem lowered on nhwc in a
+ * network otherwise blocked (lower_conv), or of a pooling of it. ResNeXt-50 batch 1 (per-step
+ * fastest, two threads, 2026-11-28): its stem takes 1.33 ms on nChw16c (the jit kernel, nchw
+ * input) against about 0.75 on nhwc (brgconv, as GoogLeNet's same 7x7 runs); but where the
+ * 1x1 convolutions after the max pool followed it onto nhwc, the blocks after them did too
+ * and lost 0.4 ms (brgemm 1x1 slower than the nChw16c jit one at 14x14, nhwc<->nChw4c
+ * reorders around the grouped convolutions). So they take nChw16c, reordering the pooled
+ * 56x56x64 (0.8 MB) once. IDK_STEM_NHWC=0 keeps the stem on nChw16c. */
+static int from_nhwc_stem(const idk_plan_t *p, int tid) {
+    if (p->t[tid].nhwc_stem) return 1;
+    for (int o = 0; o < p->nops; o++) {
+        const idk_op_t *op = &p->ops[o];
+        if (op->nout > 0 && op->out[0] == tid) return op->kind == IDK_OP_POOL && p->t[op->in[0]].nhwc_stem;
+    }
+    return 0;
+}
+
 static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
     const idk_tensor_t *x = T(0), *w = T(1), *o = OUT;
     int nd = x->ndims, S = nd - 2;
@@ -849,7 +872,9 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
      *   follows the summand's layout instead, reordering the smaller tensor;
      * - a first convolution (fewer than 8 input channels) is nChw16c in networks whose other
      *   convolutions are all 1x1, depthwise or grouped (MobileNet, MnasNet, EfficientNet-B0,
-     *   ShuffleNet, RegNet: their 1x1 jit kernels on nChw16c), else nhwc;
+     *   ShuffleNet, RegNet: their 1x1 jit kernels on nChw16c), else nhwc; a 7x7 one is nhwc
+     *   in both (ResNeXt's stem; from_nhwc_stem sends the 1x1 convolutions after it back to
+     *   nChw16c);
      * - a dense 3x3 stride-1 convolution (channels multiples of 16) with at least 28x28
      *   outputs at batch 1, of any size at batch >= 2 (wino_min_pixels: the F(4x4) kernel
      *   wins down to 7x7, so a ResNet's or GoogLeNet's 14x14 and 7x7 stages at batch 8 are
@@ -901,6 +926,12 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
             blocked = w->dims[1] == 1 && o->dims[0] * o->dims[2] * o->dims[3] > dwmax;
         } else if (x->dims[1] < 8) {
             blocked = !p->dense_kxk;
+            if (blocked && w->dims[2] == 7 && w->dims[3] == 7 && !env_off("IDK_STEM_NHWC")) {
+                /* a ResNet stem's 7x7 (ResNeXt's: no dense kxk after it) runs brgconv on nhwc
+                 * and the 1x1 convolutions after it return to nChw16c (from_nhwc_stem) */
+                blocked = 0;
+                p->t[op->out[0]].nhwc_stem = 1;
+            }
         } else if (k1 && p->dense_kxk && o->dims[2] * o->dims[3] < minsp && !getenv("IDK_K1_FOLLOW")) {
             /* past the Winograd stages of a network with dense kxk convolutions (a ResNet's
              * 14x14 and 7x7 stages), whose 3x3 convolutions run brgemm on nhwc: nhwc (brgemm
@@ -925,7 +956,8 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
             dnnl_dims_t d;
             for (int i = 0; i < 4; i++) d[i] = f->dims[i];
             dnnl_memory_desc_init_by_tag(&nhwc, 4, d, dt, dnnl_nhwc);
-            blocked = !(idk_primary(p, follow, &v) == 0 && dnnl_memory_desc_equal(&v->md, &nhwc));
+            blocked = !(idk_primary(p, follow, &v) == 0 && dnnl_memory_desc_equal(&v->md, &nhwc)) ||
+                      from_nhwc_stem(p, follow);
         }
     }
 retry:
