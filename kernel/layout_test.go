@@ -109,3 +109,27 @@ func TestStemNHWC(t *testing.T) {
 		}
 	}
 }
+
+// TestGemvClassifier: a classifier at batch 1, Gemm (transB=1, bias) then ReLU then Gemm,
+// with K not a multiple of 16 and N not of 4 (the tails of fn_gemv), runs on fn_gemv
+// (lower_gemv in ops.c): within 1e-5 of the largest of oneDNN's matmul (IDK_GEMV=0), not the
+// same bits (the switch took effect: the two sum in different orders), and the same bytes
+// on a second run.
+func TestGemvClassifier(t *testing.T) {
+	const k, h, n = 1000, 515, 77
+	c := newCatGraph("x", -1, k)
+	gemm := func(out, in string, cin, cout int64) string {
+		return c.node("Gemm", out, map[string]*onnx.Attribute{"transB": {Name: "transB", Type: onnx.AttrInt, I: 1}},
+			in, c.param(out+".w", cout, cin), c.param(out+".b", cout))
+	}
+	r := c.node("Relu", "fc1.relu", nil, gemm("fc1", "x", k, h))
+	y := gemm("fc2", r, h, n)
+	c.outputs(y)
+	x := seeded(9, 1, k)
+	setCEnv(t, "IDK_GEMV", "0")
+	off := runCat(t, c, x)[0]
+	setCEnv(t, "IDK_GEMV", "")
+	out := runCat(t, c, x)[0]
+	again := runCat(t, c, x)[0]
+	checkSwitched(t, "batch 1 classifier, fn_gemv against oneDNN's matmul (IDK_GEMV=0)", off, out, again)
+}
