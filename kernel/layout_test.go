@@ -97,11 +97,7 @@ func TestStemNHWC(t *testing.T) {
 	c.outputs(y)
 	for _, n := range []int64{1, 2} {
 		x := seeded(8, n, 7, 64, 64)
-		setCEnv(t, "IDK_STEM_NHWC", "0")
-		off := runCat(t, c, x)[0]
-		setCEnv(t, "IDK_STEM_NHWC", "")
-		out := runCat(t, c, x)[0]
-		again := runCat(t, c, x)[0]
+		off, out, again := switchedRuns(t, "IDK_STEM_NHWC", func() []float32 { return runCat(t, c, x)[0] })
 		for i := range off {
 			if math.Float32bits(out[i]) != math.Float32bits(off[i]) || math.Float32bits(again[i]) != math.Float32bits(out[i]) {
 				t.Fatalf("batch %d output %d: %v, then %v; the stem on nChw16c gives %v", n, i, out[i], again[i], off[i])
@@ -126,10 +122,6 @@ func TestGemvClassifier(t *testing.T) {
 	y := gemm("fc2", r, h, n)
 	c.outputs(y)
 	x := seeded(9, 1, k)
-	setCEnv(t, "IDK_GEMV", "0")
-	off := runCat(t, c, x)[0]
-	setCEnv(t, "IDK_GEMV", "")
-	out := runCat(t, c, x)[0]
-	again := runCat(t, c, x)[0]
+	off, out, again := switchedRuns(t, "IDK_GEMV", func() []float32 { return runCat(t, c, x)[0] })
 	checkSwitched(t, "batch 1 classifier, fn_gemv against oneDNN's matmul (IDK_GEMV=0)", off, out, again)
 }

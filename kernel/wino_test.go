@@ -19,11 +19,7 @@ func TestWinoTilesPoor(t *testing.T) {
 	const n, c, hw = 4, 32, 147
 	m := conv3x3Model(c, c, hw, 1, 21)
 	x := seededInput([]int64{n, c, hw, hw}, 22)
-	setCEnv(t, "IDK_WINO_TILES", "0")
-	wino := logits(t, m, x)
-	setCEnv(t, "IDK_WINO_TILES", "")
-	direct := logits(t, m, x)
-	again := logits(t, m, x)
+	wino, direct, again := switchedRuns(t, "IDK_WINO_TILES", func() []float32 { return logits(t, m, x) })
 	checkSwitched(t, "147x147 3x3 convolution, brgconv against Winograd (IDK_WINO_TILES=0)", wino, direct, again)
 }
 
@@ -43,11 +39,7 @@ func TestWinoF2BlocksPoorly(t *testing.T) {
 	} {
 		m := conv3x3Model(c.in, c.out, c.size, 0, 24)
 		x := seededInput([]int64{1, c.in, c.size, c.size}, 25)
-		setCEnv(t, "IDK_WINO_F2CHECK", "0")
-		f2 := logits(t, m, x)
-		setCEnv(t, "IDK_WINO_F2CHECK", "")
-		out := logits(t, m, x)
-		again := logits(t, m, x)
+		f2, out, again := switchedRuns(t, "IDK_WINO_F2CHECK", func() []float32 { return logits(t, m, x) })
 		checkSwitched(t, c.name+" against F(2x2) Winograd (IDK_WINO_F2CHECK=0)", f2, out, again)
 	}
 }
@@ -71,6 +63,15 @@ func conv3x3Model(in, out, size, pad int64, seed uint64) *onnx.Model {
 			Attrs: map[string]*onnx.Attribute{"kernel_shape": ints("kernel_shape", 3, 3), "pads": ints("pads", pad, pad, pad, pad)}}},
 	}
 	return &onnx.Model{IRVersion: 8, Opset: 13, Opsets: map[string]int64{"": 13}, Graph: g}
+}
+
+// switchedRuns runs run with the switch name set to 0 (off), then unset (on), then again.
+func switchedRuns(t *testing.T, name string, run func() []float32) (off, on, again []float32) {
+	t.Helper()
+	setCEnv(t, name, "0")
+	off = run()
+	setCEnv(t, name, "")
+	return off, run(), run()
 }
 
 // checkSwitched: out (a default run, and again a second run of it) is within 1e-5 of the
@@ -104,10 +105,6 @@ func TestWinoSmallAtBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := seededInput([]int64{4, 3, 64, 64}, 23)
-	setCEnv(t, "IDK_WINO_BATCH", "0")
-	direct := logits(t, m, x)
-	setCEnv(t, "IDK_WINO_BATCH", "")
-	wino := logits(t, m, x)
-	again := logits(t, m, x)
+	direct, wino, again := switchedRuns(t, "IDK_WINO_BATCH", func() []float32 { return logits(t, m, x) })
 	checkSwitched(t, "resnet18 batch 4, Winograd at every size against 28x28 up (IDK_WINO_BATCH=0)", direct, wino, again)
 }
