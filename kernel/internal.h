@@ -40,6 +40,8 @@ typedef struct {
     idk_view_t views[IDK_MAX_VIEWS];
     int lastuse; /* index of the last op reading it */
     int is_in, is_out;
+    int nhwc_stem; /* output of a 7x7 first convolution lowered on nhwc in a network otherwise
+                    * blocked (ops.c, lower_conv): the 1x1 convolutions after it take nChw16c */
 } idk_tensor_t;
 
 typedef struct {

@@ -72,3 +72,56 @@ func TestTinyOpsOneThread(t *testing.T) {
 	checkClose(t, "y, tiny ops on one thread", ref[0], got[0], 1e-5)
 	checkClose(t, "the excitation, tiny ops on one thread", ref[1], got[1], 1e-5)
 }
+
+// TestStemNHWC: ResNeXt's pattern at batch 1 and 2, a 7x7 stride-2 stem, a max pool, then 1x1
+// and grouped 3x3 convolutions only (no dense kxk convolution): the stem runs on nhwc
+// (brgconv) and the 1x1 convolutions after the pool on nChw16c (from_nhwc_stem in ops.c;
+// ONEDNN_VERBOSE=1 shows the stem's kernel and the one reorder after the pool). Both stem
+// kernels sum each output in the same order, so the output is the same bytes as with the
+// stem on nChw16c (IDK_STEM_NHWC=0), and again on a second run.
+func TestStemNHWC(t *testing.T) {
+	c := newCatGraph("x", -1, 7, 64, 64)
+	ints := func(name string, v ...int64) *onnx.Attribute {
+		return &onnx.Attribute{Name: name, Type: onnx.AttrInts, Ints: v}
+	}
+	s := c.node("Conv", "stem", map[string]*onnx.Attribute{
+		"kernel_shape": ints("kernel_shape", 7, 7), "strides": ints("strides", 2, 2), "pads": ints("pads", 3, 3, 3, 3),
+	}, "x", c.param("stem.w", 32, 7, 7, 7), c.param("stem.b", 32))
+	r := c.node("Relu", "stem.relu", nil, s)
+	p := c.node("MaxPool", "pool", map[string]*onnx.Attribute{
+		"kernel_shape": ints("kernel_shape", 3, 3), "strides": ints("strides", 2, 2), "pads": ints("pads", 1, 1, 1, 1),
+	}, r)
+	a := c.conv("a", p, 32, 64, 1)
+	g := c.groupConv("g", a, 64, 4)
+	y := c.conv("y", g, 64, 48, 1)
+	c.outputs(y)
+	for _, n := range []int64{1, 2} {
+		x := seeded(8, n, 7, 64, 64)
+		off, out, again := switchedRuns(t, "IDK_STEM_NHWC", func() []float32 { return runCat(t, c, x)[0] })
+		for i := range off {
+			if math.Float32bits(out[i]) != math.Float32bits(off[i]) || math.Float32bits(again[i]) != math.Float32bits(out[i]) {
+				t.Fatalf("batch %d output %d: %v, then %v; the stem on nChw16c gives %v", n, i, out[i], again[i], off[i])
+			}
+		}
+	}
+}
+
+// TestGemvClassifier: a classifier at batch 1, Gemm (transB=1, bias) then ReLU then Gemm,
+// with K not a multiple of 16 and N not of 4 (the tails of fn_gemv), runs on fn_gemv
+// (lower_gemv in ops.c): within 1e-5 of the largest of oneDNN's matmul (IDK_GEMV=0), not the
+// same bits (the switch took effect: the two sum in different orders), and the same bytes
+// on a second run.
+func TestGemvClassifier(t *testing.T) {
+	const k, h, n = 1000, 515, 77
+	c := newCatGraph("x", -1, k)
+	gemm := func(out, in string, cin, cout int64) string {
+		return c.node("Gemm", out, map[string]*onnx.Attribute{"transB": {Name: "transB", Type: onnx.AttrInt, I: 1}},
+			in, c.param(out+".w", cout, cin), c.param(out+".b", cout))
+	}
+	r := c.node("Relu", "fc1.relu", nil, gemm("fc1", "x", k, h))
+	y := gemm("fc2", r, h, n)
+	c.outputs(y)
+	x := seeded(9, 1, k)
+	off, out, again := switchedRuns(t, "IDK_GEMV", func() []float32 { return runCat(t, c, x)[0] })
+	checkSwitched(t, "batch 1 classifier, fn_gemv against oneDNN's matmul (IDK_GEMV=0)", off, out, again)
+}

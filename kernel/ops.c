@@ -380,6 +380,12 @@ static int new_out(idk_plan_t *p, int tid, const dnnl_memory_desc_t *md) {
     return b;
 }
 
+/* env_off reports whether the switch name is set to 0 (a behaviour turned off). */
+static int env_off(const char *name) {
+    const char *e = getenv(name);
+    return e && strcmp(e, "0") == 0;
+}
+
 /* pd_is_ref reports whether oneDNN implements pd with its reference kernel (plain C loops,
  * 10-100x slower than its jit ones): the caller then tries another layout. */
 static int pd_is_ref(const_dnnl_primitive_desc_t pd) {
@@ -737,13 +743,68 @@ out:
  * input channels Winograd still wins or ties, and at 23, 29 or 31 prime tiles a side,
  * divisors 23 to 31, it stays 1.2-1.25x faster than brgconv). IDK_WINO_TILES=0 turns the
  * check off. */
-static int wino_tiles_poor(const idk_tensor_t *x, const idk_tensor_t *o) {
-    const char *e = getenv("IDK_WINO_TILES");
-    if ((e && strcmp(e, "0") == 0) || x->ndims != 4 || x->dims[0] < 2 || x->dims[1] > 32) return 0;
-    int64_t tiles = x->dims[0] * ((o->dims[2] + 3) / 4) * ((o->dims[3] + 3) / 4), best = 1;
+static int wino_f4_blocks_poorly(const idk_tensor_t *o) {
+    int64_t tiles = o->dims[0] * ((o->dims[2] + 3) / 4) * ((o->dims[3] + 3) / 4), best = 1;
     for (int64_t d = 1; d < 32; d++)
         if (tiles % d == 0) best = d;
     return best < 12;
+}
+
+static int wino_tiles_poor(const idk_tensor_t *x, const idk_tensor_t *o) {
+    const char *e = getenv("IDK_WINO_TILES");
+    if ((e && strcmp(e, "0") == 0) || x->ndims != 4 || x->dims[0] < 2 || x->dims[1] > 32) return 0;
+    return wino_f4_blocks_poorly(o);
+}
+
+/* wino_f2_blocks_poorly reports a Winograd primitive that is oneDNN's F(2x2,3x3) kernel (what
+ * it gives batch 1 under 160 channels) having blocked itself poorly: its blocking search
+ * (the batch-1 path scores candidate tile blocks by thread balance and L2 fit) sometimes
+ * settles on one 16-channel output block per GEMM chunk, which its weights' layout shows
+ * (wino_desc.oc2_block 1; 2 to 6 otherwise), and then runs at about half speed: in every
+ * shape measured oc2_block 1 went with the slow runs, 2-6 with the fast ones. Per-primitive minimum ms at batch 1 on two threads (a scratch oneDNN driver,
+ * 2026-11-28, load 2-3), F(2x2) / F(4x4) / brgconv on nhwc, input -> output channels at
+ * the output size:
+ *   oc2_block 1: Inception-v3's 80->192 at 71x71 4.6 / 2.4 / 4.2, 96->96 3.4 / 1.9 / 2.5,
+ *   64->192 5.0 / 2.4, 128->128 5.8 / 3.0 / 4.3, 128->32 1.85 / 1.00 / 1.13, at 112x112
+ *   128->32 8.0 / 4.7; Inception-v3's 32->32 at 147x147 1.69 / 3.0 / 1.29, 16->32 and
+ *   32->32 at 71x71 0.23 / - / 0.16 and 0.40 / - / 0.31;
+ *   oc2_block 2-6 (every batch-1 Winograd convolution of ResNet-18/50, VGG-11, GoogLeNet,
+ *   DenseNet-121 and Inception-v3's others): F(2x2) fastest, e.g. 64->64 at 56x56 0.41 /
+ *   0.52 / 0.64, 32->64 at 147x147 1.54 / 5.4 / 2.30, 64->128 at 112x112 3.2-3.4 / 3.4 /
+ *   5.6, 128->32 at 56x56 0.52-0.57 / 0.64 / 0.65.
+ * lower_conv then takes the F(4x4) kernel where its tiles block well (wino_f4_blocks_poorly;
+ * not at 147x147, 37 tiles a side) and a direct convolution otherwise. The search depends on
+ * the machine's caches and the thread count, both fixed for a plan, so a plan's choice and
+ * its bytes stay the same from run to run. IDK_WINO_F2CHECK=0 turns the check off. */
+static int wino_f2_blocks_poorly(const_dnnl_primitive_desc_t pd) {
+    const char *impl = NULL;
+    if (env_off("IDK_WINO_F2CHECK")) return 0;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl ||
+        !strstr(impl, "wino_2x3"))
+        return 0;
+    const dnnl_memory_desc_t *w = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    return w && w->format_kind == dnnl_format_kind_wino && w->format_desc.wino_desc.oc2_block == 1;
+}
+
+/* wino_f4_pd returns the primitive descriptor of oneDNN's F(4x4,3x3) Winograd kernel for cd
+ * and attr, or NULL where it has none. */
+static dnnl_primitive_desc_t wino_f4_pd(idk_plan_t *p, const dnnl_convolution_desc_t *cd,
+                                        const_dnnl_primitive_attr_t attr) {
+    dnnl_primitive_desc_iterator_t it;
+    if (dnnl_primitive_desc_iterator_create(&it, cd, attr, p->eng, NULL) != dnnl_success) return NULL;
+    dnnl_primitive_desc_t found = NULL;
+    do {
+        dnnl_primitive_desc_t c = dnnl_primitive_desc_iterator_fetch(it);
+        const char *impl = NULL;
+        if (c && dnnl_primitive_desc_query(c, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
+            strstr(impl, "wino_4x3")) {
+            found = c;
+            break;
+        }
+        if (c) dnnl_primitive_desc_destroy(c);
+    } while (dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+    dnnl_primitive_desc_iterator_destroy(it);
+    return found;
 }
 
 /* wino_min_pixels is the fewest output pixels (a side squared) at which a dense 3x3
@@ -766,6 +827,23 @@ static int64_t wino_min_pixels(const idk_tensor_t *x) {
     if (mw) return atoll(mw);
     if (x->dims[0] >= 2 && !(wb && strcmp(wb, "0") == 0)) return 4 * 4;
     return 28 * 28;
+}
+
+/* from_nhwc_stem reports whether tensor tid is the output of a 7x7 stem lowered on nhwc in a
+ * network otherwise blocked (lower_conv), or of a pooling of it. ResNeXt-50 batch 1 (per-step
+ * fastest, two threads, 2026-11-28): its stem takes 1.33 ms on nChw16c (the jit kernel, nchw
+ * input) against about 0.75 on nhwc (brgconv, as GoogLeNet's same 7x7 runs); but where the
+ * 1x1 convolutions after the max pool followed it onto nhwc, the blocks after them did too
+ * and lost 0.4 ms (brgemm 1x1 slower than the nChw16c jit one at 14x14, nhwc<->nChw4c
+ * reorders around the grouped convolutions). So they take nChw16c, reordering the pooled
+ * 56x56x64 (0.8 MB) once. IDK_STEM_NHWC=0 keeps the stem on nChw16c. */
+static int from_nhwc_stem(const idk_plan_t *p, int tid) {
+    if (p->t[tid].nhwc_stem) return 1;
+    for (int o = 0; o < p->nops; o++) {
+        const idk_op_t *op = &p->ops[o];
+        if (op->nout > 0 && op->out[0] == tid) return op->kind == IDK_OP_POOL && p->t[op->in[0]].nhwc_stem;
+    }
+    return 0;
 }
 
 static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
@@ -799,10 +877,12 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
      *   follows the summand's layout instead, reordering the smaller tensor;
      * - a first convolution (fewer than 8 input channels) is nChw16c in networks whose other
      *   convolutions are all 1x1, depthwise or grouped (MobileNet, MnasNet, EfficientNet-B0,
-     *   ShuffleNet, RegNet: their 1x1 jit kernels on nChw16c), else nhwc;
+     *   ShuffleNet, RegNet: their 1x1 jit kernels on nChw16c), else nhwc; a 7x7 one is nhwc
+     *   in both (ResNeXt's stem; from_nhwc_stem sends the 1x1 convolutions after it back to
+     *   nChw16c);
      * - a dense 3x3 stride-1 convolution (channels multiples of 16) with at least 28x28
-     *   outputs at batch 1, of any size at batch >= 2 (wino_min_pixels: the F(4x4) kernel
-     *   wins down to 7x7, so a ResNet's or GoogLeNet's 14x14 and 7x7 stages at batch 8 are
+     *   outputs at batch 1, from one 4x4 tile up at batch >= 2 (wino_min_pixels: the F(4x4)
+     *   kernel wins down to 7x7, so a ResNet's or GoogLeNet's 14x14 and 7x7 stages at batch 8 are
      *   Winograd and nChw16c throughout, and the 1x1 rule below does not apply there)
      *   runs oneDNN's Winograd kernels on nChw16c (F(2x2,3x3) at batch 1, F(4x4,3x3) at
      *   batch 8): fewer multiplications, and faster than brgconv at these shapes (per-layer
@@ -816,6 +896,8 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
      *   and IDK_WINO_MIN (output pixels) override, for experiments. Not where the F(4x4)
      *   kernel would block the tiles badly and brgconv is faster (wino_tiles_poor: at most 32
      *   input channels at 145-148 output pixels a side, Inception-v3's stem at batch >= 2);
+     *   and where the F(2x2) kernel blocks its GEMMs poorly at batch 1, F(4x4) or a
+     *   direct convolution instead (wino_f2_blocks_poorly, Inception-v3's stem at batch 1);
      * - every other convolution lets oneDNN choose (format any: nhwc and its brgemm
      *   kernels), which runs dense 3x3 convolutions 1.3-2x faster than the nChw16c jit
      *   kernel at batch 1 and 8 on AVX-512 (ResNet-18 batch 1: 29-33 against 21-23 images
@@ -849,6 +931,12 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
             blocked = w->dims[1] == 1 && o->dims[0] * o->dims[2] * o->dims[3] > dwmax;
         } else if (x->dims[1] < 8) {
             blocked = !p->dense_kxk;
+            if (blocked && w->dims[2] == 7 && w->dims[3] == 7 && !env_off("IDK_STEM_NHWC")) {
+                /* a ResNet stem's 7x7 (ResNeXt's: no dense kxk after it) runs brgconv on nhwc
+                 * and the 1x1 convolutions after it return to nChw16c (from_nhwc_stem) */
+                blocked = 0;
+                p->t[op->out[0]].nhwc_stem = 1;
+            }
         } else if (k1 && p->dense_kxk && o->dims[2] * o->dims[3] < minsp && !getenv("IDK_K1_FOLLOW")) {
             /* past the Winograd stages of a network with dense kxk convolutions (a ResNet's
              * 14x14 and 7x7 stages), whose 3x3 convolutions run brgemm on nhwc: nhwc (brgemm
@@ -873,7 +961,8 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
             dnnl_dims_t d;
             for (int i = 0; i < 4; i++) d[i] = f->dims[i];
             dnnl_memory_desc_init_by_tag(&nhwc, 4, d, dt, dnnl_nhwc);
-            blocked = !(idk_primary(p, follow, &v) == 0 && dnnl_memory_desc_equal(&v->md, &nhwc));
+            blocked = !(idk_primary(p, follow, &v) == 0 && dnnl_memory_desc_equal(&v->md, &nhwc)) ||
+                      from_nhwc_stem(p, follow);
         }
     }
 retry:
@@ -928,6 +1017,17 @@ retry:
     }
     dnnl_primitive_desc_t pd;
     ds = dnnl_primitive_desc_create(&pd, &cd, attr, p->eng, NULL);
+    if (ds == dnnl_success && wino && !getenv("IDK_CONV_ALGO") && wino_f2_blocks_poorly(pd)) {
+        /* F(2x2) blocked poorly: F(4x4) if its tiles block well, else direct */
+        dnnl_primitive_desc_t f4 = wino_f4_blocks_poorly(o) ? NULL : wino_f4_pd(p, &cd, attr);
+        dnnl_primitive_desc_destroy(pd);
+        if (!f4) {
+            dnnl_primitive_attr_destroy(attr);
+            blocked = wino = 0;
+            goto retry;
+        }
+        pd = f4;
+    }
     dnnl_primitive_attr_destroy(attr);
     if (ds != dnnl_success && blocked) {
         blocked = wino = 0;
@@ -1777,10 +1877,108 @@ static idk_status_t reorder_step(idk_plan_t *p, const dnnl_memory_desc_t *smd, i
     return rc;
 }
 
+/* gemv_rows computes y[n] = bias[n] + sum over k of w[n][k] * x[k] for rows n0 <= n < n1 of
+ * row-major w (N x K), then ReLU where relu is set. Each row sums the same way whatever rows
+ * share its pass (four rows at a time read x once for four; a last partial group one at a
+ * time): 16 partial sums over k = j mod 16, added in order, then the K mod 16 tail, then the
+ * bias; so any split of the rows across threads gives the same bytes. Built twice below
+ * (generic x86-64 and AVX-512 code from this one body, the same operations in the same order:
+ * the kernel compiles as ISO C11, which does not contract a * b + c into one rounding). */
+static inline __attribute__((always_inline)) void gemv_rows(const float *w, const float *x, const float *bias,
+                                                            float *y, int64_t n0, int64_t n1, int64_t K, int relu) {
+    int64_t kv = K / 16 * 16;
+    for (int64_t n = n0; n < n1;) {
+        int rows = n1 - n >= 4 ? 4 : 1;
+        float acc[4][16] = {{0}};
+        for (int64_t k = 0; k < kv; k += 16)
+            for (int i = 0; i < rows; i++)
+                for (int j = 0; j < 16; j++) acc[i][j] += w[(n + i) * K + k + j] * x[k + j];
+        for (int i = 0; i < rows; i++) {
+            float sum = 0;
+            for (int j = 0; j < 16; j++) sum += acc[i][j];
+            for (int64_t k = kv; k < K; k++) sum += w[(n + i) * K + k] * x[k];
+            if (bias) sum += bias[n + i];
+            y[n + i] = relu && sum < 0 ? 0 : sum;
+        }
+        n += rows;
+    }
+}
+
+static void gemv_rows_generic(const float *w, const float *x, const float *bias, float *y, int64_t n0, int64_t n1,
+                              int64_t K, int relu) {
+    gemv_rows(w, x, bias, y, n0, n1, K, relu);
+}
+
+__attribute__((target("avx512f"))) static void gemv_rows_avx512(const float *w, const float *x, const float *bias,
+                                                               float *y, int64_t n0, int64_t n1, int64_t K,
+                                                               int relu) {
+    gemv_rows(w, x, bias, y, n0, n1, K, relu);
+}
+
+/* fn_gemv runs a one-row matrix product against constant weights (n1 = N, n2 = K; bufs: x,
+ * w as N x K rows, bias or -1, y; alg 1: ReLU after), groups of four rows split across the
+ * threads. */
+static idk_status_t fn_gemv(idk_plan_t *p, idk_step_t *s) {
+    const float *x = idk_buf_ptr(p, s->bufs[0]), *w = idk_buf_ptr(p, s->bufs[1]);
+    const float *bias = s->bufs[2] >= 0 ? idk_buf_ptr(p, s->bufs[2]) : NULL;
+    float *y = idk_buf_ptr(p, s->bufs[3]);
+    int64_t N = s->n1, K = s->n2, groups = (N + 3) / 4;
+    int avx512 = __builtin_cpu_supports("avx512f"), nth = s->one_thread ? 1 : p->threads;
+#pragma omp parallel for num_threads(nth) schedule(static)
+    for (int64_t g = 0; g < groups; g++) {
+        int64_t n0 = g * 4, n1 = n0 + 4 < N ? n0 + 4 : N;
+        if (avx512)
+            gemv_rows_avx512(w, x, bias, y, n0, n1, K, s->alg);
+        else
+            gemv_rows_generic(w, x, bias, y, n0, n1, K, s->alg);
+    }
+    return IDK_OK;
+}
+
+/* lower_gemv lowers a Linear layer at one row (a classifier at batch 1: x 1 x K, constant
+ * weights N x K as PyTorch exports them, Gemm transB=1; a bias; at most a ReLU after) to
+ * fn_gemv on the weights as they are, where oneDNN's matmul (brgemm on weights packed
+ * BA16a64b) streams them about 10% slower: it is memory-bound (AlexNet's 9216->4096 layer
+ * reads 151 MB). Standalone, two threads, minimum of 15 (2026-11-28, load 9-13, interleaved):
+ * 9216->4096 oneDNN 6.38-7.09 ms, fn_gemv 5.64-6.36 (AVX-512) and 6.08-6.43 (generic code);
+ * 4096->4096 3.16-3.67 against 2.65-3.37 (AVX-512). IDK_GEMV=0 keeps oneDNN's. Returns
+ * IDK_ERR_UNSUPPORTED, having added nothing, where it does not apply. */
+static idk_status_t lower_gemv(idk_plan_t *p, const idk_op_t *op) {
+    const idk_tensor_t *a = T(0), *b = T(1), *o = OUT;
+    if (env_off("IDK_GEMV") || p->prec != IDK_F32 || op->ni != 2 || op->ia[0] || !op->ia[1] || op->fa[0] != 1.0f ||
+        o->ndims != 2 || a->dims[0] != 1 || !b->cdata || b->dims[1] != a->dims[1] || b->dims[0] != o->dims[1])
+        return IDK_ERR_UNSUPPORTED;
+    int relu = 0;
+    for (int i = 0; i < op->npost; i++) {
+        const idk_post_t *q = &op->post[i];
+        if (q->kind != IDK_POST_ELTWISE || q->alg != IDK_ELT_RELU || q->alpha != 0 || relu) return IDK_ERR_UNSUPPORTED;
+        relu = 1;
+    }
+    if (op->nin == 3 && (int64_t)idk_tensor_volume(T(2)) != o->dims[1]) return IDK_ERR_UNSUPPORTED;
+    int xb, wb, cb = -1, yb;
+    if (idk_get_plain(p, op->in[0], &xb) != 0 || idk_get_plain(p, op->in[1], &wb) != 0 ||
+        (op->nin == 3 && idk_get_plain(p, op->in[2], &cb) != 0) || (yb = new_out(p, op->out[0], NULL)) < 0)
+        return idk_fail(p, IDK_ERR_NOMEM, "op %d: gemv buffers", p->cur_op);
+    idk_step_t *s = idk_new_step(p);
+    if (!s) return idk_fail(p, IDK_ERR_NOMEM, "op %d: gemv step", p->cur_op);
+    s->fn = fn_gemv;
+    s->nb = 4;
+    s->bufs[0] = xb;
+    s->bufs[1] = wb;
+    s->bufs[2] = cb;
+    s->bufs[3] = yb;
+    s->n1 = o->dims[1];
+    s->n2 = a->dims[1];
+    s->alg = relu;
+    return IDK_OK;
+}
+
 static idk_status_t lower_matmul(idk_plan_t *p, const idk_op_t *op) {
     const idk_tensor_t *a = T(0), *b = T(1), *o = OUT;
     int nd = o->ndims;
     int perm = op->ni > 2; /* operands read, and the output written, through permutations */
+    idk_status_t gr = lower_gemv(p, op);
+    if (gr != IDK_ERR_UNSUPPORTED) return gr;
     dnnl_memory_desc_t amd, bmd, cmd, dmd, ymd;
     dnnl_dims_t ad, bd, as, bs;
     for (int k = 0; k < 2; k++) {

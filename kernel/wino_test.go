@@ -17,20 +17,37 @@ import (
 // effect); each gives the same bytes on a second run.
 func TestWinoTilesPoor(t *testing.T) {
 	const n, c, hw = 4, 32, 147
-	m := conv3x3Model(c, hw)
+	m := conv3x3Model(c, c, hw, 1, 21)
 	x := seededInput([]int64{n, c, hw, hw}, 22)
-	setCEnv(t, "IDK_WINO_TILES", "0")
-	wino := logits(t, m, x)
-	setCEnv(t, "IDK_WINO_TILES", "")
-	direct := logits(t, m, x)
-	again := logits(t, m, x)
+	wino, direct, again := switchedRuns(t, "IDK_WINO_TILES", func() []float32 { return logits(t, m, x) })
 	checkSwitched(t, "147x147 3x3 convolution, brgconv against Winograd (IDK_WINO_TILES=0)", wino, direct, again)
 }
 
-// conv3x3Model is one dense 3x3 convolution, c channels to c, padded to keep hw x hw, with
-// seeded weights and a symbolic batch.
-func conv3x3Model(c, hw int64) *onnx.Model {
-	w := seededInput([]int64{c, c, 3, 3}, 21)
+// TestWinoF2BlocksPoorly: at batch 1 on two threads, Inception-v3's two unpadded stem
+// convolutions, where oneDNN's F(2x2,3x3) Winograd kernel blocks its GEMMs poorly
+// (wino_f2_blocks_poorly in ops.c; IDK_WINO_F2CHECK=0 keeps it), run the F(4x4)
+// kernel (80->192 channels at 71x71 outputs) and brgconv (32->32 at 147x147, where the
+// F(4x4) kernel's tiles block badly). Each is within 1e-5 of the largest of the F(2x2)
+// run, not the same bits (the switch took effect), and the same bytes on a second run.
+func TestWinoF2BlocksPoorly(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		in, out, size int64
+	}{
+		{"80->192 at 73x73, F(4x4)", 80, 192, 73},
+		{"32->32 at 149x149, brgconv", 32, 32, 149},
+	} {
+		m := conv3x3Model(c.in, c.out, c.size, 0, 24)
+		x := seededInput([]int64{1, c.in, c.size, c.size}, 25)
+		f2, out, again := switchedRuns(t, "IDK_WINO_F2CHECK", func() []float32 { return logits(t, m, x) })
+		checkSwitched(t, c.name+" against F(2x2) Winograd (IDK_WINO_F2CHECK=0)", f2, out, again)
+	}
+}
+
+// conv3x3Model is one 3x3 stride-1 convolution from in to out channels on size x size
+// inputs (any batch), padded by pad on every side, with seeded weights in [-0.05, 0.05).
+func conv3x3Model(in, out, size, pad int64, seed uint64) *onnx.Model {
+	w := seededInput([]int64{out, in, 3, 3}, seed)
 	for i := range w.F32 {
 		w.F32[i] = (w.F32[i] - 0.5) / 10
 	}
@@ -40,12 +57,21 @@ func conv3x3Model(c, hw int64) *onnx.Model {
 	}
 	g := &onnx.Graph{
 		Initializers: map[string]*onnx.Tensor{"w": w},
-		Inputs:       []onnx.ValueInfo{{Name: "x", DType: onnx.Float, Dims: []int64{-1, c, hw, hw}, DimParams: make([]string, 4), HasShape: true}},
+		Inputs:       []onnx.ValueInfo{{Name: "x", DType: onnx.Float, Dims: []int64{-1, in, size, size}, DimParams: make([]string, 4), HasShape: true}},
 		Outputs:      []onnx.ValueInfo{{Name: "y"}},
 		Nodes: []*onnx.Node{{Name: "conv", OpType: "Conv", Inputs: []string{"x", "w"}, Outputs: []string{"y"},
-			Attrs: map[string]*onnx.Attribute{"kernel_shape": ints("kernel_shape", 3, 3), "pads": ints("pads", 1, 1, 1, 1)}}},
+			Attrs: map[string]*onnx.Attribute{"kernel_shape": ints("kernel_shape", 3, 3), "pads": ints("pads", pad, pad, pad, pad)}}},
 	}
 	return &onnx.Model{IRVersion: 8, Opset: 13, Opsets: map[string]int64{"": 13}, Graph: g}
+}
+
+// switchedRuns runs run with the switch name set to 0 (off), then unset (on), then again.
+func switchedRuns(t *testing.T, name string, run func() []float32) (off, on, again []float32) {
+	t.Helper()
+	setCEnv(t, name, "0")
+	off = run()
+	setCEnv(t, name, "")
+	return off, run(), run()
 }
 
 // checkSwitched: out (a default run, and again a second run of it) is within 1e-5 of the
@@ -67,7 +93,7 @@ func checkSwitched(t *testing.T, what string, off, out, again []float32) {
 	}
 }
 
-// TestWinoSmallAtBatch: at batch >= 2 the dense 3x3 convolutions of every size run
+// TestWinoSmallAtBatch: at batch >= 2 the dense 3x3 convolutions from 4x4 outputs up run
 // Winograd (oneDNN's F(4x4,3x3) kernel; wino_min_pixels in ops.c), not only from 28x28 up
 // as at batch 1: ResNet-18 at 64x64 (3x3 convolutions at 16x16 to 2x2), batch 4 on two
 // threads (two sub-batches of 2), gives the logits of IDK_WINO_BATCH=0 (brgconv there) to
@@ -79,11 +105,7 @@ func TestWinoSmallAtBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := seededInput([]int64{4, 3, 64, 64}, 23)
-	setCEnv(t, "IDK_WINO_BATCH", "0")
-	direct := logits(t, m, x)
-	setCEnv(t, "IDK_WINO_BATCH", "")
-	wino := logits(t, m, x)
-	again := logits(t, m, x)
+	direct, wino, again := switchedRuns(t, "IDK_WINO_BATCH", func() []float32 { return logits(t, m, x) })
 	checkSwitched(t, "resnet18 batch 4, Winograd at every size against 28x28 up (IDK_WINO_BATCH=0)", direct, wino, again)
 }
 
@@ -95,13 +117,9 @@ func TestWinoSmallAtBatch(t *testing.T) {
 // batch 8.
 func TestWinoNotUnderOneTile(t *testing.T) {
 	for _, hw := range []int64{2, 4} {
-		m := conv3x3Model(64, hw)
+		m := conv3x3Model(64, 64, hw, 1, 21)
 		x := seededInput([]int64{4, 64, hw, hw}, 24)
-		setCEnv(t, "IDK_WINO_BATCH", "0")
-		direct := logits(t, m, x)
-		setCEnv(t, "IDK_WINO_BATCH", "")
-		out := logits(t, m, x)
-		again := logits(t, m, x)
+		direct, out, again := switchedRuns(t, "IDK_WINO_BATCH", func() []float32 { return logits(t, m, x) })
 		if hw == 4 {
 			checkSwitched(t, "4x4 outputs at batch 4, Winograd against brgconv (IDK_WINO_BATCH=0)", direct, out, again)
 			continue
