@@ -804,11 +804,11 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
      *   Past the Winograd stages of a network with dense kxk convolutions (outputs under
      *   wino_min_pixels: 28x28 at batch 1, none at batch >= 2) a depthwise one reading an
      *   nhwc tensor stays on nhwc (brdgmm): there the 1x1 convolutions on either side are
-     *   nhwc (the 1x1 rule below), and nChw16c cost a reorder before
-     *   and after every depthwise one (EfficientNetV2-S batch 1, 14x14 stage: 62 of its
-     *   297 steps; sum of each op's fastest on one thread 48.2 -> 47.2 ms, the depthwise
-     *   ops with their reorders 0.20 -> 0.165 ms each and the 1x1 projections after them
-     *   0.42 -> 0.39). IDK_DW_FOLLOW=0 keeps nChw16c;
+     *   nhwc (the 1x1 rule below), and nChw16c cost a reorder before and after every
+     *   depthwise one and around its squeeze-and-excitation (EfficientNetV2-S batch 1,
+     *   14x14 stage: 60 of its 295 steps; sum of each op's fastest on one thread 48.2 ->
+     *   47.2 ms, the depthwise ops with their reorders 0.20 -> 0.165 ms each, the 1x1
+     *   projections after them 0.42 -> 0.39). IDK_DW_FOLLOW=0 keeps nChw16c;
      * - a 1x1 convolution keeps an nhwc input's layout (brgemm kernel) and takes nChw16c
      *   otherwise (jit kernel; about as fast), so blocked blocks need no reorder; one whose
      *   sum post-op's summand is larger than its input (a bottleneck's last convolution)
