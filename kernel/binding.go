@@ -20,6 +20,7 @@ var (
 	idkPlanRun        func(p uintptr, in *uintptr, out *uintptr) int32
 	idkPlanArenaBytes func(p uintptr) int64
 	idkPlanLastRunNs  func(p uintptr) int64
+	idkPlanSteps      func(p uintptr) int32
 	idkPeakGflops     func(threads int32, seconds float64) float64
 	idkNoop           func(x int32) int32
 	idkFmaRun         func(threads int32, iters int64) float64
@@ -59,6 +60,7 @@ func register(h uintptr) (err error) {
 	purego.RegisterLibFunc(&idkPlanRun, h, "idk_plan_run")
 	purego.RegisterLibFunc(&idkPlanArenaBytes, h, "idk_plan_arena_bytes")
 	purego.RegisterLibFunc(&idkPlanLastRunNs, h, "idk_plan_last_run_ns")
+	purego.RegisterLibFunc(&idkPlanSteps, h, "idk_plan_steps")
 	purego.RegisterLibFunc(&idkPeakGflops, h, "idk_peak_gflops")
 	purego.RegisterLibFunc(&idkNoop, h, "idk_noop")
 	purego.RegisterLibFunc(&idkFmaRun, h, "idk_fma_run")

@@ -846,6 +846,19 @@ static int from_nhwc_stem(const idk_plan_t *p, int tid) {
     return 0;
 }
 
+/* is_nhwc: tensor tid (4-D) is stored first in nhwc of type dt (a brgemm convolution's
+ * output), so a convolution reading it in nhwc needs no reorder. */
+static int is_nhwc(idk_plan_t *p, int tid, dnnl_data_type_t dt) {
+    const idk_tensor_t *t = &p->t[tid];
+    idk_view_t *v;
+    dnnl_memory_desc_t nhwc;
+    dnnl_dims_t d;
+    if (t->ndims != 4 || idk_primary(p, tid, &v) != 0) return 0;
+    for (int i = 0; i < 4; i++) d[i] = t->dims[i];
+    dnnl_memory_desc_init_by_tag(&nhwc, 4, d, dt, dnnl_nhwc);
+    return dnnl_memory_desc_equal(&v->md, &nhwc);
+}
+
 static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
     const idk_tensor_t *x = T(0), *w = T(1), *o = OUT;
     int nd = x->ndims, S = nd - 2;
@@ -870,7 +883,15 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
      *   one takes 0.31-0.34 (MnasNet on one thread; per-layer minimum with DNNL_VERBOSE,
      *   sum over layers on one / two threads: MnasNet 6.43 -> 6.07 / 3.55 -> 3.42 ms,
      *   MobileNetV2 6.53 -> 5.79 / 4.59 -> 4.13, EfficientNet-B0 12.7 -> 11.3 / 6.70 -> 6.66,
-     *   ShuffleNetV2 4.76 -> 4.69 on one). IDK_DW_NHWC_MAX (output pixels) overrides;
+     *   ShuffleNetV2 4.76 -> 4.69 on one). IDK_DW_NHWC_MAX (output pixels) overrides.
+     *   Past the Winograd stages of a network with dense kxk convolutions (outputs under
+     *   wino_min_pixels: 28x28 at batch 1, 4x4 at batch >= 2) a depthwise one reading an
+     *   nhwc tensor stays on nhwc (brdgmm): there the 1x1 convolutions on either side are
+     *   nhwc (the 1x1 rule below), and nChw16c cost a reorder before and after every
+     *   depthwise one and around its squeeze-and-excitation (EfficientNetV2-S batch 1,
+     *   14x14 stage: 60 of its 295 steps; sum of each op's fastest on one thread 48.2 ->
+     *   47.2 ms, the depthwise ops with their reorders 0.20 -> 0.165 ms each, the 1x1
+     *   projections after them 0.42 -> 0.39). IDK_DW_FOLLOW=0 keeps nChw16c;
      * - a 1x1 convolution keeps an nhwc input's layout (brgemm kernel) and takes nChw16c
      *   otherwise (jit kernel; about as fast), so blocked blocks need no reorder; one whose
      *   sum post-op's summand is larger than its input (a bottleneck's last convolution)
@@ -926,9 +947,11 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
         int k1 = w->dims[2] == 1 && w->dims[3] == 1;
         if (g > 1) {
             /* depthwise: nChw16c (jit_dw), except small outputs (see the layout comment) */
-            const char *dm = getenv("IDK_DW_NHWC_MAX");
+            const char *dm = getenv("IDK_DW_NHWC_MAX"), *df = getenv("IDK_DW_FOLLOW");
             int64_t dwmax = dm ? atoll(dm) : 49;
-            blocked = w->dims[1] == 1 && o->dims[0] * o->dims[2] * o->dims[3] > dwmax;
+            blocked = w->dims[1] == 1 && o->dims[0] * o->dims[2] * o->dims[3] > dwmax &&
+                      !(p->dense_kxk && o->dims[2] * o->dims[3] < minsp && !(df && strcmp(df, "0") == 0) &&
+                        is_nhwc(p, op->in[0], dt));
         } else if (x->dims[1] < 8) {
             blocked = !p->dense_kxk;
             if (blocked && w->dims[2] == 7 && w->dims[3] == 7 && !env_off("IDK_STEM_NHWC")) {
@@ -955,14 +978,7 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
                     idk_tensor_volume(&p->t[t]) > idk_tensor_volume(x))
                     follow = t;
             }
-            const idk_tensor_t *f = &p->t[follow];
-            idk_view_t *v;
-            dnnl_memory_desc_t nhwc;
-            dnnl_dims_t d;
-            for (int i = 0; i < 4; i++) d[i] = f->dims[i];
-            dnnl_memory_desc_init_by_tag(&nhwc, 4, d, dt, dnnl_nhwc);
-            blocked = !(idk_primary(p, follow, &v) == 0 && dnnl_memory_desc_equal(&v->md, &nhwc)) ||
-                      from_nhwc_stem(p, follow);
+            blocked = !is_nhwc(p, follow, dt) || from_nhwc_stem(p, follow);
         }
     }
 retry:

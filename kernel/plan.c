@@ -235,6 +235,7 @@ IDK_API idk_status_t idk_plan_set_precision(idk_plan_t *p, int32_t dtype) {
 IDK_API const char *idk_plan_error(const idk_plan_t *p) { return p ? p->err : "nil plan"; }
 IDK_API int64_t idk_plan_arena_bytes(const idk_plan_t *p) { return p ? (int64_t)p->arena_size : 0; }
 IDK_API int64_t idk_plan_last_run_ns(const idk_plan_t *p) { return p ? p->last_ns : 0; }
+IDK_API int32_t idk_plan_steps(const idk_plan_t *p) { return p ? p->ns : 0; }
 IDK_API int32_t idk_noop(int32_t x) { return x + 1; }
 
 int idk_esz(int dtype) {

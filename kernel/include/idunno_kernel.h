@@ -335,6 +335,10 @@ IDK_API idk_status_t idk_plan_run(idk_plan_t *p, const void *const *in, void *co
 /* idk_plan_arena_bytes reports the bytes of the plan's activation arena (after compile). */
 IDK_API int64_t idk_plan_arena_bytes(const idk_plan_t *p);
 
+/* idk_plan_steps reports how many steps (primitives and C loops) a run executes (after
+ * compile): a test's check that a layout rule took effect. */
+IDK_API int32_t idk_plan_steps(const idk_plan_t *p);
+
 /* idk_plan_last_run_ns reports the nanoseconds the last idk_plan_run spent
  * inside the kernel (from entry to return), for overhead measurements. */
 IDK_API int64_t idk_plan_last_run_ns(const idk_plan_t *p);
