@@ -25,6 +25,7 @@ type options struct {
 	sample           time.Duration
 	manyEvents       bool
 	manyAlone        bool
+	keep             bool
 }
 
 func main() {
@@ -37,6 +38,7 @@ func main() {
 	which := flag.String("run", "fairtime,manyjobs,recovery", "scenarios to run (fairtime, manyjobs, recovery)")
 	many := flag.String("many", "2,4,8", "manyjobs: job counts to run (2: ResNet-50 and LeNet-5 added together; multiples of 4: the four jobs, each n/4 times, added 3 s apart)")
 	lenetBatch := flag.Int("many-lenet-batch", 64, "manyjobs: LeNet-5's batch (a task is at least one batch, so at a low rate one LeNet-5 task moves its 10 s rate by batch / (10 s x rate))")
+	flag.BoolVar(&o.keep, "keep", false, "keep each run's cluster directory (node logs, SDFS data: about 1.6 GB for manyjobs) instead of removing it")
 	flag.BoolVar(&o.manyAlone, "many-alone", true, "manyjobs: run each job alone before the runs together and after each, for the aggregate-throughput ratio")
 	flag.BoolVar(&o.manyEvents, "many-events", false, "manyjobs: after the steady state, kill 2 workers, restart them, remove the last job, add one again, and report how long the spread takes to settle after each")
 	weights := flag.String("many-weights", "1,1,1,1", "manyjobs: the fair-time weights (job add --weight) of ResNet-50, ResNet-18, MobileNetV2 and LeNet-5; the spread is of rate over weight")
@@ -117,10 +119,20 @@ func setupAs(o options, alias func(model string) []string, models ...string) (*s
 	}
 	steps = append(steps, []string{"train", "stop"}, []string{"inference", "start"})
 	if err := d.Steps(steps...); err != nil {
-		d.Down()
+		down(o, d)
 		return nil, err
 	}
 	return d, nil
+}
+
+// down stops the cluster and removes its directory, unless --keep.
+func down(o options, d *scenario.Driver) {
+	d.Down()
+	if o.keep {
+		fmt.Printf("bench cluster: kept %s\n", d.Dir)
+		return
+	}
+	os.RemoveAll(d.Dir)
 }
 
 func channels(model string) string {
@@ -198,7 +210,7 @@ func fairTime(o options) error {
 	if err != nil {
 		return err
 	}
-	defer d.Down()
+	defer down(o, d)
 	// The costly job runs alone first; the cheap one arrives 15 s later. (The other order
 	// measures nothing: alone, the cheap job finishes its 10,000 queries in a few seconds.)
 	s := &sampler{d: d, jobs: []string{"costly-resnet18", "cheap-lenet5"}, start: time.Now(), done: make([][]float64, 2)}
@@ -258,7 +270,7 @@ func recovery(o options) error {
 	if err != nil {
 		return err
 	}
-	defer d.Down()
+	defer down(o, d)
 	s := &sampler{d: d, jobs: []string{"steady-resnet18"}, start: time.Now(), done: make([][]float64, 1)}
 	if _, err := d.Run(jobArgs(s.jobs[0], "resnet18", "112x112", 4)...); err != nil {
 		return err

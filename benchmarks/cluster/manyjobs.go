@@ -237,7 +237,7 @@ func manyJobs(o options, counts []int) error {
 	if err != nil {
 		return err
 	}
-	defer d.Down()
+	defer down(o, d)
 	train := strings.Replace(o.fmnist, "t10k-images", "train-images", 1)
 	if _, err := d.Run("put", train, "fmnist-train.idx.gz"); err != nil {
 		return err
