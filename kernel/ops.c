@@ -555,8 +555,7 @@ static idk_status_t fn_block_reorder(idk_plan_t *p, idk_step_t *s) {
  * 7.6 ms RegNet-Y-400MF batch, per-primitive minimum sum). 1 if added, 0 if not its case,
  * -1 on error. */
 int idk_block_reorder(idk_plan_t *p, const dnnl_memory_desc_t *src, int sb, const dnnl_memory_desc_t *dst, int db) {
-    const char *e = getenv("IDK_BLOCK_REORDER");
-    if ((e && strcmp(e, "0") == 0) || src->ndims != 4 || src->data_type != dnnl_f32 || dst->data_type != dnnl_f32)
+    if (env_off("IDK_BLOCK_REORDER") || src->ndims != 4 || src->data_type != dnnl_f32 || dst->data_type != dnnl_f32)
         return 0;
     static const dnnl_format_tag_t tags[3] = {dnnl_nChw16c, dnnl_nChw8c, dnnl_nChw4c};
     static const int64_t sizes[3] = {16, 8, 4};
@@ -628,8 +627,7 @@ int idk_op_tiny(const idk_plan_t *p, const idk_op_t *op) {
  * some of MnasNet's). Otherwise NULL. */
 static const idk_op_t *dw_fusable(idk_plan_t *p, const idk_op_t *op) {
     int ni = p->cur_op + 1;
-    const char *e = getenv("IDK_DW_FUSE");
-    if ((e && strcmp(e, "0") == 0) || ni >= p->nops || op->nout != 1) return NULL;
+    if (env_off("IDK_DW_FUSE") || ni >= p->nops || op->nout != 1) return NULL;
     for (int i = 0; i < op->npost; i++)
         if (op->post[i].kind == IDK_POST_SUM) return NULL;
     const idk_op_t *d = &p->ops[ni];
@@ -751,8 +749,7 @@ static int wino_f4_blocks_poorly(const idk_tensor_t *o) {
 }
 
 static int wino_tiles_poor(const idk_tensor_t *x, const idk_tensor_t *o) {
-    const char *e = getenv("IDK_WINO_TILES");
-    if ((e && strcmp(e, "0") == 0) || x->ndims != 4 || x->dims[0] < 2 || x->dims[1] > 32) return 0;
+    if (env_off("IDK_WINO_TILES") || x->ndims != 4 || x->dims[0] < 2 || x->dims[1] > 32) return 0;
     return wino_f4_blocks_poorly(o);
 }
 
@@ -823,9 +820,9 @@ static dnnl_primitive_desc_t wino_f4_pd(idk_plan_t *p, const dnnl_convolution_de
  * from 28x28 up (fastest runs, `bench kernel --threads 1`, 2026-11-28). IDK_WINO_MIN
  * (pixels) overrides both; IDK_WINO_BATCH=0 keeps 28x28 at every batch. */
 static int64_t wino_min_pixels(const idk_tensor_t *x) {
-    const char *mw = getenv("IDK_WINO_MIN"), *wb = getenv("IDK_WINO_BATCH");
+    const char *mw = getenv("IDK_WINO_MIN");
     if (mw) return atoll(mw);
-    if (x->dims[0] >= 2 && !(wb && strcmp(wb, "0") == 0)) return 4 * 4;
+    if (x->dims[0] >= 2 && !env_off("IDK_WINO_BATCH")) return 4 * 4;
     return 28 * 28;
 }
 
@@ -947,10 +944,10 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
         int k1 = w->dims[2] == 1 && w->dims[3] == 1;
         if (g > 1) {
             /* depthwise: nChw16c (jit_dw), except small outputs (see the layout comment) */
-            const char *dm = getenv("IDK_DW_NHWC_MAX"), *df = getenv("IDK_DW_FOLLOW");
+            const char *dm = getenv("IDK_DW_NHWC_MAX");
             int64_t dwmax = dm ? atoll(dm) : 49;
             blocked = w->dims[1] == 1 && o->dims[0] * o->dims[2] * o->dims[3] > dwmax &&
-                      !(p->dense_kxk && o->dims[2] * o->dims[3] < minsp && !(df && strcmp(df, "0") == 0) &&
+                      !(p->dense_kxk && o->dims[2] * o->dims[3] < minsp && !env_off("IDK_DW_FOLLOW") &&
                         is_nhwc(p, op->in[0], dt));
         } else if (x->dims[1] < 8) {
             blocked = !p->dense_kxk;
@@ -2231,8 +2228,7 @@ static idk_status_t concat_in_place(idk_plan_t *p, const idk_op_t *op, int *done
     const idk_tensor_t *o = OUT;
     int ax = (int)op->ia[0], n = op->nin;
     *done = 0;
-    const char *e = getenv("IDK_CONCAT_INPLACE");
-    if ((e && strcmp(e, "0") == 0) || p->prec != IDK_F32 || o->dtype != IDK_F32 || idk_tensor_volume(o) == 0)
+    if (env_off("IDK_CONCAT_INPLACE") || p->prec != IDK_F32 || o->dtype != IDK_F32 || idk_tensor_volume(o) == 0)
         return IDK_OK;
     for (int i = 0; i < ax; i++)
         if (o->dims[i] != 1) return IDK_OK;
@@ -2348,8 +2344,7 @@ static idk_status_t concat_by_reorders(idk_plan_t *p, const idk_op_t *op, int *d
     const idk_tensor_t *o = OUT;
     int n = op->nin;
     *done = 0;
-    const char *e = getenv("IDK_CONCAT_REORDERS");
-    if ((e && strcmp(e, "0") == 0) || o->ndims != 4 || op->ia[0] != 1 || idk_tensor_volume(o) == 0) return IDK_OK;
+    if (env_off("IDK_CONCAT_REORDERS") || o->ndims != 4 || op->ia[0] != 1 || idk_tensor_volume(o) == 0) return IDK_OK;
     static const dnnl_format_tag_t tags[3] = {dnnl_nChw16c, dnnl_nhwc, dnnl_nchw};
     double bytes[3] = {0, 0, 0};
     int c16 = 1, mixed = 0, first = -1;
