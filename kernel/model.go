@@ -29,11 +29,6 @@ import (
 type Options struct {
 	Threads   int       // kernel threads for this model instance; 0 means one per CPU
 	Precision Precision // compute precision; the zero value is FP32
-	// Batch is the batch size the load compiles a model with a symbolic batch for (0: 1).
-	// A caller that will run batch B gives B, so the load's compile is the plan it runs
-	// and not a second one: a cluster worker that loaded ResNet-50 and then built its
-	// batch-8 plan spent 0.98 of 3.2 CPU-s of plan builds on the batch-1 plan it never ran.
-	Batch int
 }
 
 // Precision is the number format a model computes in. Inputs and outputs are fp32 whatever it is.
@@ -167,8 +162,8 @@ func Load(path string, opt Options) (*Model, error) {
 }
 
 // LoadModel loads a decoded model. It compiles the model once for its declared input shapes
-// (batch opt.Batch, or 1, where the batch is symbolic), so an unsupported operator or
-// attribute is a load-time error naming the node.
+// (batch 1 where the batch is symbolic), so an unsupported operator or attribute is a
+// load-time error naming the node.
 func LoadModel(m *onnx.Model, opt Options) (*Model, error) { return loadModel(m, opt, true) }
 
 // loadModel loads m; eager compiles it once for its declared shapes.
@@ -214,7 +209,7 @@ func loadModel(m *onnx.Model, opt Options, eager bool) (*Model, error) {
 					if i != 0 {
 						return nil, fmt.Errorf("kernel: input %s: symbolic dim %d (only the batch may be symbolic)", in.Name, i)
 					}
-					d[i] = int64(max(opt.Batch, 1))
+					d[i] = 1
 				}
 			}
 			shapes[in.Name] = d

@@ -373,32 +373,6 @@ func TestArenaLimit(t *testing.T) {
 	}
 }
 
-// TestLoadCompilesForOptionsBatch: a load with Options.Batch compiles the plan of that
-// batch size, so the Prepare of it that follows builds nothing more; without it the load
-// compiles batch 1.
-func TestLoadCompilesForOptionsBatch(t *testing.T) {
-	src, err := zoo.Build("lenet5", zoo.Options{Seed: 7})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, batch := range []int{0, 8} {
-		m, err := LoadModel(src, Options{Threads: 1, Batch: batch})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := m.Prepare(8); err != nil {
-			t.Fatal(err)
-		}
-		m.mu.Lock()
-		n := len(m.plans)
-		m.mu.Unlock()
-		if want := map[int]int{0: 2, 8: 1}[batch]; n != want {
-			t.Errorf("Options.Batch %d, then Prepare(8): %d plans, want %d", batch, n, want)
-		}
-		m.Close()
-	}
-}
-
 // TestPrepareBuildsThePlanRunUses: Prepare builds the plan of a batch size once; the Run
 // that follows reuses it (no new plan) and answers as without Prepare.
 func TestPrepareBuildsThePlanRunUses(t *testing.T) {

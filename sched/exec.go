@@ -130,8 +130,10 @@ func (x *KernelExecutor) model(ctx context.Context, name, prec string) (*cachedM
 		}
 		var m *kernel.Model
 		load := func() (*kernel.Model, error) {
-			// Not Options.Batch: with the job's batch compiled at load, make demo's worst
-			// fair-time sample read 17.6-27.8% in four runs, 11.4-14.6% in four without.
+			// The load compiles batch 1 (its check), and the job's batch is built after it
+			// (prepare): a load compiling the job's batch at once, which saves that plan
+			// build, made make demo's worst fair-time sample read 17.6-27.8% in four runs,
+			// against 11.4-14.6% in four without (2026-11-28; not traced).
 			x.lowered(func() { m, err = kernel.LoadModel(om, kernel.Options{Threads: max(x.Threads, 1), Precision: pr}) })
 			return m, err
 		}
