@@ -407,7 +407,7 @@ type manyResult struct {
 	cpu   float64 // the cluster's CPU seconds in the steady window
 	lines []string
 	// warm is the same over the part of the steady window after the last model load on
-	// any worker (nil if under 20 s): the alone runs are measured with every worker's
+	// any worker (nil with no load in the window, or under 20 s after it): the alone runs are measured with every worker's
 	// model loaded, while in the runs together workers go on loading the models of jobs
 	// they help for a while (each a fetch from SDFS and a plan build).
 	warm  *manyResult
@@ -556,10 +556,16 @@ func manyRun(o options, d *scenario.Driver, n int) (manyResult, error) {
 	if first < 0 || last <= first {
 		return manyResult{}, fmt.Errorf("%d jobs: no steady window (a job finished early?)", n)
 	}
-	res := manyResult{done: map[manyConfig]float64{}, secs: s.t[last] - s.t[first], cpu: s.cpu[last] - s.cpu[first]}
-	for i := range jobs {
-		res.done[cfg[i]] += s.done[i][last] - s.done[i][first]
+	// window is the queries each config did, the seconds and the cluster's CPU seconds
+	// from sample k to the end of the steady window.
+	window := func(k int) manyResult {
+		w := manyResult{done: map[manyConfig]float64{}, secs: s.t[last] - s.t[k], cpu: s.cpu[last] - s.cpu[k]}
+		for i := range jobs {
+			w.done[cfg[i]] += s.done[i][last] - s.done[i][k]
+		}
+		return w
 	}
+	res := window(first)
 	warmFrom := s.t[first]
 	for _, t := range modelLoads(d, s.start) {
 		if t >= s.t[first] && t <= s.t[last] {
@@ -567,16 +573,18 @@ func manyRun(o options, d *scenario.Driver, n int) (manyResult, error) {
 			warmFrom = t
 		}
 	}
-	if k := slices.IndexFunc(s.t, func(x float64) bool { return x >= warmFrom }); k >= first && s.t[last]-s.t[k] >= 20 {
-		w := manyResult{done: map[manyConfig]float64{}, secs: s.t[last] - s.t[k], cpu: s.cpu[last] - s.cpu[k]}
-		for i := range jobs {
-			w.done[cfg[i]] += s.done[i][last] - s.done[i][k]
+	line := fmt.Sprintf("manyjobs: %d jobs: %d model loads in the steady window (%.0f-%.0f s)", n, res.loads, s.t[first], s.t[last])
+	if res.loads > 0 {
+		line += fmt.Sprintf(", the last at %.0f s", warmFrom)
+		// With no load in it, the window after the last is the steady window itself.
+		if k := slices.IndexFunc(s.t, func(x float64) bool { return x >= warmFrom }); k >= first && s.t[last]-s.t[k] >= 20 {
+			w := window(k)
+			res.warm = &w
+		} else {
+			line += ": no 20 s window after it"
 		}
-		res.warm = &w
-		res.lines = append(res.lines, fmt.Sprintf("manyjobs: %d jobs: %d model loads in the steady window (%.0f-%.0f s), the last at %.0f s", n, res.loads, s.t[first], s.t[last], warmFrom))
-	} else {
-		res.lines = append(res.lines, fmt.Sprintf("manyjobs: %d jobs: %d model loads in the steady window (%.0f-%.0f s), the last at %.0f s: no 20 s window after it", n, res.loads, s.t[first], s.t[last], warmFrom))
 	}
+	res.lines = append(res.lines, line)
 	// Files: rates and shares over time, the spread per sample.
 	header := []string{"seconds"}
 	rows := make([][]float64, len(s.t))
