@@ -2,8 +2,11 @@ package kernel
 
 import (
 	"math"
+	"os"
+	"runtime"
 	"slices"
 	"testing"
+	"time"
 
 	"idunno/kernel/onnx"
 )
@@ -90,6 +93,59 @@ func TestInputInPlace(t *testing.T) {
 			if !slices.Equal(x1.F32, keep1) || !slices.Equal(x2.F32, keep2) {
 				t.Fatalf("%s batch %d: a run wrote into the caller's input", tc.name, n)
 			}
+		}
+	}
+}
+
+// TestThreadReleaseFreesPool: idk_thread_release, which a plan's thread calls before it
+// ends, frees the OpenMP worker pool its parallel regions started (its worker thread ends
+// at once), so it does not depend on the thread's exit (which Go never makes the main
+// thread do); with IDK_POOL_RELEASE=0 the worker stays.
+func TestThreadReleaseFreesPool(t *testing.T) {
+	if err := load(); err != nil {
+		t.Skip(err)
+	}
+	tasks := func() int {
+		ents, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			t.Skip(err)
+		}
+		return len(ents)
+	}
+	for _, off := range []bool{true, false} {
+		if off {
+			setCEnv(t, "IDK_POOL_RELEASE", "0")
+		} else {
+			setCEnv(t, "IDK_POOL_RELEASE", "")
+		}
+		before, with, after := 0, 0, 0
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread() // the thread lives on: only the release frees the pool
+			before = tasks()
+			idkPeakGflops(2, 0.01) // one parallel region on two threads: a pool of one worker
+			with = tasks()
+			idkThreadRelease()
+			// a worker told to end is gone from /proc a moment later: wait up to a second
+			for i := 0; i < 100; i++ {
+				if after = tasks(); after == before || off {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if off { // free it anyway, so the rest of the tests run with one pool less
+				setCEnv(t, "IDK_POOL_RELEASE", "")
+				idkThreadRelease()
+			}
+		}()
+		<-done
+		if with != before+1 {
+			t.Skipf("threads %d before a two-thread region, %d with its pool: cannot tell the worker", before, with)
+		}
+		if want := map[bool]int{true: with, false: before}[off]; after != want {
+			t.Fatalf("IDK_POOL_RELEASE off=%v: %d threads after the release, want %d (%d before the pool)", off, after, want, before)
 		}
 	}
 }

@@ -241,6 +241,21 @@ IDK_API int64_t idk_plan_arena_bytes(const idk_plan_t *p) { return p ? (int64_t)
 IDK_API int64_t idk_plan_last_run_ns(const idk_plan_t *p) { return p ? p->last_ns : 0; }
 IDK_API int32_t idk_plan_steps(const idk_plan_t *p) { return p ? p->ns : 0; }
 IDK_API int32_t idk_noop(int32_t x) { return x + 1; }
+/* idk_thread_release frees the calling thread's OpenMP pool (libgomp's worker threads for
+ * the parallel regions this thread started), which libgomp otherwise frees only when the
+ * thread exits. A plan's thread (kernel/osthread.go) calls it before it ends: Go never ends
+ * the process's main thread (a goroutine locked to it that returns wedges it instead), so a
+ * plan whose thread happened to be the main one left its pool behind, libgomp counted its
+ * worker for good, and once it counted more threads than CPUs it throttled the spinning of
+ * every later plan, whose threads then slept at each primitive (MnasNet batch 1 on two
+ * threads: 3.5-3.6 -> 6.0-6.3 ms in a process that had closed a model). IDK_POOL_RELEASE=0
+ * leaves the pool to the thread's exit. */
+IDK_API void idk_thread_release(void) {
+    const char *e = getenv("IDK_POOL_RELEASE");
+    if (e && strcmp(e, "0") == 0) return;
+    omp_pause_resource_all(omp_pause_soft);
+}
+
 IDK_API int32_t idk_plan_inputs_in_place(const idk_plan_t *p) {
     int n = 0;
     for (int i = 0; p && p->n_alias && i < p->nin; i++) n += p->n_alias[i] > 0;

@@ -341,6 +341,10 @@ IDK_API int64_t idk_plan_arena_bytes(const idk_plan_t *p);
  * compile): a test's check that a layout rule took effect. */
 IDK_API int32_t idk_plan_steps(const idk_plan_t *p);
 
+/* idk_thread_release frees the calling thread's OpenMP worker pool: a plan's thread calls
+ * it before it ends (IDK_POOL_RELEASE=0 leaves the pool to the thread's exit). */
+IDK_API void idk_thread_release(void);
+
 /* idk_plan_inputs_in_place reports how many inputs a run reads in the caller's buffer
  * instead of copying them (after compile; 0 with IDK_INPUT_ALIAS=0). */
 IDK_API int32_t idk_plan_inputs_in_place(const idk_plan_t *p);
