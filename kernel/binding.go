@@ -21,6 +21,8 @@ var (
 	idkPlanArenaBytes func(p uintptr) int64
 	idkPlanLastRunNs  func(p uintptr) int64
 	idkPlanSteps      func(p uintptr) int32
+	idkPlanInPlace    func(p uintptr) int32
+	idkThreadRelease  func()
 	idkPeakGflops     func(threads int32, seconds float64) float64
 	idkNoop           func(x int32) int32
 	idkFmaRun         func(threads int32, iters int64) float64
@@ -61,6 +63,8 @@ func register(h uintptr) (err error) {
 	purego.RegisterLibFunc(&idkPlanArenaBytes, h, "idk_plan_arena_bytes")
 	purego.RegisterLibFunc(&idkPlanLastRunNs, h, "idk_plan_last_run_ns")
 	purego.RegisterLibFunc(&idkPlanSteps, h, "idk_plan_steps")
+	purego.RegisterLibFunc(&idkPlanInPlace, h, "idk_plan_inputs_in_place")
+	purego.RegisterLibFunc(&idkThreadRelease, h, "idk_thread_release")
 	purego.RegisterLibFunc(&idkPeakGflops, h, "idk_peak_gflops")
 	purego.RegisterLibFunc(&idkNoop, h, "idk_noop")
 	purego.RegisterLibFunc(&idkFmaRun, h, "idk_fma_run")

@@ -129,6 +129,12 @@ struct idk_plan {
      * the last one lets go) */
     idk_plan_t *donor;
     int refs;
+    /* inputs read in place (plan.c, alias_inputs): for input i, in_alias[i] is the first of
+     * its n_alias[i] memory objects in alias_mem, which read the caller's buffer directly
+     * instead of a copy in the arena; in_ptr[i] is the pointer they hold now */
+    int *in_alias, *n_alias;
+    dnnl_memory_t *alias_mem;
+    const void **in_ptr;
 };
 
 idk_status_t idk_fail(idk_plan_t *p, idk_status_t st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -29,8 +29,13 @@ func newOSThread() *osThread {
 		if ok {
 			setThreadNice(nice)
 		}
-		// Returning without UnlockOSThread ends the OS thread with the goroutine, and
-		// libgomp frees the worker pool it started there.
+		// Returning without UnlockOSThread ends the OS thread with the goroutine, except
+		// the process's main thread, which Go keeps (wedged) if the goroutine was put on
+		// it: so the OpenMP pool this thread started is freed here (idk_thread_release),
+		// not left to libgomp's hook at the thread's exit, which the main thread never
+		// reaches (its pool's worker stayed counted, and libgomp then throttled the spin
+		// of every later plan, see idk_thread_release).
+		defer idkThreadRelease()
 		for f := range t.work {
 			f()
 		}

@@ -145,6 +145,10 @@ IDK_API void idk_plan_destroy(idk_plan_t *p) {
     free(p->in);
     free(p->out);
     free(p->outbuf);
+    free(p->in_alias);
+    free(p->n_alias);
+    free(p->alias_mem);
+    free(p->in_ptr);
     free(p->arena);
     free(p->scratch);
     dnnl_stream_destroy(p->stream);
@@ -237,6 +241,26 @@ IDK_API int64_t idk_plan_arena_bytes(const idk_plan_t *p) { return p ? (int64_t)
 IDK_API int64_t idk_plan_last_run_ns(const idk_plan_t *p) { return p ? p->last_ns : 0; }
 IDK_API int32_t idk_plan_steps(const idk_plan_t *p) { return p ? p->ns : 0; }
 IDK_API int32_t idk_noop(int32_t x) { return x + 1; }
+/* idk_thread_release frees the calling thread's OpenMP pool (libgomp's worker threads for
+ * the parallel regions this thread started), which libgomp otherwise frees only when the
+ * thread exits. A plan's thread (kernel/osthread.go) calls it before it ends: Go never ends
+ * the process's main thread (a goroutine locked to it that returns wedges it instead), so a
+ * plan whose thread happened to be the main one left its pool behind, libgomp counted its
+ * worker for good, and once it counted more threads than CPUs it throttled the spinning of
+ * every later plan, whose threads then slept at each primitive (MnasNet batch 1 on two
+ * threads: 3.5-3.6 -> 6.0-6.3 ms in a process that had closed a model). IDK_POOL_RELEASE=0
+ * leaves the pool to the thread's exit. */
+IDK_API void idk_thread_release(void) {
+    const char *e = getenv("IDK_POOL_RELEASE");
+    if (e && strcmp(e, "0") == 0) return;
+    omp_pause_resource_all(omp_pause_soft);
+}
+
+IDK_API int32_t idk_plan_inputs_in_place(const idk_plan_t *p) {
+    int n = 0;
+    for (int i = 0; p && p->n_alias && i < p->nin; i++) n += p->n_alias[i] > 0;
+    return n;
+}
 
 int idk_esz(int dtype) {
     switch (dtype) {
@@ -698,6 +722,72 @@ static void touch(idk_plan_t *p, int buf, int step) {
     if (step > p->b[buf].last) p->b[buf].last = step;
 }
 
+/* reads_only reports whether a primitive argument of this kind is only read (a source,
+ * weights, a bias or a binary post-op's operand), never written. */
+static int reads_only(int kind) {
+    if (kind & DNNL_ARG_ATTR_MULTIPLE_POST_OP_BASE)
+        return (kind & (DNNL_ARG_ATTR_MULTIPLE_POST_OP_BASE - 1)) == DNNL_ARG_SRC_1;
+    return kind == DNNL_ARG_SRC_0 || kind == DNNL_ARG_SRC_1 || kind == DNNL_ARG_SRC_2 || kind == DNNL_ARG_WEIGHTS_0 ||
+           kind == DNNL_ARG_WEIGHTS_1 || kind == DNNL_ARG_BIAS;
+}
+
+/* alias_inputs lets oneDNN read an input in the caller's buffer instead of a copy in the
+ * arena: the run then skips copying it (a 224x224 image is 600 KB, 20-40 us of a 3.6 ms
+ * batch-1 run). Only for an input that primitives alone read, in a layout without padding
+ * (moving the data handle of a padded one would zero its padding, in the caller's memory),
+ * from its whole buffer, and never write; anything else keeps the copy. Each run points
+ * their memory objects at the buffer given, when it differs from the last run's.
+ * IDK_INPUT_ALIAS=0 copies every input. */
+static idk_status_t alias_inputs(idk_plan_t *p) {
+    const char *e = getenv("IDK_INPUT_ALIAS");
+    if (e && strcmp(e, "0") == 0) return IDK_OK;
+    int total = 0;
+    for (int si = 0; si < p->ns; si++) total += p->s[si].nargs;
+    p->in_alias = calloc((size_t)p->nin + 1, sizeof(int));
+    p->n_alias = calloc((size_t)p->nin + 1, sizeof(int));
+    p->in_ptr = calloc((size_t)p->nin + 1, sizeof(void *));
+    p->alias_mem = calloc((size_t)total + 1, sizeof(dnnl_memory_t));
+    if (!p->in_alias || !p->n_alias || !p->in_ptr || !p->alias_mem) return IDK_ERR_NOMEM;
+    int used = 0;
+    for (int i = 0; i < p->nin; i++) {
+        const idk_tensor_t *t = &p->t[p->in[i]];
+        int b = t->views[0].buf, ok = t->nbytes > 0 && !t->is_out && p->b[b].parent < 0 && !p->b[b].ext;
+        for (int j = 0; ok && j < p->nb; j++) {
+            size_t off = 0;
+            if (j != b && idk_buf_root(p, j, &off) == b) ok = 0; /* something lives inside it */
+        }
+        for (int j = 0; ok && j < p->nout; j++) {
+            size_t off = 0;
+            if (idk_buf_root(p, p->outbuf[j], &off) == b) ok = 0;
+        }
+        int n = 0;
+        for (int si = 0; ok && si < p->ns; si++) {
+            const idk_step_t *s = &p->s[si];
+            for (int a = 0; ok && a < s->nb; a++) {
+                size_t off = 0;
+                if (idk_buf_root(p, s->bufs[a], &off) == b) ok = 0; /* a C loop reads it */
+            }
+            for (int a = 0; ok && a < s->nargs; a++) {
+                const idk_arg_t *g = &s->arg[a];
+                if (g->buf != b) continue;
+                const dnnl_memory_desc_t *md = &g->md;
+                int padded = md->offset0 != 0;
+                for (int d = 0; d < md->ndims; d++) padded |= md->padded_dims[d] != md->dims[d];
+                if (!s->prim || !reads_only(g->kind) || padded || md->format_kind != dnnl_blocked)
+                    ok = 0;
+                else
+                    p->alias_mem[used + n++] = g->mem;
+            }
+        }
+        if (ok && n > 0) {
+            p->in_alias[i] = used;
+            p->n_alias[i] = n;
+            used += n;
+        }
+    }
+    return IDK_OK;
+}
+
 IDK_API idk_status_t idk_plan_compile(idk_plan_t *p) {
     if (!p) return IDK_ERR_INVALID;
     if (p->compiled) return idk_fail(p, IDK_ERR_STATE, "compile twice");
@@ -811,6 +901,7 @@ IDK_API idk_status_t idk_plan_compile(idk_plan_t *p) {
             s->args[a] = (dnnl_exec_arg_t){g->kind, g->mem};
         }
     }
+    if ((st = alias_inputs(p)) != IDK_OK) return st;
     const char *prof = getenv("IDK_PROFILE");
     p->prof = prof && prof[0] && prof[0] != '0' ? atoi(prof) > 1 ? 2 : 1 : 0;
     p->compiled = 1;
@@ -832,6 +923,15 @@ IDK_API idk_status_t idk_plan_run(idk_plan_t *p, const void *const *in, void *co
     for (int i = 0; i < p->nin; i++) {
         idk_tensor_t *t = &p->t[p->in[i]];
         if (!in[i] && t->nbytes) return idk_fail(p, IDK_ERR_INVALID, "input %d is nil", i);
+        if (p->n_alias && p->n_alias[i]) {
+            if (p->in_ptr[i] != in[i]) {
+                for (int k = 0; k < p->n_alias[i]; k++)
+                    if (dnnl_memory_set_data_handle(p->alias_mem[p->in_alias[i] + k], (void *)in[i]) != dnnl_success)
+                        return idk_fail(p, IDK_ERR_DNNL, "input %d: set_data_handle failed", i);
+                p->in_ptr[i] = in[i];
+            }
+            continue;
+        }
         if (t->nbytes) memcpy(idk_buf_ptr(p, t->views[0].buf), in[i], t->nbytes);
     }
     int one = 0, nthr = omp_get_max_threads();

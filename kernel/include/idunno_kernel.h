@@ -327,9 +327,11 @@ IDK_API idk_status_t idk_plan_set_io(idk_plan_t *p, int32_t nin, const int32_t *
 IDK_API idk_status_t idk_plan_compile(idk_plan_t *p);
 
 /* idk_plan_run executes the plan. in[i]: the i-th input in plain row-major
- * layout of its declared dims and dtype (borrowed for the call, read only).
- * out[i]: caller-owned buffers the size of each output, written in plain
- * row-major layout. The kernel keeps no pointer after returning. */
+ * layout of its declared dims and dtype (borrowed for the call, read only; an input
+ * that only oneDNN primitives read is read in place, not copied, so it must not change
+ * during the call). out[i]: caller-owned buffers the size of each output, written in
+ * plain row-major layout. The kernel reads no buffer after returning (it keeps an
+ * input's address only to compare it with the next call's). */
 IDK_API idk_status_t idk_plan_run(idk_plan_t *p, const void *const *in, void *const *out);
 
 /* idk_plan_arena_bytes reports the bytes of the plan's activation arena (after compile). */
@@ -338,6 +340,14 @@ IDK_API int64_t idk_plan_arena_bytes(const idk_plan_t *p);
 /* idk_plan_steps reports how many steps (primitives and C loops) a run executes (after
  * compile): a test's check that a layout rule took effect. */
 IDK_API int32_t idk_plan_steps(const idk_plan_t *p);
+
+/* idk_thread_release frees the calling thread's OpenMP worker pool: a plan's thread calls
+ * it before it ends (IDK_POOL_RELEASE=0 leaves the pool to the thread's exit). */
+IDK_API void idk_thread_release(void);
+
+/* idk_plan_inputs_in_place reports how many inputs a run reads in the caller's buffer
+ * instead of copying them (after compile; 0 with IDK_INPUT_ALIAS=0). */
+IDK_API int32_t idk_plan_inputs_in_place(const idk_plan_t *p);
 
 /* idk_plan_last_run_ns reports the nanoseconds the last idk_plan_run spent
  * inside the kernel (from entry to return), for overhead measurements. */
