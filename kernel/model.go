@@ -271,11 +271,12 @@ const ConcatConvEnv = "IDK_CONCAT_CONV"
 // the convolution after it would only cost.
 func (m *Model) compileOptions(shapes map[string][]int64) graph.Options {
 	var o graph.Options
-	if len(m.inputs) == 0 || m.prec != FP32 || os.Getenv(ConcatConvEnv) == "0" {
+	env := os.Getenv(ConcatConvEnv)
+	if len(m.inputs) == 0 || m.prec != FP32 || env == "0" {
 		return o
 	}
 	d := shapes[m.inputs[0].Name]
-	o.ConcatConv = len(d) > 0 && d[0] >= 2
+	o.ConcatConv = env == "1" || len(d) > 0 && d[0] >= 2
 	return o
 }
 
