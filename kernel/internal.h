@@ -119,6 +119,7 @@ struct idk_plan {
     int64_t last_ns;
     int cur_op;
     int dense_kxk; /* has dense convolutions larger than 1x1: layout heuristic (ops.c, lower_conv) */
+    int depthwise; /* has depthwise convolutions: layout heuristic (ops.c, wino_min_pixels) */
     int fused_next; /* the op being lowered also lowered the next one (ops.c, lower_conv_dw) */
     int prof;      /* IDK_PROFILE set at compile: time every step, print a table at destroy */
     int64_t prof_runs;

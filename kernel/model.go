@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"sort"
 	"strings"
@@ -256,6 +257,29 @@ func planKey(shapes map[string][]int64, consts map[string]*onnx.Tensor) string {
 	return sb.String()
 }
 
+// ConcatConvEnv names the environment variable that, set to 0, keeps the channel
+// concatenations that graph.Options.ConcatConv removes.
+const ConcatConvEnv = "IDK_CONCAT_CONV"
+
+// compileOptions picks the graph passes for a batch of these shapes: a pure function of
+// the model, the shapes, the precision and the environment. A split batch's sub-batches
+// are compiled with the whole batch's options (buildSplit), so that a sub-batch of 1
+// still computes each sample as the others do.
+//
+// ConcatConv applies from batch 2 up, in fp32: at batch 1 the kernel puts a concatenation's
+// inputs in place in its output (concat_in_place in ops.c) and copies nothing, so splitting
+// the convolution after it would only cost.
+func (m *Model) compileOptions(shapes map[string][]int64) graph.Options {
+	var o graph.Options
+	env := os.Getenv(ConcatConvEnv)
+	if len(m.inputs) == 0 || m.prec != FP32 || env == "0" {
+		return o
+	}
+	d := shapes[m.inputs[0].Name]
+	o.ConcatConv = env == "1" || len(d) > 0 && d[0] >= 2
+	return o
+}
+
 // planFor returns the cached plan for these shapes, compiling it on first use.
 func (m *Model) planFor(shapes map[string][]int64, consts map[string]*onnx.Tensor) (*planEntry, error) {
 	key := planKey(shapes, consts)
@@ -267,13 +291,14 @@ func (m *Model) planFor(shapes map[string][]int64, consts map[string]*onnx.Tenso
 	if e, ok := m.plans[key]; ok {
 		return e, nil
 	}
-	g, err := graph.Compile(m.src, shapes, consts)
+	opts := m.compileOptions(shapes)
+	g, err := graph.CompileWith(m.src, shapes, consts, opts)
 	if err != nil {
 		return nil, fmt.Errorf("kernel: %w", err)
 	}
 	var e *planEntry
 	if sizes := m.splitRule(shapes); sizes != nil {
-		if parts := m.buildSplit(g, shapes, sizes); parts != nil {
+		if parts := m.buildSplit(g, shapes, sizes, opts); parts != nil {
 			e = &planEntry{parts: parts, inputs: wholeBatch(parts, parts[0].p.inputs), outputs: wholeBatch(parts, parts[0].p.outputs)}
 		}
 	}

@@ -805,10 +805,25 @@ static dnnl_primitive_desc_t wino_f4_pd(idk_plan_t *p, const dnnl_convolution_de
 }
 
 /* wino_min_pixels is the fewest output pixels (a side squared) at which a dense 3x3
- * stride-1 convolution with input x runs Winograd. At batch 1 oneDNN's F(2x2,3x3) kernel
- * loses to brgconv under 28x28 (see the layout comment). At batch >= 2 it takes its
- * F(4x4,3x3) kernel, which beats brgconv at every size down to 7x7 (per-primitive minimum
- * ms, batch 4 on one thread as a split batch's parts run, Winograd against brgconv:
+ * stride-1 convolution with input x runs Winograd. At batch 1, in a network without
+ * depthwise convolutions: from 14x14 up, and from 7x7 up with at least 512 input channels
+ * (the transforms cost O(C) a pixel, the products O(C^2): under 14x14 only wide layers
+ * gain; AlexNet's 384->256 and 192->384 at 13x13 lost 0.28 and 0.06 ms, Inception-v3's
+ * 448->384 at 8x8 0.03-0.06, with Winograd from 7x7 up for all). oneDNN's F(2x2,3x3) kernel had lost to brgconv under
+ * 28x28 in the first measurements (see the layout comment), but with the F(2x2) blocking
+ * check (wino_f2_blocks_poorly) and the 1x1 convolutions around following the blocked
+ * layout, two threads, per-op fastest of interleaved runs (IDK_PROFILE=2, 2026-11-28
+ * 12:39-12:47 UTC, load 1.5-2): 512->512 at 14x14 2.68-2.89 -> 1.90-1.97 ms (Wide
+ * ResNet-50-2, VGG-11), 256->256 at 14x14 0.67-0.71 -> 0.59-0.61 (ResNet-18, -50),
+ * 1024->1024 at 7x7 4.48-4.59 -> 3.65-3.70 (Wide ResNet), 512->512 at 7x7 0.99-1.03 ->
+ * 0.88-0.94 (ResNet-18, -50), SqueezeNet's 27x27 ones 0.16-0.33 -> 0.12-0.25; sum of every
+ * op's fastest Wide ResNet 73.2 -> 66.2, ResNet-18 10.6 -> 9.8, ResNet-50 27.3 -> 26.4,
+ * VGG-11 47.1 -> 45.0, SqueezeNet 5.10 -> 4.74 (all from 7x7 up). Where there are depthwise
+ * convolutions the threshold also moves their layout rules (the depthwise and 1x1 ones
+ * past the Winograd stages stay nhwc only under it): EfficientNetV2-S went 26.57 -> 26.90,
+ * so those networks keep 28x28. IDK_WINO_B1=0 keeps 28x28 at batch 1.
+ * At batch >= 2 oneDNN takes its F(4x4,3x3) kernel, which beats brgconv at every size
+ * down to 7x7 (per-primitive minimum ms, batch 4 on one thread as a split batch's parts run, Winograd against brgconv:
  * 256->256 at 14x14 5.1 against 5.9, 512->512 at 7x7 4.0 against 6.8, 512->512 at 14x14
  * 16.5 against 37.9, AlexNet's 192->384 at 13x13 4.5 against 5.3, GoogLeNet's 160->320 at
  * 7x7 0.92 against 1.56, SqueezeNet's 64->256 at 27x27 4.7 against 8.3; batch 2 on one
@@ -818,11 +833,12 @@ static dnnl_primitive_desc_t wino_f4_pd(idk_plan_t *p, const dnnl_convolution_de
  * in 19.2-22.0 ms with Winograd down to 1x1 against 6.6 from 4x4 up and 6.5-6.6 from 28x28
  * up; ResNet-50 at 64x64 57.8-59.0 from 4x4 up against 61.1-63.1 down to 1x1 and 60.4-64.0
  * from 28x28 up (fastest runs, `bench kernel --threads 1`, 2026-11-28). IDK_WINO_MIN
- * (pixels) overrides both; IDK_WINO_BATCH=0 keeps 28x28 at every batch. */
-static int64_t wino_min_pixels(const idk_tensor_t *x) {
+ * (pixels) overrides both; IDK_WINO_BATCH=0 keeps 28x28 at every batch >= 2. */
+static int64_t wino_min_pixels(const idk_plan_t *p, const idk_tensor_t *x) {
     const char *mw = getenv("IDK_WINO_MIN");
     if (mw) return atoll(mw);
     if (x->dims[0] >= 2 && !env_off("IDK_WINO_BATCH")) return 4 * 4;
+    if (!p->depthwise && !env_off("IDK_WINO_B1")) return x->dims[1] >= 512 ? 7 * 7 : 14 * 14;
     return 28 * 28;
 }
 
@@ -882,9 +898,9 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
      *   MobileNetV2 6.53 -> 5.79 / 4.59 -> 4.13, EfficientNet-B0 12.7 -> 11.3 / 6.70 -> 6.66,
      *   ShuffleNetV2 4.76 -> 4.69 on one). IDK_DW_NHWC_MAX (output pixels) overrides.
      *   Past the Winograd stages of a network with dense kxk convolutions (outputs under
-     *   wino_min_pixels: 28x28 at batch 1, 4x4 at batch >= 2) a depthwise one reading an
-     *   nhwc tensor stays on nhwc (brdgmm): there the 1x1 convolutions on either side are
-     *   nhwc (the 1x1 rule below), and nChw16c cost a reorder before and after every
+     *   wino_min_pixels: 28x28 at batch 1 in networks with depthwise convolutions, 4x4 at
+     *   batch >= 2) a depthwise one reading an nhwc tensor stays on nhwc (brdgmm): there the
+     *   1x1 convolutions on either side are nhwc (the 1x1 rule below), and nChw16c cost a reorder before and after every
      *   depthwise one and around its squeeze-and-excitation (EfficientNetV2-S batch 1,
      *   14x14 stage: 60 of its 295 steps; sum of each op's fastest on one thread 48.2 ->
      *   47.2 ms, the depthwise ops with their reorders 0.20 -> 0.165 ms each, the 1x1
@@ -898,17 +914,21 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
      *   ShuffleNet, RegNet: their 1x1 jit kernels on nChw16c), else nhwc; a 7x7 one is nhwc
      *   in both (ResNeXt's stem; from_nhwc_stem sends the 1x1 convolutions after it back to
      *   nChw16c);
-     * - a dense 3x3 stride-1 convolution (channels multiples of 16) with at least 28x28
-     *   outputs at batch 1, from one 4x4 tile up at batch >= 2 (wino_min_pixels: the F(4x4)
+     * - a dense 3x3 stride-1 convolution (channels multiples of 16) with at least 14x14
+     *   outputs at batch 1, 7x7 from 512 input channels (28x28 in networks with depthwise
+     *   convolutions), from one 4x4
+     *   tile up at batch >= 2 (wino_min_pixels; at batch 1 a ResNet's 14x14 and 7x7 stages
+     *   now run Winograd too, its 1x1 convolutions following the blocked layout; the F(4x4)
      *   kernel wins down to 7x7, so a ResNet's or GoogLeNet's 14x14 and 7x7 stages at batch 8 are
      *   Winograd and nChw16c throughout, and the 1x1 rule below does not apply there)
      *   runs oneDNN's Winograd kernels on nChw16c (F(2x2,3x3) at batch 1, F(4x4,3x3) at
      *   batch 8): fewer multiplications, and faster than brgconv at these shapes (per-layer
      *   minimum ms with DNNL_VERBOSE on a loaded 2-vCPU Ice Lake VM: ResNet-18/50 batch 1 on
      *   one thread 56x56x64 0.76-0.80 against 1.28-1.41, 28x28x128 0.85-0.89 against
-     *   1.27-1.33; batch 8 on two threads 4.3 against 6.8 and 3.8 against 6.3), but not at
-     *   14x14 and 7x7 (1.9 against 1.5 ms at 14x14x256 on one thread; 1.33 against 0.86 and
-     *   1.42 against 1.27 ms on two: little to split across threads). The nhwc<->nChw16c
+     *   1.27-1.33; batch 8 on two threads 4.3 against 6.8 and 3.8 against 6.3); at 14x14 and
+     *   7x7 the first measurements had brgconv ahead (1.9 against 1.5 ms at 14x14x256 on one
+     *   thread; 1.33 against 0.86 and 1.42 against 1.27 ms on two), later ones with the
+     *   blocked 1x1 convolutions around them not (wino_min_pixels). The nhwc<->nChw16c
      *   reorders around them cost ResNet-50 batch 1 about 1 ms of the 3 saved; its numerics
      *   stay within the torch cross-checks (1e-6 relative). IDK_CONV_ALGO=winograd or direct
      *   and IDK_WINO_MIN (output pixels) override, for experiments. Not where the F(4x4)
@@ -927,7 +947,7 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
      * blocked16 overrides, for experiments. */
     const char *lay = getenv("IDK_CONV_LAYOUT");
     int blocked = 0, wino = 0;
-    int64_t minsp = wino_min_pixels(x);
+    int64_t minsp = wino_min_pixels(p, x);
     {
         /* Winograd (oneDNN's jit kernels, on nChw16c) for dense 3x3 stride-1 convolutions
          * with large outputs: see the layout comment above. */

@@ -826,6 +826,9 @@ IDK_API idk_status_t idk_plan_compile(idk_plan_t *p) {
         if (op->kind == IDK_OP_CONV && op->ni == 10 && op->ia[0] == 2 && op->ia[9] == 1 && p->t[op->in[0]].dims[1] >= 8 &&
             (p->t[op->in[1]].dims[2] > 1 || p->t[op->in[1]].dims[3] > 1))
             p->dense_kxk = 1;
+        /* a depthwise 2-D convolution (one input channel per group) */
+        if (op->kind == IDK_OP_CONV && op->ni == 10 && op->ia[0] == 2 && op->ia[9] > 1 && p->t[op->in[1]].dims[1] == 1)
+            p->depthwise = 1;
     }
     for (int o = 0; o < p->nops; o++) {
         p->cur_op = o;

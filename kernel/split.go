@@ -132,11 +132,11 @@ func (m *Model) weightBytes() int64 {
 }
 
 // buildSplit compiles the plans of a split batch: g is the graph compiled for the whole
-// batch, sizes the sub-batches. It returns nil when the graph is not provably
+// batch with opts (compileOptions; the sub-batches take the same), sizes the sub-batches. It returns nil when the graph is not provably
 // batch-independent, or a sub-batch does not compile (a Reshape to a fixed batch size
 // would not), or its plan fails to build: the batch then runs whole, and any real error
 // shows there.
-func (m *Model) buildSplit(g *onnx.Graph, shapes map[string][]int64, sizes []int64) []splitPart {
+func (m *Model) buildSplit(g *onnx.Graph, shapes map[string][]int64, sizes []int64, opts graph.Options) []splitPart {
 	batch := shapes[m.inputs[0].Name][0]
 	if os.Getenv(SplitEnv) != "1" && streamedBytes(g, batch, sizes[0]) > maxSplitStreamBytes {
 		return nil
@@ -157,7 +157,7 @@ func (m *Model) buildSplit(g *onnx.Graph, shapes map[string][]int64, sizes []int
 			d[0] = rows
 			sub[n] = d
 		}
-		gs, err := graph.Compile(m.src, sub, nil)
+		gs, err := graph.CompileWith(m.src, sub, nil, opts)
 		if err != nil {
 			return fail()
 		}

@@ -135,3 +135,37 @@ func TestWinoNotUnderOneTile(t *testing.T) {
 		checkSwitched(t, "2x2 outputs at batch 4, Winograd (IDK_WINO_MIN=1) against the default", out, wino, wagain)
 	}
 }
+
+// TestWinoSmallAtBatch1: at batch 1, in a network without depthwise convolutions, the
+// dense 3x3 convolutions from 7x7 outputs up run Winograd (wino_min_pixels in ops.c), not
+// only from 28x28 up: ResNet-18 at 112x112 (3x3 convolutions at 28x28 to 4x4) on two
+// threads gives the logits of IDK_WINO_B1=0 to 1e-5 of the largest (Winograd rounds its
+// transforms differently), not the same bits (the switch took effect), and the same bytes
+// on a second run. A network with a depthwise convolution keeps its plan: the same bits.
+func TestWinoSmallAtBatch1(t *testing.T) {
+	m, err := zoo.Build("resnet18", zoo.Options{Seed: 9, InputShape: []int64{3, 112, 112}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := seededInput([]int64{1, 3, 112, 112}, 23)
+	direct, wino, again := switchedRuns(t, "IDK_WINO_B1", func() []float32 { return logits(t, m, x) })
+	checkSwitched(t, "resnet18 batch 1, Winograd from 7x7 against 28x28 up (IDK_WINO_B1=0)", direct, wino, again)
+
+	// a dense 3x3 convolution at 14x14 in a network with a depthwise one: brgconv as before
+	c := newCatGraph("x", -1, 32, 14, 14)
+	d := c.conv("d", "x", 32, 32, 3)
+	dw := c.param("dw.w", 32, 1, 3, 3)
+	c.node("Conv", "dw", map[string]*onnx.Attribute{
+		"kernel_shape": {Name: "kernel_shape", Type: onnx.AttrInts, Ints: []int64{3, 3}},
+		"pads":         {Name: "pads", Type: onnx.AttrInts, Ints: []int64{1, 1, 1, 1}},
+		"group":        {Name: "group", Type: onnx.AttrInt, I: 32},
+	}, d, dw)
+	c.outputs("dw")
+	xd := seeded(4, 1, 32, 14, 14)
+	off, on, _ := switchedRuns(t, "IDK_WINO_B1", func() []float32 { return runCat(t, c, xd)[0] })
+	for i := range on {
+		if math.Float32bits(on[i]) != math.Float32bits(off[i]) {
+			t.Fatalf("with a depthwise convolution: output %d: %v, and %v with IDK_WINO_B1=0", i, on[i], off[i])
+		}
+	}
+}

@@ -57,7 +57,7 @@ func CheckOperators(m *onnx.Model) error {
 
 // Compile returns a graph ready for the kernel, for these exact input shapes.
 func Compile(m *onnx.Model, shapes map[string][]int64, consts map[string]*onnx.Tensor) (*onnx.Graph, error) {
-	return compile(m, shapes, consts, false)
+	return compileOpts(m, shapes, consts, false, Options{})
 }
 
 // CompileTraining returns a graph for a training plan: shapes, constants and pads are
@@ -66,10 +66,10 @@ func Compile(m *onnx.Model, shapes map[string][]int64, consts map[string]*onnx.T
 // post-ops are fused, so every trainable operator is its own node and every parameter is
 // still the initializer of its original name.
 func CompileTraining(m *onnx.Model, shapes map[string][]int64) (*onnx.Graph, error) {
-	return compile(m, shapes, nil, true)
+	return compileOpts(m, shapes, nil, true, Options{})
 }
 
-func compile(m *onnx.Model, shapes map[string][]int64, consts map[string]*onnx.Tensor, training bool) (*onnx.Graph, error) {
+func compileOpts(m *onnx.Model, shapes map[string][]int64, consts map[string]*onnx.Tensor, training bool, opts Options) (*onnx.Graph, error) {
 	if m == nil || m.Graph == nil {
 		return nil, fmt.Errorf("graph: no model graph")
 	}
@@ -124,6 +124,9 @@ func compile(m *onnx.Model, shapes map[string][]int64, consts map[string]*onnx.T
 		c.fuseLayerNorm()
 		c.dropExpands()
 		c.fuseTransformer()
+		if opts.ConcatConv {
+			c.splitConcatConvs()
+		}
 		c.fusePostOps()
 	}
 	c.pruneDead()
