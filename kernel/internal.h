@@ -148,6 +148,8 @@ int idk_buf_alias(idk_plan_t *p, int buf, int parent, size_t off);
 int idk_bufs_overlap(const idk_plan_t *p, int a, int b);
 size_t idk_tensor_volume(const idk_tensor_t *t);
 int idk_esz(int dtype);
+/* env_off reports whether the switch name (an IDK_ environment variable) is set to 0. */
+int env_off(const char *name);
 void idk_plain_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims);
 
 /* view helpers */

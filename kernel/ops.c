@@ -380,12 +380,6 @@ static int new_out(idk_plan_t *p, int tid, const dnnl_memory_desc_t *md) {
     return b;
 }
 
-/* env_off reports whether the switch name is set to 0 (a behaviour turned off). */
-static int env_off(const char *name) {
-    const char *e = getenv(name);
-    return e && strcmp(e, "0") == 0;
-}
-
 /* pd_is_ref reports whether oneDNN implements pd with its reference kernel (plain C loops,
  * 10-100x slower than its jit ones): the caller then tries another layout. */
 static int pd_is_ref(const_dnnl_primitive_desc_t pd) {

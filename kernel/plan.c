@@ -241,6 +241,12 @@ IDK_API int64_t idk_plan_arena_bytes(const idk_plan_t *p) { return p ? (int64_t)
 IDK_API int64_t idk_plan_last_run_ns(const idk_plan_t *p) { return p ? p->last_ns : 0; }
 IDK_API int32_t idk_plan_steps(const idk_plan_t *p) { return p ? p->ns : 0; }
 IDK_API int32_t idk_noop(int32_t x) { return x + 1; }
+
+/* env_off reports whether the switch name is set to 0 (a behaviour turned off). */
+int env_off(const char *name) {
+    const char *e = getenv(name);
+    return e && strcmp(e, "0") == 0;
+}
 /* idk_thread_release frees the calling thread's OpenMP pool (libgomp's worker threads for
  * the parallel regions this thread started), which libgomp otherwise frees only when the
  * thread exits. A plan's thread (kernel/osthread.go) calls it before it ends: Go never ends
@@ -251,8 +257,7 @@ IDK_API int32_t idk_noop(int32_t x) { return x + 1; }
  * threads: 3.5-3.6 -> 6.0-6.3 ms in a process that had closed a model). IDK_POOL_RELEASE=0
  * leaves the pool to the thread's exit. */
 IDK_API void idk_thread_release(void) {
-    const char *e = getenv("IDK_POOL_RELEASE");
-    if (e && strcmp(e, "0") == 0) return;
+    if (env_off("IDK_POOL_RELEASE")) return;
     omp_pause_resource_all(omp_pause_soft);
 }
 
@@ -739,8 +744,7 @@ static int reads_only(int kind) {
  * their memory objects at the buffer given, when it differs from the last run's.
  * IDK_INPUT_ALIAS=0 copies every input. */
 static idk_status_t alias_inputs(idk_plan_t *p) {
-    const char *e = getenv("IDK_INPUT_ALIAS");
-    if (e && strcmp(e, "0") == 0) return IDK_OK;
+    if (env_off("IDK_INPUT_ALIAS")) return IDK_OK;
     int total = 0;
     for (int si = 0; si < p->ns; si++) total += p->s[si].nargs;
     p->in_alias = calloc((size_t)p->nin + 1, sizeof(int));
