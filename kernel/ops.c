@@ -799,35 +799,17 @@ static dnnl_primitive_desc_t wino_f4_pd(idk_plan_t *p, const dnnl_convolution_de
 }
 
 /* wino_min_pixels is the fewest output pixels (a side squared) at which a dense 3x3
- * stride-1 convolution with input x runs Winograd. At batch 1, in a network without
- * depthwise convolutions: from 14x14 up, and from 7x7 up with at least 512 input channels
- * (the transforms cost O(C) a pixel, the products O(C^2): under 14x14 only wide layers
- * gain; AlexNet's 384->256 and 192->384 at 13x13 lost 0.28 and 0.06 ms, Inception-v3's
- * 448->384 at 8x8 0.03-0.06, with Winograd from 7x7 up for all). oneDNN's F(2x2,3x3) kernel had lost to brgconv under
- * 28x28 in the first measurements (see the layout comment), but with the F(2x2) blocking
- * check (wino_f2_blocks_poorly) and the 1x1 convolutions around following the blocked
- * layout, two threads, per-op fastest of interleaved runs (IDK_PROFILE=2, 2026-11-28
- * 12:39-12:47 UTC, load 1.5-2): 512->512 at 14x14 2.68-2.89 -> 1.90-1.97 ms (Wide
- * ResNet-50-2, VGG-11), 256->256 at 14x14 0.67-0.71 -> 0.59-0.61 (ResNet-18, -50),
- * 1024->1024 at 7x7 4.48-4.59 -> 3.65-3.70 (Wide ResNet), 512->512 at 7x7 0.99-1.03 ->
- * 0.88-0.94 (ResNet-18, -50), SqueezeNet's 27x27 ones 0.16-0.33 -> 0.12-0.25; sum of every
- * op's fastest Wide ResNet 73.2 -> 66.2, ResNet-18 10.6 -> 9.8, ResNet-50 27.3 -> 26.4,
- * VGG-11 47.1 -> 45.0, SqueezeNet 5.10 -> 4.74 (all from 7x7 up). Where there are depthwise
- * convolutions the threshold also moves their layout rules (the depthwise and 1x1 ones
- * past the Winograd stages stay nhwc only under it): EfficientNetV2-S went 26.57 -> 26.90,
- * so those networks keep 28x28. IDK_WINO_B1=0 keeps 28x28 at batch 1.
- * At batch >= 2 oneDNN takes its F(4x4,3x3) kernel, which beats brgconv at every size
- * down to 7x7 (per-primitive minimum ms, batch 4 on one thread as a split batch's parts run, Winograd against brgconv:
- * 256->256 at 14x14 5.1 against 5.9, 512->512 at 7x7 4.0 against 6.8, 512->512 at 14x14
- * 16.5 against 37.9, AlexNet's 192->384 at 13x13 4.5 against 5.3, GoogLeNet's 160->320 at
- * 7x7 0.92 against 1.56, SqueezeNet's 64->256 at 27x27 4.7 against 8.3; batch 2 on one
- * thread and batch 8 on two alike), so there its minimum is one 4x4 tile: under it most of
- * a tile's outputs are thrown away (a 1x1 output computes 36 products for 9 useful ones),
- * and ResNet-18 at 32x32 input (3x3 convolutions at 8x8 to 1x1) ran batch 8 on one thread
- * in 19.2-22.0 ms with Winograd down to 1x1 against 6.6 from 4x4 up and 6.5-6.6 from 28x28
- * up; ResNet-50 at 64x64 57.8-59.0 from 4x4 up against 61.1-63.1 down to 1x1 and 60.4-64.0
- * from 28x28 up (fastest runs, `bench kernel --threads 1`, 2026-11-28). IDK_WINO_MIN
- * (pixels) overrides both; IDK_WINO_BATCH=0 keeps 28x28 at every batch >= 2. */
+ * stride-1 convolution with input x runs Winograd:
+ * - batch >= 2: one 4x4 tile (oneDNN takes F(4x4,3x3) there, which beats brgconv at every
+ *   size down to 7x7; under a tile most of its outputs are thrown away);
+ * - batch 1, in a network without depthwise convolutions: 14x14, and 7x7 from 512 input
+ *   channels (F(2x2,3x3); the transforms cost O(C) a pixel, the products O(C^2), so under
+ *   14x14 only wide layers gain);
+ * - batch 1 with depthwise convolutions: 28x28 (the threshold also moves their depthwise
+ *   and 1x1 layout rules, and EfficientNetV2-S lost with 14x14).
+ * Measurements: benchmarks/README.md ("Winograd at every size at batch >= 2", "Winograd at
+ * batch 1 from 14x14 up"). IDK_WINO_MIN (pixels) overrides all; IDK_WINO_BATCH=0 and
+ * IDK_WINO_B1=0 keep 28x28 at batch >= 2 and at batch 1. */
 static int64_t wino_min_pixels(const idk_plan_t *p, const idk_tensor_t *x) {
     const char *mw = getenv("IDK_WINO_MIN");
     if (mw) return atoll(mw);
