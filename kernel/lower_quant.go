@@ -15,6 +15,7 @@ const (
 	opQuantize   = 64
 	opDequantize = 65
 	opQConv      = 66
+	opQMatMul    = 67
 )
 
 // lowerQuant lowers QuantizeLinear, DequantizeLinear and the Conv nodes the graph compiler
@@ -25,6 +26,8 @@ func (b *builder) lowerQuant(n *onnx.Node) (handled bool, err error) {
 		return true, b.lowerQDQ(n)
 	case n.OpType == "Conv" && n.Attrs[graph.QDQAttrs.Weights] != nil:
 		return true, b.lowerQConv(n)
+	case (n.OpType == "MatMul" || n.OpType == "Gemm") && n.Attrs[graph.QDQAttrs.Weights] != nil:
+		return true, b.lowerQMatMul(n)
 	}
 	return false, nil
 }
@@ -175,6 +178,74 @@ func (b *builder) lowerQConv(n *onnx.Node) error {
 		return err
 	}
 	if err := b.op(opQConv, in, []int32{y}, ia, fa); err != nil {
+		return err
+	}
+	return b.addPostOps(posts)
+}
+
+// lowerQMatMul lowers a MatMul or Gemm carrying the graph compiler's qdq attributes into
+// IDK_OP_QMATMUL: x (rank >= 2, read as rows of K), int8 weights as (K, N), one weight scale
+// per column and an optional constant bias of N values.
+func (b *builder) lowerQMatMul(n *onnx.Node) error {
+	wt := n.Attrs[graph.QDQAttrs.Weights].T
+	if len(wt.Dims) != 2 {
+		return b.errf("int8 matmul weights of rank %d", len(wt.Dims))
+	}
+	w := wt
+	if n.OpType == "Gemm" && attrInt(n, "transB", 0) != 0 {
+		// (N, K) -> (K, N)
+		N, K := wt.Dims[0], wt.Dims[1]
+		v := make([]int64, len(wt.I64))
+		for i := int64(0); i < N; i++ {
+			for k := int64(0); k < K; k++ {
+				v[k*N+i] = wt.I64[i*K+k]
+			}
+		}
+		w = &onnx.Tensor{DType: wt.DType, Dims: []int64{K, N}, I64: v}
+	}
+	xd, err := b.dims(n.Inputs[0])
+	if err != nil {
+		return err
+	}
+	if len(xd) < 2 || xd[len(xd)-1] != w.Dims[0] {
+		return b.errf("int8 matmul input %v does not fit weights %v", xd, w.Dims)
+	}
+	posts, err := parsePostOps(n)
+	if err != nil {
+		return b.errf("%v", err)
+	}
+	x, err := b.in(n.Inputs[0])
+	if err != nil {
+		return err
+	}
+	wid, err := b.int8Const(w)
+	if err != nil {
+		return err
+	}
+	ws := n.Attrs[graph.QDQAttrs.WScales].Floats
+	wsID, err := b.addTensor(dtF32, []int64{int64(len(ws))}, nonNilF(ws), nil)
+	if err != nil {
+		return err
+	}
+	in := []int32{x, wid, wsID}
+	if len(n.Inputs) > 2 && n.Inputs[2] != "" {
+		bt, ok := b.g.Initializers[n.Inputs[2]]
+		if !ok || bt == nil || bt.DType != onnx.Float || int64(len(bt.F32)) != w.Dims[1] {
+			return b.errf("int8 matmul bias must be %d constant floats", w.Dims[1])
+		}
+		id, err := b.addTensor(dtF32, []int64{w.Dims[1]}, nonNilF(bt.F32), nil)
+		if err != nil {
+			return err
+		}
+		in = append(in, id)
+	}
+	y, err := b.out(n.Outputs[0])
+	if err != nil {
+		return err
+	}
+	ia := []int64{attrInt(n, graph.QDQAttrs.XZero, 0), attrInt(n, graph.QDQAttrs.XSigned, 0)}
+	fa := []float32{attrFloat(n, graph.QDQAttrs.XScale, 0)}
+	if err := b.op(opQMatMul, in, []int32{y}, ia, fa); err != nil {
 		return err
 	}
 	return b.addPostOps(posts)

@@ -36,7 +36,7 @@ func referenceQDQ(t *testing.T, m *onnx.Model) *onnx.Model {
 		f := make([]float32, len(q.I64))
 		for i, v := range q.I64 {
 			c := (int64(i) / inner) % q.Dims[axis]
-			f[i] = float32(v) * s.F32[c] // zero points are 0
+			f[i] = float32(v) * s.F32[c%int64(len(s.F32))] // zero points are 0; one scale: per tensor
 		}
 		g.Initializers[n.Outputs[0]] = &onnx.Tensor{Name: n.Outputs[0], DType: onnx.Float, Dims: q.Dims, F32: f}
 	}
@@ -172,6 +172,12 @@ func TestQDQConvInt8MatchesReference(t *testing.T) {
 
 // int8Convs compiles the model for these input dims and counts the Conv nodes marked for int8.
 func (m *Model) int8Convs(t *testing.T, dims []int64) int {
+	return m.int8Nodes(t, dims, "Conv")
+}
+
+// int8Nodes compiles the model for these input dims and counts the nodes of the given types
+// marked for int8.
+func (m *Model) int8Nodes(t *testing.T, dims []int64, types ...string) int {
 	t.Helper()
 	g, err := graph.Compile(m.src, map[string][]int64{m.inputs[0].Name: dims}, nil)
 	if err != nil {
@@ -179,11 +185,142 @@ func (m *Model) int8Convs(t *testing.T, dims []int64) int {
 	}
 	n := 0
 	for _, nd := range g.Nodes {
-		if nd.OpType == "Conv" && nd.Attrs["idunno.qdq_w"] != nil {
-			n++
+		for _, ty := range types {
+			if nd.OpType == ty && nd.Attrs["idunno.qdq_w"] != nil {
+				n++
+			}
 		}
 	}
 	return n
+}
+
+// qdqMatMulModel is x (2, 5, 12) -> Q/DQ (uint8, zero point zp) -> MatMul(int8 weights (12,
+// 20) per column) + bias -> Relu -> Flatten -> Q/DQ -> Gemm(transB, int8 weights (7, 100) per
+// row, bias) -> + Gemm(transB 0, per-tensor weights (100, 7), no bias) -> output.
+func qdqMatMulModel(zp int64, rng *rand.Rand) *onnx.Model {
+	ini := map[string]*onnx.Tensor{}
+	f32 := func(name string, dims []int64, v []float32) string {
+		ini[name] = &onnx.Tensor{Name: name, DType: onnx.Float, Dims: dims, F32: v}
+		return name
+	}
+	i64 := func(name string, dt onnx.DataType, dims []int64, v []int64) string {
+		ini[name] = &onnx.Tensor{Name: name, DType: dt, Dims: dims, I64: v}
+		return name
+	}
+	rnd := func(n int64, lo, span float32) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = lo + span*rng.Float32()
+		}
+		return v
+	}
+	// weights quantized along axis (scales: one per index of axis, or one when axis < 0)
+	weights := func(name string, dims []int64, axis int) (string, string, string) {
+		q := make([]int64, dims[0]*dims[1])
+		for i := range q {
+			q[i] = int64(rng.Intn(255) - 127)
+		}
+		ns := int64(1)
+		sd := []int64{}
+		if axis >= 0 {
+			ns = dims[axis]
+			sd = []int64{ns}
+		}
+		return i64(name+"_q", onnx.Int8, dims, q), f32(name+"_s", sd, rnd(ns, 0.001, 0.01)), i64(name+"_z", onnx.Int8, sd, make([]int64, ns))
+	}
+	node := func(op string, in []string, out string, kv ...any) *onnx.Node {
+		a := map[string]*onnx.Attribute{}
+		for i := 0; i < len(kv); i += 2 {
+			a[kv[i].(string)] = &onnx.Attribute{Name: kv[i].(string), Type: onnx.AttrInt, I: int64(kv[i+1].(int))}
+		}
+		return &onnx.Node{Name: out + "_node", OpType: op, Inputs: in, Outputs: []string{out}, Attrs: a}
+	}
+	xs := f32("xs", []int64{}, []float32{0.02})
+	xz := i64("xz", onnx.Uint8, []int64{}, []int64{zp})
+	ys := f32("ys", []int64{}, []float32{0.05})
+	yz := i64("yz", onnx.Uint8, []int64{}, []int64{0})
+	w1q, w1s, w1z := weights("w1", []int64{12, 20}, 1)
+	w2q, w2s, w2z := weights("w2", []int64{7, 100}, 0)
+	w3q, w3s, w3z := weights("w3", []int64{100, 7}, -1)
+	f32("b1", []int64{20}, rnd(20, -0.5, 1))
+	f32("b2", []int64{7}, rnd(7, -0.5, 1))
+	nodes := []*onnx.Node{
+		node("QuantizeLinear", []string{"x", xs, xz}, "xq"),
+		node("DequantizeLinear", []string{"xq", xs, xz}, "xd"),
+		node("DequantizeLinear", []string{w1q, w1s, w1z}, "w1d", "axis", 1),
+		node("MatMul", []string{"xd", "w1d"}, "m1"),
+		node("Add", []string{"m1", "b1"}, "a1"),
+		node("Relu", []string{"a1"}, "r1"),
+		node("Flatten", []string{"r1"}, "f1", "axis", 1),
+		node("QuantizeLinear", []string{"f1", ys, yz}, "fq"),
+		node("DequantizeLinear", []string{"fq", ys, yz}, "fd"),
+		node("DequantizeLinear", []string{w2q, w2s, w2z}, "w2d", "axis", 0),
+		node("Gemm", []string{"fd", "w2d", "b2"}, "g2", "transB", 1),
+		node("DequantizeLinear", []string{w3q, w3s, w3z}, "w3d", "axis", 1),
+		node("Gemm", []string{"fd", "w3d"}, "g3"),
+		node("Add", []string{"g2", "g3"}, "y"),
+	}
+	return &onnx.Model{IRVersion: 8, Opset: 13, Graph: &onnx.Graph{
+		Name: "qdq_mm", Nodes: nodes, Initializers: ini,
+		Inputs:  []onnx.ValueInfo{{Name: "x", DType: onnx.Float, Dims: []int64{2, 5, 12}, HasShape: true}},
+		Outputs: []onnx.ValueInfo{{Name: "y", DType: onnx.Float}},
+	}}
+}
+
+// TestQDQMatMulInt8MatchesReference checks oneDNN's int8 matmul path (MatMul with a bias
+// and ReLU, Gemm with transB and a bias, Gemm with per-tensor weights) against the
+// reference path on the same QDQ model, within 1e-4 of the output's largest magnitude, for
+// a zero and a non-zero input zero point, and byte-identical over two runs.
+func TestQDQMatMulInt8MatchesReference(t *testing.T) {
+	dims := []int64{2, 5, 12}
+	for _, zp := range []int64{0, 128} {
+		rng := rand.New(rand.NewSource(zp + 7))
+		m := qdqMatMulModel(zp, rng)
+		x := &onnx.Tensor{Name: "x", DType: onnx.Float, Dims: dims, F32: make([]float32, 2*5*12)}
+		for i := range x.F32 {
+			x.F32[i] = float32(rng.NormFloat64())
+		}
+		fast, err := LoadModel(m, Options{Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fast.Close()
+		if n := fast.int8Nodes(t, dims, "MatMul", "Gemm"); n != 3 {
+			t.Fatalf("zp %d: %d matrix products run in int8, want 3", zp, n)
+		}
+		ref, err := LoadModel(referenceQDQ(t, m), Options{Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ref.Close()
+		if n := ref.int8Nodes(t, dims, "MatMul", "Gemm"); n != 0 {
+			t.Fatalf("reference model: %d int8 matrix products", n)
+		}
+		got, err := fast.Run([]*onnx.Tensor{x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := fast.Run([]*onnx.Tensor{x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := ref.Run([]*onnx.Tensor{x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var big, worst float64
+		for i, w := range want[0].F32 {
+			big = math.Max(big, math.Abs(float64(w)))
+			worst = math.Max(worst, math.Abs(float64(got[0].F32[i]-w)))
+			if math.Float32bits(got[0].F32[i]) != math.Float32bits(again[0].F32[i]) {
+				t.Fatalf("zp %d: value %d differs between two runs", zp, i)
+			}
+		}
+		if worst > 1e-4*big {
+			t.Errorf("zp %d: int8 path differs from the reference by %g (largest output %g)", zp, worst, big)
+		}
+		t.Logf("zp %d: largest difference %g of %g", zp, worst, big)
+	}
 }
 
 // TestPeakInt8 reports the VNNI int8 peak beside the FP32 one (benchmarks quote both).

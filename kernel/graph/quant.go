@@ -469,14 +469,46 @@ func (c *compiler) expandQLinear(n *onnx.Node) ([]*onnx.Node, error) {
 // int8 convolution. The result equals the reference path's up to float rounding of the
 // accumulation (the s32 sum is exact; the reference sums dequantized floats). A Conv whose
 // pattern does not fit keeps the reference path.
+//
+// MatMul by 2-D weights (K, N) quantized along axis 1, and Gemm (transA 0, alpha 1, beta 1)
+// by weights quantized along their N axis, fuse the same way: the kernel runs oneDNN's int8
+// matmul on the input flattened to 2-D.
 func (c *compiler) fuseQDQ() {
 	ix := c.index()
 	for _, n := range c.nodes {
-		if n.OpType != "Conv" || ix.dead[n] || n.Attrs[qdqWeights] != nil {
+		if ix.dead[n] || n.Attrs[qdqWeights] != nil || len(n.Inputs) < 2 {
 			continue
 		}
 		src := c.dq[n.Inputs[1]]
-		if src == nil || src.q.DType != onnx.Int8 || (src.axis != 0 && src.axis != -1) {
+		if src == nil || src.q.DType != onnx.Int8 {
+			continue
+		}
+		nAxis, ok := 0, false // the weights' output-channel axis
+		switch n.OpType {
+		case "Conv":
+			ok = true
+		case "MatMul":
+			nAxis = 1
+			av := c.vals[n.Inputs[0]]
+			ok = len(src.q.Dims) == 2 && av != nil && len(av.Dims) >= 2
+		case "Gemm":
+			x := &nodeCtx{c: c, n: n}
+			ta, e1 := x.attrInt("transA", 0)
+			tb, e2 := x.attrInt("transB", 0)
+			alpha, e3 := x.attrFloat("alpha", 1)
+			beta, e4 := x.attrFloat("beta", 1)
+			if tb == 0 {
+				nAxis = 1
+			}
+			ok = e1 == nil && e2 == nil && e3 == nil && e4 == nil && ta == 0 && alpha == 1 && beta == 1 && len(src.q.Dims) == 2
+			if ok && len(n.Inputs) > 2 && n.Inputs[2] != "" {
+				// a constant bias of N values (broadcast over the rows)
+				b := c.consts[n.Inputs[2]]
+				ok = b != nil && b.DType == onnx.Float && volumeOf(b.Dims) == src.q.Dims[nAxis] &&
+					(len(b.Dims) == 1 || len(b.Dims) == 2 && b.Dims[0] == 1)
+			}
+		}
+		if !ok || (src.axis != nAxis && src.axis != -1) {
 			continue
 		}
 		if !allZero(src.zeros) {
@@ -497,7 +529,7 @@ func (c *compiler) fuseQDQ() {
 		if !ok {
 			continue
 		}
-		wsc := make([]float32, src.q.Dims[0])
+		wsc := make([]float32, src.q.Dims[nAxis])
 		for i := range wsc {
 			wsc[i] = src.scales[i%len(src.scales)]
 		}
