@@ -60,7 +60,8 @@ idk_status_t idk_check_quant(idk_plan_t *p, const idk_op_t *op) {
             return qbad(p, "qconv takes x, w (i8), w_scales, [b]");
         const idk_tensor_t *x = T(0), *w = T(1), *ws = T(2);
         int S = x->ndims - 2;
-        if (S < 1 || S > 3 || op->ni != 2 + 4 * S + 2 || op->nf != 1) return qbad(p, "qconv attributes");
+        int yq = op->ni == 4 * S + 6 && op->nf == 2; /* the output written as 8-bit values */
+        if (S < 1 || S > 3 || !(yq || (op->ni == 4 * S + 4 && op->nf == 1))) return qbad(p, "qconv attributes");
         if (x->dtype != IDK_F32 || w->dtype != IDK_I8 || !w->cdata || w->ndims != x->ndims)
             return qbad(p, "qconv needs f32 x and constant i8 weights of x's rank");
         if (ws->dtype != IDK_F32 || idk_tensor_volume(ws) != (size_t)w->dims[0] || !ws->cdata)
@@ -74,6 +75,16 @@ idk_status_t idk_check_quant(idk_plan_t *p, const idk_op_t *op) {
         if (sgn != 0 && sgn != 1) return qbad(p, "qconv x_signed must be 0 or 1");
         if (sgn ? (zp < -128 || zp > 127) : (zp < 0 || zp > 255)) return qbad(p, "qconv x zero point out of range");
         if (!(op->fa[0] > 0) || !isfinite(op->fa[0])) return qbad(p, "qconv x scale must be positive");
+        if (yq) {
+            int64_t yz = op->ia[4 + 4 * S], ys = op->ia[5 + 4 * S];
+            if (ys != 0 && ys != 1) return qbad(p, "qconv y_signed must be 0 or 1");
+            if (ys ? (yz < -128 || yz > 127) : (yz < 0 || yz > 255)) return qbad(p, "qconv y zero point out of range");
+            if (!(op->fa[1] > 0) || !isfinite(op->fa[1])) return qbad(p, "qconv y scale must be positive");
+            for (int i = 0; i < op->npost; i++)
+                if (op->post[i].kind == IDK_POST_SUM ||
+                    (!(op->post[i].alg == IDK_ELT_RELU && op->post[i].alpha == 0) && op->post[i].alg != IDK_ELT_CLIP))
+                    return qbad(p, "qconv with an 8-bit output takes no post-op but ReLU or Clip");
+        }
         return IDK_OK;
     }
     case IDK_OP_QMATMUL: {
@@ -264,6 +275,12 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
     int64_t g = ia[1 + 4 * S], zp = ia[2 + 4 * S];
     int sgn = (int)ia[3 + 4 * S];
     float xs = op->fa[0];
+    /* an 8-bit output (chainQDQ): requantized with y's scale and zero point in the output
+     * scales, for int8 convolutions reading it as it is */
+    int yq = op->ni == 4 * S + 6;
+    int64_t yzp = yq ? ia[4 + 4 * S] : 0;
+    float ys = yq ? op->fa[1] : 1.0f;
+    dnnl_data_type_t ddt = !yq ? dnnl_f32 : ia[5 + 4 * S] ? dnnl_s8 : dnnl_u8;
     int64_t oc = w->dims[0];
     dnnl_dims_t st, dl, pb, pe;
     for (int i = 0; i < S; i++) {
@@ -275,7 +292,7 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
     dnnl_data_type_t sdt = sgn ? dnnl_s8 : dnnl_u8;
     dnnl_memory_desc_t src, wei, bias, dst;
     tag_md(&src, nd, x->dims, sdt, dnnl_format_tag_any);
-    tag_md(&dst, nd, o->dims, dnnl_f32, dnnl_format_tag_any);
+    tag_md(&dst, nd, o->dims, ddt, dnnl_format_tag_any);
     int64_t wd[IDK_MAX_DIMS + 1];
     int wn = nd;
     if (g > 1) {
@@ -301,17 +318,26 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
         dnnl_primitive_attr_destroy(attr);
         return IDK_ERR_NOMEM;
     }
-    for (int64_t c = 0; c < oc; c++) osc[c] = xs * wsc[c];
+    for (int64_t c = 0; c < oc; c++) osc[c] = xs * wsc[c] / ys;
     ds = dnnl_primitive_attr_set_output_scales(attr, oc, 1 << 1, osc);
     free(osc);
-    int32_t zpv = (int32_t)zp, zrt = DNNL_RUNTIME_S32_VAL;
+    int32_t zpv = (int32_t)zp, yzpv = (int32_t)yzp, zrt = DNNL_RUNTIME_S32_VAL;
     if (ds == dnnl_success && zp != 0) ds = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &zrt);
+    if (ds == dnnl_success && yzp != 0) ds = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_DST, 1, 0, &zrt);
     if (ds != dnnl_success) {
         dnnl_primitive_attr_destroy(attr);
         return qdnnl_err(p, "int8 conv scales", ds);
     }
     int sum_tid;
-    idk_status_t rc = idk_with_post_ops(p, op, attr, &sum_tid);
+    /* post-ops act on the output scales' result: in y's steps when yq, so Clip's bounds too
+     * (ReLU's 0 stays 0) */
+    idk_op_t scaled = *op;
+    for (int i = 0; yq && i < scaled.npost; i++)
+        if (scaled.post[i].alg == IDK_ELT_CLIP) {
+            scaled.post[i].alpha /= ys;
+            scaled.post[i].beta /= ys;
+        }
+    idk_status_t rc = idk_with_post_ops(p, &scaled, attr, &sum_tid);
     if (rc != IDK_OK) {
         dnnl_primitive_attr_destroy(attr);
         return rc;
@@ -324,14 +350,36 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
     dnnl_memory_desc_t wmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     dnnl_memory_desc_t dmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
     rc = IDK_ERR_DNNL;
-    int xb, qb, wb, bb = -1, db, zb = -1;
+    int xb, qb, wb, bb = -1, db, zb = -1, yzb = -1;
     /* the input's float view in the 8-bit layout's shape: plain, or nChw16c-like blocked is
      * fine too; reorder from the producer's primary layout */
     idk_view_t *xv;
     if (idk_primary(p, op->in[0], &xv) != 0) goto out;
     xb = xv->buf;
     dnnl_memory_desc_t xmd = xv->md;
-    {
+    if (xmd.data_type == dnnl_u8 || xmd.data_type == dnnl_s8) {
+        /* written quantized by an int8 convolution with this op's input scale (chainQDQ):
+         * used as it is, or copied into the layout this convolution takes */
+        if (xmd.data_type != sdt) {
+            idk_fail(p, IDK_ERR_INVALID, "op %d: 8-bit input of the wrong signedness", p->cur_op);
+            goto out;
+        }
+        if (dnnl_memory_desc_equal(&xmd, &smd)) {
+            qb = xb;
+        } else {
+            dnnl_primitive_desc_t rpd = NULL;
+            idk_step_t *rs;
+            if (dnnl_reorder_primitive_desc_create(&rpd, &xmd, p->eng, &smd, p->eng, NULL) != dnnl_success ||
+                (qb = idk_new_buffer(p, dnnl_memory_desc_get_size(&smd))) < 0 || idk_finish_prim(p, rpd, &rs) != IDK_OK) {
+                if (rpd) dnnl_primitive_desc_destroy(rpd);
+                idk_fail(p, IDK_ERR_DNNL, "op %d: int8 layout reorder", p->cur_op);
+                goto out;
+            }
+            dnnl_primitive_desc_destroy(rpd);
+            idk_step_arg(rs, DNNL_ARG_FROM, &xmd, xb);
+            idk_step_arg(rs, DNNL_ARG_TO, &smd, qb);
+        }
+    } else {
         /* quantize: q = saturate(round(x / xs) + zp), into the conv's src layout */
         dnnl_primitive_attr_t qa = idk_new_attr();
         if (!qa) goto out;
@@ -375,6 +423,7 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
         if (bb < 0) goto out;
     }
     if (zp != 0 && (zb = const_buffer(p, &zpv, sizeof zpv, NULL)) < 0) goto out;
+    if (yzp != 0 && (yzb = const_buffer(p, &yzpv, sizeof yzpv, NULL)) < 0) goto out;
     db = sum_tid >= 0 ? idk_dst_for_sum(p, op, sum_tid, &dmd) : idk_new_out(p, op->out[0], &dmd);
     if (db < 0) goto out;
     idk_step_t *s;
@@ -383,12 +432,11 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
     idk_step_arg(s, DNNL_ARG_WEIGHTS, &wmd, wb);
     if (has_bias) idk_step_arg(s, DNNL_ARG_BIAS, &bias, bb);
     idk_step_arg(s, DNNL_ARG_DST, &dmd, db);
-    if (zb >= 0) {
-        dnnl_memory_desc_t zmd;
-        int64_t one = 1;
-        tag_md(&zmd, 1, &one, dnnl_s32, dnnl_a);
-        idk_step_arg(s, DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, &zmd, zb);
-    }
+    dnnl_memory_desc_t zmd;
+    int64_t one = 1;
+    tag_md(&zmd, 1, &one, dnnl_s32, dnnl_a);
+    if (zb >= 0) idk_step_arg(s, DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, &zmd, zb);
+    if (yzb >= 0) idk_step_arg(s, DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, &zmd, yzb);
     rc = IDK_OK;
 out:
     dnnl_primitive_desc_destroy(pd);

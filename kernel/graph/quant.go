@@ -2,6 +2,8 @@ package graph
 
 import (
 	"math"
+	"os"
+	"strings"
 
 	"idunno/kernel/onnx"
 )
@@ -21,10 +23,16 @@ const (
 	qdqXScale  = "idunno.qdq_x_scale"  // AttrFloat: the input's scale
 	qdqXZero   = "idunno.qdq_x_zero"   // AttrInt: the input's zero point
 	qdqXSigned = "idunno.qdq_x_signed" // AttrInt: 1 when the input quantizes to int8, 0 for uint8
+	// set by chainQDQ on an int8 Conv whose every reader is an int8 Conv quantizing its
+	// output the same way: the Conv writes its output already quantized with these
+	qdqYScale  = "idunno.qdq_y_scale"  // AttrFloat
+	qdqYZero   = "idunno.qdq_y_zero"   // AttrInt
+	qdqYSigned = "idunno.qdq_y_signed" // AttrInt
 )
 
-// QDQAttrs lists the attributes fuseQDQ sets on a Conv (for the kernel's lowering).
-var QDQAttrs = struct{ Weights, WScales, XScale, XZero, XSigned string }{qdqWeights, qdqWScales, qdqXScale, qdqXZero, qdqXSigned}
+// QDQAttrs lists the attributes fuseQDQ and chainQDQ set (for the kernel's lowering).
+var QDQAttrs = struct{ Weights, WScales, XScale, XZero, XSigned, YScale, YZero, YSigned string }{
+	qdqWeights, qdqWScales, qdqXScale, qdqXZero, qdqXSigned, qdqYScale, qdqYZero, qdqYSigned}
 
 // dqSource remembers the integer tensor behind a folded DequantizeLinear of a constant.
 type dqSource struct {
@@ -543,6 +551,60 @@ func (c *compiler) fuseQDQ() {
 		n.Attrs[qdqXSigned] = &onnx.Attribute{Name: qdqXSigned, Type: onnx.AttrInt, I: signed}
 	}
 	c.pruneDead()
+}
+
+// Int8ChainEnv names the environment variable that, set to 0, turns chainQDQ off (A/B).
+const Int8ChainEnv = "IDK_INT8_CHAIN"
+
+// chainQDQ lets an int8 Conv write its output as 8-bit values when every reader of that
+// output is an int8 Conv (input 0 only) with the same input scale, zero point and type, and
+// its post-ops are at most a ReLU or a Clip (ReLU6; the kernel scales its bounds): the
+// kernel then requantizes in the convolution's output scales and the readers skip their
+// quantizing reorder. The values equal the reference path's up to float rounding of the
+// accumulation (a rounding tie can move a value by one step).
+func (c *compiler) chainQDQ() {
+	if os.Getenv(Int8ChainEnv) == "0" {
+		return
+	}
+	ix := c.index()
+	for _, n := range c.nodes {
+		if ix.dead[n] || n.OpType != "Conv" || n.Attrs[qdqWeights] == nil || n.Attrs[qdqYScale] != nil || len(n.Outputs) != 1 {
+			continue
+		}
+		if a := n.Attrs[postOpsAttr]; a != nil && (len(a.Strings) > 1 || len(a.Strings) == 1 && a.Strings[0] != "relu" &&
+			!strings.HasPrefix(a.Strings[0], "clip:")) {
+			continue
+		}
+		y := n.Outputs[0]
+		if c.outputs[y] || len(ix.readers[y]) == 0 {
+			continue
+		}
+		var first *onnx.Node
+		ok := true
+		for r, slots := range ix.readers[y] {
+			if slots != 1 || r.OpType != "Conv" || r.Attrs[qdqWeights] == nil || r.Inputs[0] != y {
+				ok = false
+				break
+			}
+			if first == nil {
+				first = r
+				continue
+			}
+			for _, k := range []string{qdqXScale, qdqXZero, qdqXSigned} {
+				if a, b := first.Attrs[k], r.Attrs[k]; a.F != b.F || a.I != b.I {
+					ok = false
+				}
+			}
+		}
+		if !ok || first == nil {
+			continue
+		}
+		for _, k := range [][2]string{{qdqXScale, qdqYScale}, {qdqXZero, qdqYZero}, {qdqXSigned, qdqYSigned}} {
+			a := *first.Attrs[k[0]]
+			a.Name = k[1]
+			n.Attrs[k[1]] = &a
+		}
+	}
 }
 
 func allZero(v []int64) bool {
