@@ -5,7 +5,8 @@
 // at each precision asked for and ONNX Runtime's CPU execution provider (bench.js, fp32),
 // alternating the two for --rounds rounds so load changes hit both alike, and prints each
 // system's best round and the ratios: throughput, minimum batch latency (the least disturbed
-// run on a shared machine) and images per CPU-second. It writes OUT/ort.csv and
+// run on a shared machine), images per CPU-second, and IDunno's fraction of its precision's
+// peak per CPU-second (fp32: FMA; bf16 and int8: AMX where oneDNN uses it). It writes OUT/ort.csv and
 // OUT/ort_ratio.png (IDunno / ONNX Runtime throughput per configuration).
 //
 // Precision int8 runs the QDQ model `idunno quantize` writes from the exported one
@@ -101,8 +102,8 @@ func run(bin, out, cache string, models, batches, precs []string, threads int, s
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
-	fmt.Printf("%-16s %5s %5s %10s %10s %7s %9s %9s %7s %8s %8s %7s %6s\n", "model", "batch", "prec",
-		"idunno/s", "ort/s", "ratio", "idunno_ms", "ort_ms", "ratio", "idunnoCPU", "ortCPU", "ratio", "load")
+	fmt.Printf("%-16s %5s %5s %10s %10s %7s %9s %9s %7s %8s %8s %7s %6s %6s\n", "model", "batch", "prec",
+		"idunno/s", "ort/s", "ratio", "idunno_ms", "ort_ms", "ratio", "idunnoCPU", "ortCPU", "ratio", "load", "peak%")
 	var rows [][]float64
 	series := map[string]*plot.Series{}
 	x := 0.0
@@ -200,10 +201,11 @@ func run(bin, out, cache string, models, batches, precs []string, threads int, s
 				if ort.PerCPUSecond > 0 {
 					cpuRatio = id.PerCPUSecond / ort.PerCPUSecond
 				}
-				fmt.Printf("%-16s %5d %5s %10.2f %10.2f %6.2fx %9.2f %9.2f %6.2fx %8.2f %8.2f %6.2fx %6.1f\n", name, batch, pr,
-					id.ImagesPerSec, ort.ImagesPerSec, ratio, id.Minms, ort.Minms, latRatio, id.PerCPUSecond, ort.PerCPUSecond, cpuRatio, load)
+				fmt.Printf("%-16s %5d %5s %10.2f %10.2f %6.2fx %9.2f %9.2f %6.2fx %8.2f %8.2f %6.2fx %6.1f %5.1f%%\n", name, batch, pr,
+					id.ImagesPerSec, ort.ImagesPerSec, ratio, id.Minms, ort.Minms, latRatio, id.PerCPUSecond, ort.PerCPUSecond, cpuRatio, load,
+					100*id.Fraction)
 				rows = append(rows, []float64{float64(mi), float64(batch), float64(pi), id.ImagesPerSec, ort.ImagesPerSec, ratio,
-					id.Minms, ort.Minms, latRatio, id.PerCPUSecond, ort.PerCPUSecond, cpuRatio, load})
+					id.Minms, ort.Minms, latRatio, id.PerCPUSecond, ort.PerCPUSecond, cpuRatio, load, id.Fraction})
 				s := series[pr]
 				if s == nil {
 					s = &plot.Series{Name: "IDunno " + pr + " / ONNX Runtime fp32 (min latency)"}
@@ -217,7 +219,7 @@ func run(bin, out, cache string, models, batches, precs []string, threads int, s
 	fmt.Printf("models (index): %s; precisions (index): %s\n", strings.Join(models, ","), strings.Join(precs, ","))
 	if err := plot.WriteCSV(filepath.Join(out, "ort.csv"), []string{"model_index", "batch", "precision_index",
 		"idunno_images_per_sec", "ort_images_per_sec", "ratio", "idunno_min_ms", "ort_min_ms", "min_latency_ratio",
-		"idunno_images_per_cpu_s", "ort_images_per_cpu_s", "cpu_ratio", "load_avg"}, rows); err != nil {
+		"idunno_images_per_cpu_s", "ort_images_per_cpu_s", "cpu_ratio", "load_avg", "idunno_fraction_of_peak_cpu"}, rows); err != nil {
 		return err
 	}
 	c := plot.Chart{Title: "IDunno / ONNX Runtime 1.20.1 (CPU EP), same run; x = model/batch in order of ort.csv",
