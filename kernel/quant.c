@@ -80,10 +80,9 @@ idk_status_t idk_check_quant(idk_plan_t *p, const idk_op_t *op) {
             if (ys != 0 && ys != 1) return qbad(p, "qconv y_signed must be 0 or 1");
             if (ys ? (yz < -128 || yz > 127) : (yz < 0 || yz > 255)) return qbad(p, "qconv y zero point out of range");
             if (!(op->fa[1] > 0) || !isfinite(op->fa[1])) return qbad(p, "qconv y scale must be positive");
+            if (op->npost >= IDK_MAX_POST) return qbad(p, "qconv with an 8-bit output: too many post-ops");
             for (int i = 0; i < op->npost; i++)
-                if (op->post[i].kind == IDK_POST_SUM ||
-                    (!(op->post[i].alg == IDK_ELT_RELU && op->post[i].alpha == 0) && op->post[i].alg != IDK_ELT_CLIP))
-                    return qbad(p, "qconv with an 8-bit output takes no post-op but ReLU or Clip");
+                if (op->post[i].kind == IDK_POST_SUM) return qbad(p, "qconv with an 8-bit output takes no sum post-op");
         }
         return IDK_OK;
     }
@@ -275,9 +274,13 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
     int64_t g = ia[1 + 4 * S], zp = ia[2 + 4 * S];
     int sgn = (int)ia[3 + 4 * S];
     float xs = op->fa[0];
-    /* an 8-bit output (chainQDQ): requantized with y's scale and zero point in the output
-     * scales, for int8 convolutions reading it as it is */
-    int yq = op->ni == 4 * S + 6;
+    /* an 8-bit output (chainQDQ): requantized with y's scale and zero point, for int8
+     * convolutions reading it as it is. ReLU and Clip commute with the positive 1/y_scale,
+     * which then folds into the output scales (Clip's bounds scaled); other activations get
+     * it as a last linear post-op */
+    int yq = op->ni == 4 * S + 6, fold = 1;
+    for (int i = 0; yq && i < op->npost; i++)
+        if (!(op->post[i].alg == IDK_ELT_RELU && op->post[i].alpha == 0) && op->post[i].alg != IDK_ELT_CLIP) fold = 0;
     int64_t yzp = yq ? ia[4 + 4 * S] : 0;
     float ys = yq ? op->fa[1] : 1.0f;
     dnnl_data_type_t ddt = !yq ? dnnl_f32 : ia[5 + 4 * S] ? dnnl_s8 : dnnl_u8;
@@ -318,7 +321,7 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
         dnnl_primitive_attr_destroy(attr);
         return IDK_ERR_NOMEM;
     }
-    for (int64_t c = 0; c < oc; c++) osc[c] = xs * wsc[c] / ys;
+    for (int64_t c = 0; c < oc; c++) osc[c] = fold ? xs * wsc[c] / ys : xs * wsc[c];
     ds = dnnl_primitive_attr_set_output_scales(attr, oc, 1 << 1, osc);
     free(osc);
     int32_t zpv = (int32_t)zp, yzpv = (int32_t)yzp, zrt = DNNL_RUNTIME_S32_VAL;
@@ -329,14 +332,15 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
         return qdnnl_err(p, "int8 conv scales", ds);
     }
     int sum_tid;
-    /* post-ops act on the output scales' result: in y's steps when yq, so Clip's bounds too
-     * (ReLU's 0 stays 0) */
+    /* post-ops act on the output scales' result */
     idk_op_t scaled = *op;
-    for (int i = 0; yq && i < scaled.npost; i++)
+    for (int i = 0; yq && fold && i < scaled.npost; i++)
         if (scaled.post[i].alg == IDK_ELT_CLIP) {
             scaled.post[i].alpha /= ys;
             scaled.post[i].beta /= ys;
         }
+    if (yq && !fold) /* room checked by idk_check_quant */
+        scaled.post[scaled.npost++] = (idk_post_t){.kind = IDK_POST_ELTWISE, .alg = IDK_ELT_LINEAR, .alpha = 1.0f / ys, .beta = 0, .tensor = -1};
     idk_status_t rc = idk_with_post_ops(p, &scaled, attr, &sum_tid);
     if (rc != IDK_OK) {
         dnnl_primitive_attr_destroy(attr);

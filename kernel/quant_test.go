@@ -195,7 +195,8 @@ func (m *Model) int8Nodes(t *testing.T, dims []int64, types ...string) int {
 	return n
 }
 
-// qdqChainModel is x -> Q/DQ (uint8, zero point zp) -> Conv(bias) -> Relu -> Q/DQ (zero
+// qdqChainModel is x -> Q/DQ (uint8, zero point zp) -> Conv(bias) -> x*Sigmoid(x) (SiLU: a
+// post-op requantized by a last linear one) -> Q/DQ (zero
 // point 3) -> Conv(grouped) -> Clip(0, 2) -> Q/DQ -> two 1x1 Convs (bias) -> Add -> output: the first
 // two Convs write 8-bit outputs (chainQDQ), the second one read by both 1x1 Convs.
 func qdqChainModel(zp int64, rng *rand.Rand) *onnx.Model {
@@ -254,7 +255,8 @@ func qdqChainModel(zp int64, rng *rand.Rand) *onnx.Model {
 		node("DequantizeLinear", []string{"xq", "xs", "xz"}, "xd"),
 		node("DequantizeLinear", []string{c1q, c1s, c1z}, "c1d", "axis", 0),
 		node("Conv", []string{"xd", "c1d", bias("c1b", 16)}, "a1", "pads", pads),
-		node("Relu", []string{"a1"}, "r1"),
+		node("Sigmoid", []string{"a1"}, "s1"),
+		node("Mul", []string{"a1", "s1"}, "r1"),
 		node("QuantizeLinear", []string{"r1", "ys3", "yz3"}, "r1q"),
 		node("DequantizeLinear", []string{"r1q", "ys3", "yz3"}, "r1d"),
 		node("DequantizeLinear", []string{c2q, c2s, c2z}, "c2d", "axis", 0),

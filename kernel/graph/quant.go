@@ -558,8 +558,8 @@ const Int8ChainEnv = "IDK_INT8_CHAIN"
 
 // chainQDQ lets an int8 Conv write its output as 8-bit values when every reader of that
 // output is an int8 Conv (input 0 only) with the same input scale, zero point and type, and
-// its post-ops are at most a ReLU or a Clip (ReLU6; the kernel scales its bounds): the
-// kernel then requantizes in the convolution's output scales and the readers skip their
+// its post-ops are activations only (no residual sum): the kernel then requantizes in the
+// convolution's output scales (or a last linear post-op) and the readers skip their
 // quantizing reorder. The values equal the reference path's up to float rounding of the
 // accumulation (a rounding tie can move a value by one step).
 func (c *compiler) chainQDQ() {
@@ -571,8 +571,7 @@ func (c *compiler) chainQDQ() {
 		if ix.dead[n] || n.OpType != "Conv" || n.Attrs[qdqWeights] == nil || n.Attrs[qdqYScale] != nil || len(n.Outputs) != 1 {
 			continue
 		}
-		if a := n.Attrs[postOpsAttr]; a != nil && (len(a.Strings) > 1 || len(a.Strings) == 1 && a.Strings[0] != "relu" &&
-			!strings.HasPrefix(a.Strings[0], "clip:")) {
+		if a := n.Attrs[postOpsAttr]; a != nil && !activationsOnly(a.Strings) {
 			continue
 		}
 		y := n.Outputs[0]
@@ -605,6 +604,17 @@ func (c *compiler) chainQDQ() {
 			n.Attrs[k[1]] = &a
 		}
 	}
+}
+
+// activationsOnly reports whether post-ops are activations (no "sum:"), leaving room for the
+// kernel's requantizing one.
+func activationsOnly(posts []string) bool {
+	for _, p := range posts {
+		if strings.HasPrefix(p, "sum:") {
+			return false
+		}
+	}
+	return len(posts) < 7
 }
 
 func allZero(v []int64) bool {

@@ -169,7 +169,7 @@ typedef enum {
      * + bias[o], in f32. i: as CONV, then x_zero_point, x_signed. f: x_scale. Post-ops allowed.
      * With i: ..., y_zero_point, y_signed and f: x_scale, y_scale, y is written already quantized
      * with those (8 bits in the chosen layout, its declared type staying f32): then only QCONV
-     * ops with that x_scale, x_zero_point and x_signed may read y, and ReLU is its only post-op. */
+     * ops with that x_scale, x_zero_point and x_signed may read y, and it takes no sum post-op. */
     IDK_OP_QCONV = 66,
     /* Matrix product of an 8-bit quantized input with int8 weights (oneDNN's int8 matmul).
      * in: x (f32, rank >= 2, read as rows of its last dim K), w (constant i8 [K, N]), w_scales
