@@ -83,7 +83,8 @@ type benchResult struct {
 	Runs           int     `json:"runs"`
 	MinMs          float64 `json:"min_ms"` // the fastest batch: the least disturbed on a shared machine
 	// Precision is what the model computed in; PeakGFLOPS and the fractions are against that
-	// precision's peak (bf16: the AMX tile peak where oneDNN has AMX, else AVX512_BF16's).
+	// precision's peak (bf16: the AMX tile peak where oneDNN has AMX, else AVX512_BF16's;
+	// int8: AMX's tdpbusd where oneDNN has AMX, else VNNI's vpdpbusd, in giga-ops).
 	Precision    string  `json:"precision"`
 	BF16ISA      string  `json:"bf16_isa,omitempty"` // "amx", "avx512_bf16"
 	ImagesPerCPU float64 `json:"images_per_cpu_second"`
@@ -149,8 +150,11 @@ func precisionFlag(fs *flag.FlagSet) *string {
 }
 
 func peakName(r *benchResult) string {
-	if r.Precision == "bf16" {
+	switch r.Precision {
+	case "bf16":
 		return "BF16 peak (" + r.BF16ISA + ")"
+	case "int8":
+		return "INT8 peak"
 	}
 	return "FP32 FMA peak"
 }
@@ -202,8 +206,11 @@ func benchKernel(path string, batch, threads int, prec kernel.Precision, dur tim
 		return nil, err
 	}
 	peak := kernel.PeakGFLOPS
-	if prec == kernel.BF16 {
+	switch prec {
+	case kernel.BF16:
 		peak = kernel.PeakBF16GFLOPS
+	case kernel.INT8:
+		peak = kernel.PeakInt8KernelGOPS
 	}
 	peakBefore := peak(threads)
 	for range 2 { // warm up: builds the plan for this batch, faults in the arena
@@ -247,7 +254,9 @@ func benchKernel(path string, batch, threads int, prec kernel.Precision, dur tim
 		r.ImagesPerCPU = float64(len(lat)*batch) / cpu
 		r.CPUGFLOPS = float64(len(lat)*batch) * r.GFLOPPerImage / cpu
 		r.CPUPeakGFLOPS = kernel.PeakGFLOPSPerCPUSecond()
-		if prec == kernel.BF16 && peakBefore > 0 {
+		if prec == kernel.INT8 {
+			r.CPUPeakGFLOPS = kernel.PeakInt8KernelGOPSPerCPUSecond()
+		} else if prec == kernel.BF16 && peakBefore > 0 {
 			// per CPU-second peak scaled by the measured bf16/fp32 peak ratio
 			r.CPUPeakGFLOPS *= r.PeakGFLOPS / max(kernel.PeakGFLOPS(threads), 1e-9)
 		}

@@ -27,6 +27,7 @@ var (
 	idkNoop           func(x int32) int32
 	idkFmaRun         func(threads int32, iters int64) float64
 	idkInt8Run        func(threads int32, iters int64) float64
+	idkInt8AMXRun     func(threads int32, iters int64) float64
 	idkPlanSetPrec    func(p uintptr, dtype int32) int32
 	idkPlanShareW     func(p, donor uintptr) int32
 	idkPlanConstBytes func(p uintptr, borrowed int32) int64
@@ -69,6 +70,7 @@ func register(h uintptr) (err error) {
 	purego.RegisterLibFunc(&idkNoop, h, "idk_noop")
 	purego.RegisterLibFunc(&idkFmaRun, h, "idk_fma_run")
 	purego.RegisterLibFunc(&idkInt8Run, h, "idk_int8_run")
+	purego.RegisterLibFunc(&idkInt8AMXRun, h, "idk_int8_amx_run")
 	purego.RegisterLibFunc(&idkPlanSetPrec, h, "idk_plan_set_precision")
 	purego.RegisterLibFunc(&idkPlanShareW, h, "idk_plan_share_weights")
 	purego.RegisterLibFunc(&idkPlanConstBytes, h, "idk_plan_const_bytes")

@@ -168,7 +168,7 @@ idk_status_t idk_with_post_ops(idk_plan_t *p, const idk_op_t *op, dnnl_primitive
 int idk_dst_for_sum(idk_plan_t *p, const idk_op_t *op, int sum_tid, const dnnl_memory_desc_t *dmd);
 
 /* the int8 ops (quant.c) */
-#define IDK_IS_QUANT_OP(k) ((k) >= IDK_OP_QUANTIZE && (k) <= IDK_OP_QCONV)
+#define IDK_IS_QUANT_OP(k) ((k) >= IDK_OP_QUANTIZE && (k) <= IDK_OP_QMATMUL)
 idk_status_t idk_check_quant(idk_plan_t *p, const idk_op_t *op);
 idk_status_t idk_lower_quant(idk_plan_t *p, const idk_op_t *op);
 

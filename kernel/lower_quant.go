@@ -15,6 +15,7 @@ const (
 	opQuantize   = 64
 	opDequantize = 65
 	opQConv      = 66
+	opQMatMul    = 67
 )
 
 // lowerQuant lowers QuantizeLinear, DequantizeLinear and the Conv nodes the graph compiler
@@ -25,6 +26,8 @@ func (b *builder) lowerQuant(n *onnx.Node) (handled bool, err error) {
 		return true, b.lowerQDQ(n)
 	case n.OpType == "Conv" && n.Attrs[graph.QDQAttrs.Weights] != nil:
 		return true, b.lowerQConv(n)
+	case (n.OpType == "MatMul" || n.OpType == "Gemm") && n.Attrs[graph.QDQAttrs.Weights] != nil:
+		return true, b.lowerQMatMul(n)
 	}
 	return false, nil
 }
@@ -145,6 +148,10 @@ func (b *builder) lowerQConv(n *onnx.Node) error {
 	}
 	ia = append(ia, attrInt(n, "group", 1), attrInt(n, graph.QDQAttrs.XZero, 0), attrInt(n, graph.QDQAttrs.XSigned, 0))
 	fa := []float32{attrFloat(n, graph.QDQAttrs.XScale, 0)}
+	if n.Attrs[graph.QDQAttrs.YScale] != nil { // the output written as 8-bit values (chainQDQ)
+		ia = append(ia, attrInt(n, graph.QDQAttrs.YZero, 0), attrInt(n, graph.QDQAttrs.YSigned, 0))
+		fa = append(fa, attrFloat(n, graph.QDQAttrs.YScale, 0))
+	}
 	posts, err := parsePostOps(n)
 	if err != nil {
 		return b.errf("%v", err)
@@ -180,6 +187,74 @@ func (b *builder) lowerQConv(n *onnx.Node) error {
 	return b.addPostOps(posts)
 }
 
+// lowerQMatMul lowers a MatMul or Gemm carrying the graph compiler's qdq attributes into
+// IDK_OP_QMATMUL: x (rank >= 2, read as rows of K), int8 weights as (K, N), one weight scale
+// per column and an optional constant bias of N values.
+func (b *builder) lowerQMatMul(n *onnx.Node) error {
+	wt := n.Attrs[graph.QDQAttrs.Weights].T
+	if len(wt.Dims) != 2 {
+		return b.errf("int8 matmul weights of rank %d", len(wt.Dims))
+	}
+	w := wt
+	if n.OpType == "Gemm" && attrInt(n, "transB", 0) != 0 {
+		// (N, K) -> (K, N)
+		N, K := wt.Dims[0], wt.Dims[1]
+		v := make([]int64, len(wt.I64))
+		for i := int64(0); i < N; i++ {
+			for k := int64(0); k < K; k++ {
+				v[k*N+i] = wt.I64[i*K+k]
+			}
+		}
+		w = &onnx.Tensor{DType: wt.DType, Dims: []int64{K, N}, I64: v}
+	}
+	xd, err := b.dims(n.Inputs[0])
+	if err != nil {
+		return err
+	}
+	if len(xd) < 2 || xd[len(xd)-1] != w.Dims[0] {
+		return b.errf("int8 matmul input %v does not fit weights %v", xd, w.Dims)
+	}
+	posts, err := parsePostOps(n)
+	if err != nil {
+		return b.errf("%v", err)
+	}
+	x, err := b.in(n.Inputs[0])
+	if err != nil {
+		return err
+	}
+	wid, err := b.int8Const(w)
+	if err != nil {
+		return err
+	}
+	ws := n.Attrs[graph.QDQAttrs.WScales].Floats
+	wsID, err := b.addTensor(dtF32, []int64{int64(len(ws))}, nonNilF(ws), nil)
+	if err != nil {
+		return err
+	}
+	in := []int32{x, wid, wsID}
+	if len(n.Inputs) > 2 && n.Inputs[2] != "" {
+		bt, ok := b.g.Initializers[n.Inputs[2]]
+		if !ok || bt == nil || bt.DType != onnx.Float || int64(len(bt.F32)) != w.Dims[1] {
+			return b.errf("int8 matmul bias must be %d constant floats", w.Dims[1])
+		}
+		id, err := b.addTensor(dtF32, []int64{w.Dims[1]}, nonNilF(bt.F32), nil)
+		if err != nil {
+			return err
+		}
+		in = append(in, id)
+	}
+	y, err := b.out(n.Outputs[0])
+	if err != nil {
+		return err
+	}
+	ia := []int64{attrInt(n, graph.QDQAttrs.XZero, 0), attrInt(n, graph.QDQAttrs.XSigned, 0)}
+	fa := []float32{attrFloat(n, graph.QDQAttrs.XScale, 0)}
+	if err := b.op(opQMatMul, in, []int32{y}, ia, fa); err != nil {
+		return err
+	}
+	return b.addPostOps(posts)
+}
+
 // IsQuantized reports whether m is a quantized model: it has QuantizeLinear/DequantizeLinear
 // (QDQ) or QLinearConv/QLinearMatMul/ConvInteger/MatMulInteger nodes. Such a model runs its
 // quantized convolutions in int8 whatever precision is asked for (the int8 values are part of
@@ -199,44 +274,79 @@ func IsQuantized(m *onnx.Model) bool {
 
 // PeakInt8GOPS measures this machine's AVX-512 VNNI int8 multiply-accumulate peak with the
 // given threads over about 0.3 s of wall time, in giga-ops per second (0 without VNNI).
-func PeakInt8GOPS(threads int) float64 {
+func PeakInt8GOPS(threads int) float64 { return int8Peak(idkInt8Run, threads) }
+
+// PeakInt8AMXGOPS is PeakInt8GOPS for AMX's tdpbusd, the instruction of oneDNN's int8
+// kernels on CPUs with AMX; 0 where oneDNN does not use AMX.
+func PeakInt8AMXGOPS(threads int) float64 { return int8Peak(idkInt8AMXRun, threads) }
+
+// PeakInt8KernelGOPS is the int8 peak of the instructions oneDNN's int8 kernels run here:
+// AMX where it uses AMX, else VNNI (the peak --precision int8 fractions are against).
+func PeakInt8KernelGOPS(threads int) float64 {
+	if g := PeakInt8AMXGOPS(threads); g > 0 {
+		return g
+	}
+	return PeakInt8GOPS(threads)
+}
+
+func int8Peak(run func(int32, int64) float64, threads int) float64 {
 	if load() != nil {
 		return 0
 	}
 	threads = max(threads, 1)
-	iters, best := int64(1<<16), 0.0
-	for spent := 0.0; spent < 0.3; {
-		t0 := time.Now()
-		ops := idkInt8Run(int32(threads), iters)
-		dt := time.Since(t0).Seconds()
-		spent += dt
-		if ops == 0 {
-			return 0
+	iters, best := int64(1<<12), 0.0
+	onOwnThread(func() { // AMX state is asked for per thread (peak.c, amx_ok)
+		for spent := 0.0; spent < 0.3; {
+			t0 := time.Now()
+			ops := run(int32(threads), iters)
+			dt := time.Since(t0).Seconds()
+			spent += dt
+			if ops == 0 {
+				return
+			}
+			if dt < 0.03 {
+				iters *= 2
+				continue
+			}
+			best = max(best, ops/dt/1e9)
 		}
-		if dt < 0.03 {
-			iters *= 2
-			continue
-		}
-		best = max(best, ops/dt/1e9)
-	}
+	})
 	return best
 }
 
-// PeakInt8GOPSPerCPUSecond is the int8 peak of one core per second of CPU time the loop got
-// (meaningful on a loaded machine, like PeakGFLOPSPerCPUSecond).
-func PeakInt8GOPSPerCPUSecond() float64 {
+// PeakInt8GOPSPerCPUSecond is the VNNI int8 peak of one core per second of CPU time the
+// loop got (meaningful on a loaded machine, like PeakGFLOPSPerCPUSecond).
+func PeakInt8GOPSPerCPUSecond() float64 { return int8PeakCPU(idkInt8Run) }
+
+// PeakInt8AMXGOPSPerCPUSecond is PeakInt8GOPSPerCPUSecond for AMX (0 where oneDNN does not use it).
+func PeakInt8AMXGOPSPerCPUSecond() float64 { return int8PeakCPU(idkInt8AMXRun) }
+
+// PeakInt8KernelGOPSPerCPUSecond is AMX's per-CPU-second peak where oneDNN uses AMX, else VNNI's.
+func PeakInt8KernelGOPSPerCPUSecond() float64 {
+	if g := PeakInt8AMXGOPSPerCPUSecond(); g > 0 {
+		return g
+	}
+	return PeakInt8GOPSPerCPUSecond()
+}
+
+func int8PeakCPU(run func(int32, int64) float64) float64 {
 	if load() != nil {
 		return 0
 	}
-	for iters := int64(1 << 16); ; iters *= 2 {
-		c0 := CPUSeconds()
-		ops := idkInt8Run(1, iters)
-		dt := CPUSeconds() - c0
-		if ops == 0 {
-			return 0
+	r := 0.0
+	onOwnThread(func() {
+		for iters := int64(1 << 12); ; iters *= 2 {
+			c0 := CPUSeconds()
+			ops := run(1, iters)
+			dt := CPUSeconds() - c0
+			if ops == 0 {
+				return
+			}
+			if dt > 0.2 {
+				r = ops / dt / 1e9
+				return
+			}
 		}
-		if dt > 0.2 {
-			return ops / dt / 1e9
-		}
-	}
+	})
+	return r
 }

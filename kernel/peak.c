@@ -3,8 +3,9 @@
 // (The constraint above keeps the go tool, which builds with CGO_ENABLED=0, away from
 // this C file; make compiles it into bin/libidunno_kernel.so.)
 
-/* peak.c: measures the machine's FP32 fused multiply-add peak and its bf16 dot-product peak
- * (AMX tiles where oneDNN uses them, else AVX512_BF16), for fraction-of-peak reports. */
+/* peak.c: measures the machine's FP32 fused multiply-add peak, its bf16 dot-product peak
+ * (AMX tiles where oneDNN uses them, else AVX512_BF16) and its AMX int8 peak (the VNNI one is
+ * in quant.c), for fraction-of-peak reports. */
 #define _GNU_SOURCE
 #include <immintrin.h>
 #include <omp.h>
@@ -172,4 +173,52 @@ IDK_API double idk_peak_bf16_gflops(int32_t threads, double seconds) {
         if (g > best) best = g;
     }
     return best;
+}
+
+/* ---- int8 on AMX ---- */
+
+/* tdpbusd multiplies a 16x64 u8 tile by a 64x16 (quad-interleaved) s8 one into a 16x16 s32
+ * tile: 16*16*64 multiply-adds, counted as two ops each like vpdpbusd's (quant.c). Four
+ * independent accumulators, as for tdpbf16ps. */
+__attribute__((target("amx-tile,amx-int8"))) static double amx_int8_run(long iters) {
+    static const uint8_t ones[16 * 64] __attribute__((aligned(64))) = {0};
+    static const amx_cfg_t cfg __attribute__((aligned(64))) = {
+        .palette = 1, .colsb = {64, 64, 64, 64, 64, 64, 64, 64}, .rows = {16, 16, 16, 16, 16, 16, 16, 16}};
+    _tile_loadconfig(&cfg);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, ones, 64);
+    _tile_loadd(5, ones, 64);
+    _tile_loadd(6, ones, 64);
+    _tile_loadd(7, ones, 64);
+    for (long n = 0; n < iters; n++) {
+        _tile_dpbusd(0, 4, 6);
+        _tile_dpbusd(1, 4, 7);
+        _tile_dpbusd(2, 5, 6);
+        _tile_dpbusd(3, 5, 7);
+    }
+    _tile_release();
+    return (double)iters * 4 * 16 * 16 * 64 * 2;
+}
+
+/* idk_int8_amx_run runs the AMX int8 loop for `iters` rounds on `threads` threads and returns
+ * the integer ops done, or 0 when oneDNN does not use AMX here (its int8 kernels then run on
+ * VNNI: idk_int8_run). */
+IDK_API double idk_int8_amx_run(int32_t threads, int64_t iters) {
+    if (threads < 1) threads = 1;
+    if (iters < 1) iters = 1;
+    __builtin_cpu_init();
+    if (!use_amx() || !__builtin_cpu_supports("avx512f")) return 0;
+    double ops = 0;
+    int fail = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : ops) reduction(| : fail)
+    {
+        if (amx_ok())
+            ops += amx_int8_run((long)iters);
+        else
+            fail = 1;
+    }
+    return fail ? 0 : ops;
 }

@@ -395,8 +395,8 @@ IDK_API idk_status_t idk_plan_add_post_op(idk_plan_t *p, int32_t kind, int32_t a
     if (p->compiled) return idk_fail(p, IDK_ERR_STATE, "add_post_op after compile");
     if (p->nops == 0) return idk_fail(p, IDK_ERR_STATE, "post-op before any op");
     idk_op_t *op = &p->ops[p->nops - 1];
-    if (op->kind != IDK_OP_CONV && op->kind != IDK_OP_MATMUL && op->kind != IDK_OP_QCONV)
-        return idk_fail(p, IDK_ERR_INVALID, "post-ops only follow CONV, QCONV or MATMUL");
+    if (op->kind != IDK_OP_CONV && op->kind != IDK_OP_MATMUL && op->kind != IDK_OP_QCONV && op->kind != IDK_OP_QMATMUL)
+        return idk_fail(p, IDK_ERR_INVALID, "post-ops only follow CONV, QCONV, MATMUL or QMATMUL");
     if (op->npost >= IDK_MAX_POST) return idk_fail(p, IDK_ERR_UNSUPPORTED, "too many post-ops");
     if (kind == IDK_POST_SUM) {
         if (tensor < 0 || tensor >= p->nt) return idk_fail(p, IDK_ERR_INVALID, "sum post-op tensor %d unknown", tensor);

@@ -8,7 +8,8 @@
  * like every integer); QCONV is a convolution run by oneDNN's u8/s8 x s8 VNNI kernels:
  * it quantizes its float input to 8 bits (a oneDNN reorder with the input's scale and zero
  * point), convolves with constant s8 weights into s32 and writes float, scaled per output
- * channel, with the usual post-ops. */
+ * channel, with the usual post-ops; QMATMUL is the same for a matrix product by constant int8
+ * weights (oneDNN's int8 matmul). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +60,8 @@ idk_status_t idk_check_quant(idk_plan_t *p, const idk_op_t *op) {
             return qbad(p, "qconv takes x, w (i8), w_scales, [b]");
         const idk_tensor_t *x = T(0), *w = T(1), *ws = T(2);
         int S = x->ndims - 2;
-        if (S < 1 || S > 3 || op->ni != 2 + 4 * S + 2 || op->nf != 1) return qbad(p, "qconv attributes");
+        int yq = op->ni == 4 * S + 6 && op->nf == 2; /* the output written as 8-bit values */
+        if (S < 1 || S > 3 || !(yq || (op->ni == 4 * S + 4 && op->nf == 1))) return qbad(p, "qconv attributes");
         if (x->dtype != IDK_F32 || w->dtype != IDK_I8 || !w->cdata || w->ndims != x->ndims)
             return qbad(p, "qconv needs f32 x and constant i8 weights of x's rank");
         if (ws->dtype != IDK_F32 || idk_tensor_volume(ws) != (size_t)w->dims[0] || !ws->cdata)
@@ -73,6 +75,38 @@ idk_status_t idk_check_quant(idk_plan_t *p, const idk_op_t *op) {
         if (sgn != 0 && sgn != 1) return qbad(p, "qconv x_signed must be 0 or 1");
         if (sgn ? (zp < -128 || zp > 127) : (zp < 0 || zp > 255)) return qbad(p, "qconv x zero point out of range");
         if (!(op->fa[0] > 0) || !isfinite(op->fa[0])) return qbad(p, "qconv x scale must be positive");
+        if (yq) {
+            int64_t yz = op->ia[4 + 4 * S], ys = op->ia[5 + 4 * S];
+            if (ys != 0 && ys != 1) return qbad(p, "qconv y_signed must be 0 or 1");
+            if (ys ? (yz < -128 || yz > 127) : (yz < 0 || yz > 255)) return qbad(p, "qconv y zero point out of range");
+            if (!(op->fa[1] > 0) || !isfinite(op->fa[1])) return qbad(p, "qconv y scale must be positive");
+            if (op->npost >= IDK_MAX_POST) return qbad(p, "qconv with an 8-bit output: too many post-ops");
+            for (int i = 0; i < op->npost; i++)
+                if (op->post[i].kind == IDK_POST_SUM) return qbad(p, "qconv with an 8-bit output takes no sum post-op");
+        }
+        return IDK_OK;
+    }
+    case IDK_OP_QMATMUL: {
+        if (op->nin < 3 || op->nin > 4 || op->nout != 1 || o->dtype != IDK_F32 || op->ni != 2 || op->nf != 1)
+            return qbad(p, "qmatmul takes x, w (i8), w_scales, [b]; i: x_zero_point, x_signed; f: x_scale");
+        const idk_tensor_t *x = T(0), *w = T(1), *ws = T(2);
+        if (x->dtype != IDK_F32 || x->ndims < 2 || w->dtype != IDK_I8 || !w->cdata || w->ndims != 2 ||
+            w->dims[0] != x->dims[x->ndims - 1])
+            return qbad(p, "qmatmul needs f32 x of rank >= 2 and constant i8 weights (K, N) with x's last dim K");
+        int64_t n = w->dims[1];
+        if (o->ndims != x->ndims || o->dims[o->ndims - 1] != n || memcmp(o->dims, x->dims, sizeof o->dims[0] * (size_t)(x->ndims - 1)))
+            return qbad(p, "qmatmul output: x's dims with N last");
+        if (ws->dtype != IDK_F32 || idk_tensor_volume(ws) != (size_t)n || !ws->cdata)
+            return qbad(p, "qmatmul weight scales: constant f32, one per column");
+        for (int64_t c = 0; c < n; c++)
+            if (!(((const float *)ws->cdata)[c] > 0) || !isfinite(((const float *)ws->cdata)[c]))
+                return qbad(p, "qmatmul weight scales must be positive and finite");
+        if (op->nin == 4 && (T(3)->dtype != IDK_F32 || idk_tensor_volume(T(3)) != (size_t)n || !T(3)->cdata))
+            return qbad(p, "qmatmul bias: constant f32, one per column");
+        int64_t zp = op->ia[0], sgn = op->ia[1];
+        if (sgn != 0 && sgn != 1) return qbad(p, "qmatmul x_signed must be 0 or 1");
+        if (sgn ? (zp < -128 || zp > 127) : (zp < 0 || zp > 255)) return qbad(p, "qmatmul x zero point out of range");
+        if (!(op->fa[0] > 0) || !isfinite(op->fa[0])) return qbad(p, "qmatmul x scale must be positive");
         return IDK_OK;
     }
     }
@@ -240,6 +274,16 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
     int64_t g = ia[1 + 4 * S], zp = ia[2 + 4 * S];
     int sgn = (int)ia[3 + 4 * S];
     float xs = op->fa[0];
+    /* an 8-bit output (chainQDQ): requantized with y's scale and zero point, for int8
+     * convolutions reading it as it is. ReLU and Clip commute with the positive 1/y_scale,
+     * which then folds into the output scales (Clip's bounds scaled); other activations get
+     * it as a last linear post-op */
+    int yq = op->ni == 4 * S + 6, fold = 1;
+    for (int i = 0; yq && i < op->npost; i++)
+        if (!(op->post[i].alg == IDK_ELT_RELU && op->post[i].alpha == 0) && op->post[i].alg != IDK_ELT_CLIP) fold = 0;
+    int64_t yzp = yq ? ia[4 + 4 * S] : 0;
+    float ys = yq ? op->fa[1] : 1.0f;
+    dnnl_data_type_t ddt = !yq ? dnnl_f32 : ia[5 + 4 * S] ? dnnl_s8 : dnnl_u8;
     int64_t oc = w->dims[0];
     dnnl_dims_t st, dl, pb, pe;
     for (int i = 0; i < S; i++) {
@@ -251,7 +295,7 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
     dnnl_data_type_t sdt = sgn ? dnnl_s8 : dnnl_u8;
     dnnl_memory_desc_t src, wei, bias, dst;
     tag_md(&src, nd, x->dims, sdt, dnnl_format_tag_any);
-    tag_md(&dst, nd, o->dims, dnnl_f32, dnnl_format_tag_any);
+    tag_md(&dst, nd, o->dims, ddt, dnnl_format_tag_any);
     int64_t wd[IDK_MAX_DIMS + 1];
     int wn = nd;
     if (g > 1) {
@@ -277,17 +321,27 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
         dnnl_primitive_attr_destroy(attr);
         return IDK_ERR_NOMEM;
     }
-    for (int64_t c = 0; c < oc; c++) osc[c] = xs * wsc[c];
+    for (int64_t c = 0; c < oc; c++) osc[c] = fold ? xs * wsc[c] / ys : xs * wsc[c];
     ds = dnnl_primitive_attr_set_output_scales(attr, oc, 1 << 1, osc);
     free(osc);
-    int32_t zpv = (int32_t)zp, zrt = DNNL_RUNTIME_S32_VAL;
+    int32_t zpv = (int32_t)zp, yzpv = (int32_t)yzp, zrt = DNNL_RUNTIME_S32_VAL;
     if (ds == dnnl_success && zp != 0) ds = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &zrt);
+    if (ds == dnnl_success && yzp != 0) ds = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_DST, 1, 0, &zrt);
     if (ds != dnnl_success) {
         dnnl_primitive_attr_destroy(attr);
         return qdnnl_err(p, "int8 conv scales", ds);
     }
     int sum_tid;
-    idk_status_t rc = idk_with_post_ops(p, op, attr, &sum_tid);
+    /* post-ops act on the output scales' result */
+    idk_op_t scaled = *op;
+    for (int i = 0; yq && fold && i < scaled.npost; i++)
+        if (scaled.post[i].alg == IDK_ELT_CLIP) {
+            scaled.post[i].alpha /= ys;
+            scaled.post[i].beta /= ys;
+        }
+    if (yq && !fold) /* room checked by idk_check_quant */
+        scaled.post[scaled.npost++] = (idk_post_t){.kind = IDK_POST_ELTWISE, .alg = IDK_ELT_LINEAR, .alpha = 1.0f / ys, .beta = 0, .tensor = -1};
+    idk_status_t rc = idk_with_post_ops(p, &scaled, attr, &sum_tid);
     if (rc != IDK_OK) {
         dnnl_primitive_attr_destroy(attr);
         return rc;
@@ -300,14 +354,36 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
     dnnl_memory_desc_t wmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     dnnl_memory_desc_t dmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
     rc = IDK_ERR_DNNL;
-    int xb, qb, wb, bb = -1, db, zb = -1;
+    int xb, qb, wb, bb = -1, db, zb = -1, yzb = -1;
     /* the input's float view in the 8-bit layout's shape: plain, or nChw16c-like blocked is
      * fine too; reorder from the producer's primary layout */
     idk_view_t *xv;
     if (idk_primary(p, op->in[0], &xv) != 0) goto out;
     xb = xv->buf;
     dnnl_memory_desc_t xmd = xv->md;
-    {
+    if (xmd.data_type == dnnl_u8 || xmd.data_type == dnnl_s8) {
+        /* written quantized by an int8 convolution with this op's input scale (chainQDQ):
+         * used as it is, or copied into the layout this convolution takes */
+        if (xmd.data_type != sdt) {
+            idk_fail(p, IDK_ERR_INVALID, "op %d: 8-bit input of the wrong signedness", p->cur_op);
+            goto out;
+        }
+        if (dnnl_memory_desc_equal(&xmd, &smd)) {
+            qb = xb;
+        } else {
+            dnnl_primitive_desc_t rpd = NULL;
+            idk_step_t *rs;
+            if (dnnl_reorder_primitive_desc_create(&rpd, &xmd, p->eng, &smd, p->eng, NULL) != dnnl_success ||
+                (qb = idk_new_buffer(p, dnnl_memory_desc_get_size(&smd))) < 0 || idk_finish_prim(p, rpd, &rs) != IDK_OK) {
+                if (rpd) dnnl_primitive_desc_destroy(rpd);
+                idk_fail(p, IDK_ERR_DNNL, "op %d: int8 layout reorder", p->cur_op);
+                goto out;
+            }
+            dnnl_primitive_desc_destroy(rpd);
+            idk_step_arg(rs, DNNL_ARG_FROM, &xmd, xb);
+            idk_step_arg(rs, DNNL_ARG_TO, &smd, qb);
+        }
+    } else {
         /* quantize: q = saturate(round(x / xs) + zp), into the conv's src layout */
         dnnl_primitive_attr_t qa = idk_new_attr();
         if (!qa) goto out;
@@ -351,6 +427,7 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
         if (bb < 0) goto out;
     }
     if (zp != 0 && (zb = const_buffer(p, &zpv, sizeof zpv, NULL)) < 0) goto out;
+    if (yzp != 0 && (yzb = const_buffer(p, &yzpv, sizeof yzpv, NULL)) < 0) goto out;
     db = sum_tid >= 0 ? idk_dst_for_sum(p, op, sum_tid, &dmd) : idk_new_out(p, op->out[0], &dmd);
     if (db < 0) goto out;
     idk_step_t *s;
@@ -359,6 +436,123 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
     idk_step_arg(s, DNNL_ARG_WEIGHTS, &wmd, wb);
     if (has_bias) idk_step_arg(s, DNNL_ARG_BIAS, &bias, bb);
     idk_step_arg(s, DNNL_ARG_DST, &dmd, db);
+    dnnl_memory_desc_t zmd;
+    int64_t one = 1;
+    tag_md(&zmd, 1, &one, dnnl_s32, dnnl_a);
+    if (zb >= 0) idk_step_arg(s, DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, &zmd, zb);
+    if (yzb >= 0) idk_step_arg(s, DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, &zmd, yzb);
+    rc = IDK_OK;
+out:
+    dnnl_primitive_desc_destroy(pd);
+    if (rc != IDK_OK && p->err[0] == 0) idk_fail(p, rc, "op %d: int8 conv lowering failed", p->cur_op);
+    return rc;
+}
+
+/* ---- QMATMUL: oneDNN int8 matmul on x flattened to (M, K) rows ---- */
+
+/* quantize_step adds a oneDNN reorder quantizing f32 buffer xb (layout xmd) into a new
+ * buffer in layout qmd: q = saturate(round(x / xs) + zp). Returns the buffer, or -1. */
+static int quantize_step(idk_plan_t *p, const dnnl_memory_desc_t *xmd, int xb, const dnnl_memory_desc_t *qmd, float xs, int32_t zp) {
+    dnnl_primitive_attr_t qa = idk_new_attr();
+    if (!qa) return -1;
+    float inv = 1.0f / xs;
+    dnnl_status_t qs = dnnl_primitive_attr_set_output_scales(qa, 1, 0, &inv);
+    if (qs == dnnl_success && zp != 0) qs = dnnl_primitive_attr_set_zero_points(qa, DNNL_ARG_DST, 1, 0, &zp);
+    dnnl_primitive_desc_t rpd = NULL;
+    if (qs == dnnl_success) qs = dnnl_reorder_primitive_desc_create(&rpd, xmd, p->eng, qmd, p->eng, qa);
+    dnnl_primitive_attr_destroy(qa);
+    if (qs != dnnl_success) {
+        qdnnl_err(p, "int8 quantize reorder", qs);
+        return -1;
+    }
+    int qb = idk_new_buffer(p, dnnl_memory_desc_get_size(qmd));
+    idk_step_t *rs;
+    if (qb < 0 || idk_finish_prim(p, rpd, &rs) != IDK_OK) {
+        dnnl_primitive_desc_destroy(rpd);
+        return -1;
+    }
+    dnnl_primitive_desc_destroy(rpd);
+    idk_step_arg(rs, DNNL_ARG_FROM, xmd, xb);
+    idk_step_arg(rs, DNNL_ARG_TO, qmd, qb);
+    return qb;
+}
+
+static idk_status_t lower_qmatmul(idk_plan_t *p, const idk_op_t *op) {
+    const idk_tensor_t *x = T(0), *w = T(1), *o = OUT;
+    const float *wsc = T(2)->cdata;
+    int64_t K = w->dims[0], N = w->dims[1], M = (int64_t)(idk_tensor_volume(x) / (size_t)K);
+    int64_t zp = op->ia[0];
+    int sgn = (int)op->ia[1];
+    float xs = op->fa[0];
+    if (M == 0) return idk_new_out(p, op->out[0], NULL) < 0 ? IDK_ERR_NOMEM : IDK_OK;
+    int64_t ad[2] = {M, K}, bd[2] = {K, N}, dd[2] = {M, N}, bsd[2] = {1, N};
+    dnnl_memory_desc_t src, wei, bias, dst, wpm, xf;
+    tag_md(&src, 2, ad, sgn ? dnnl_s8 : dnnl_u8, dnnl_ab);
+    tag_md(&xf, 2, ad, dnnl_f32, dnnl_ab);
+    tag_md(&wei, 2, bd, dnnl_s8, dnnl_format_tag_any);
+    tag_md(&wpm, 2, bd, dnnl_s8, dnnl_ab);
+    tag_md(&dst, 2, dd, dnnl_f32, dnnl_ab);
+    int has_bias = op->nin == 4;
+    if (has_bias) tag_md(&bias, 2, bsd, dnnl_f32, dnnl_ab);
+    dnnl_matmul_desc_t md;
+    dnnl_status_t ds = dnnl_matmul_desc_init(&md, &src, &wei, has_bias ? &bias : NULL, &dst);
+    if (ds != dnnl_success) return qdnnl_err(p, "int8 matmul desc", ds);
+    dnnl_primitive_attr_t attr = idk_new_attr();
+    if (!attr) return IDK_ERR_NOMEM;
+    float *osc = malloc((size_t)N * sizeof *osc);
+    if (!osc) {
+        dnnl_primitive_attr_destroy(attr);
+        return IDK_ERR_NOMEM;
+    }
+    for (int64_t c = 0; c < N; c++) osc[c] = xs * wsc[c];
+    ds = dnnl_primitive_attr_set_output_scales(attr, N, 1 << 1, osc);
+    free(osc);
+    int32_t zpv = (int32_t)zp, zrt = DNNL_RUNTIME_S32_VAL;
+    if (ds == dnnl_success && zp != 0) ds = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &zrt);
+    if (ds != dnnl_success) {
+        dnnl_primitive_attr_destroy(attr);
+        return qdnnl_err(p, "int8 matmul scales", ds);
+    }
+    int sum_tid;
+    idk_status_t rc = idk_with_post_ops(p, op, attr, &sum_tid);
+    if (rc != IDK_OK) {
+        dnnl_primitive_attr_destroy(attr);
+        return rc;
+    }
+    dnnl_primitive_desc_t pd;
+    ds = dnnl_primitive_desc_create(&pd, &md, attr, p->eng, NULL);
+    dnnl_primitive_attr_destroy(attr);
+    if (ds != dnnl_success) return qdnnl_err(p, "int8 matmul primitive desc (needs a CPU with int8 support)", ds);
+    dnnl_memory_desc_t wmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    dnnl_memory_desc_t omd; /* y's own dims, plain: the same bytes as dst */
+    idk_plain_md(&omd, o->ndims, o->dims);
+    rc = IDK_ERR_DNNL;
+    int xb, qb, wb, bb = -1, db, zb = -1;
+    if (idk_get_plain(p, op->in[0], &xb) != 0) goto out;
+    if ((qb = quantize_step(p, &xf, xb, &src, xs, zpv)) < 0) goto out;
+    if ((wb = reorder_const(p, &wpm, w->cdata, &wmd)) < 0) {
+        idk_fail(p, IDK_ERR_DNNL, "op %d: int8 matmul weight reorder failed", p->cur_op);
+        goto out;
+    }
+    if (has_bias) {
+        /* as QCONV's: oneDNN 2.x adds the bias to the s32 accumulator before the output scales */
+        const float *bv = T(3)->cdata;
+        float *sb = malloc((size_t)N * sizeof *sb);
+        if (!sb) goto out;
+        for (int64_t c = 0; c < N; c++) sb[c] = bv[c] / (xs * wsc[c]);
+        bb = const_buffer(p, sb, (size_t)N * sizeof *sb, NULL);
+        free(sb);
+        if (bb < 0) goto out;
+    }
+    if (zp != 0 && (zb = const_buffer(p, &zpv, sizeof zpv, NULL)) < 0) goto out;
+    db = sum_tid >= 0 ? idk_dst_for_sum(p, op, sum_tid, &omd) : idk_new_out(p, op->out[0], &omd);
+    if (db < 0) goto out;
+    idk_step_t *s;
+    if ((rc = idk_finish_prim(p, pd, &s)) != IDK_OK) goto out;
+    idk_step_arg(s, DNNL_ARG_SRC, &src, qb);
+    idk_step_arg(s, DNNL_ARG_WEIGHTS, &wmd, wb);
+    if (has_bias) idk_step_arg(s, DNNL_ARG_BIAS, &bias, bb);
+    idk_step_arg(s, DNNL_ARG_DST, &dst, db);
     if (zb >= 0) {
         dnnl_memory_desc_t zmd;
         int64_t one = 1;
@@ -368,7 +562,7 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
     rc = IDK_OK;
 out:
     dnnl_primitive_desc_destroy(pd);
-    if (rc != IDK_OK && p->err[0] == 0) idk_fail(p, rc, "op %d: int8 conv lowering failed", p->cur_op);
+    if (rc != IDK_OK && p->err[0] == 0) idk_fail(p, rc, "op %d: int8 matmul lowering failed", p->cur_op);
     return rc;
 }
 
@@ -377,6 +571,7 @@ idk_status_t idk_lower_quant(idk_plan_t *p, const idk_op_t *op) {
     case IDK_OP_QUANTIZE:
     case IDK_OP_DEQUANTIZE: return lower_qdq(p, op);
     case IDK_OP_QCONV: return lower_qconv(p, op);
+    case IDK_OP_QMATMUL: return lower_qmatmul(p, op);
     }
     return idk_fail(p, IDK_ERR_INVALID, "op %d: unknown quantized kind %d", p->cur_op, op->kind);
 }

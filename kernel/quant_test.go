@@ -3,6 +3,7 @@ package kernel
 import (
 	"math"
 	"math/rand"
+	"strings"
 	"testing"
 
 	"idunno/kernel/graph"
@@ -36,7 +37,7 @@ func referenceQDQ(t *testing.T, m *onnx.Model) *onnx.Model {
 		f := make([]float32, len(q.I64))
 		for i, v := range q.I64 {
 			c := (int64(i) / inner) % q.Dims[axis]
-			f[i] = float32(v) * s.F32[c] // zero points are 0
+			f[i] = float32(v) * s.F32[c%int64(len(s.F32))] // zero points are 0; one scale: per tensor
 		}
 		g.Initializers[n.Outputs[0]] = &onnx.Tensor{Name: n.Outputs[0], DType: onnx.Float, Dims: q.Dims, F32: f}
 	}
@@ -172,6 +173,12 @@ func TestQDQConvInt8MatchesReference(t *testing.T) {
 
 // int8Convs compiles the model for these input dims and counts the Conv nodes marked for int8.
 func (m *Model) int8Convs(t *testing.T, dims []int64) int {
+	return m.int8Nodes(t, dims, "Conv")
+}
+
+// int8Nodes compiles the model for these input dims and counts the nodes of the given types
+// marked for int8.
+func (m *Model) int8Nodes(t *testing.T, dims []int64, types ...string) int {
 	t.Helper()
 	g, err := graph.Compile(m.src, map[string][]int64{m.inputs[0].Name: dims}, nil)
 	if err != nil {
@@ -179,20 +186,322 @@ func (m *Model) int8Convs(t *testing.T, dims []int64) int {
 	}
 	n := 0
 	for _, nd := range g.Nodes {
-		if nd.OpType == "Conv" && nd.Attrs["idunno.qdq_w"] != nil {
-			n++
+		for _, ty := range types {
+			if nd.OpType == ty && nd.Attrs["idunno.qdq_w"] != nil {
+				n++
+			}
 		}
 	}
 	return n
 }
 
-// TestPeakInt8 reports the VNNI int8 peak beside the FP32 one (benchmarks quote both).
+// qdqChainModel is x -> Q/DQ (uint8, zero point zp) -> Conv(bias) -> x*Sigmoid(x) (SiLU: a
+// post-op requantized by a last linear one) -> Q/DQ (zero
+// point 3) -> Conv(grouped) -> Clip(0, 2) -> Q/DQ -> two 1x1 Convs (bias) -> Add -> output: the first
+// two Convs write 8-bit outputs (chainQDQ), the second one read by both 1x1 Convs.
+func qdqChainModel(zp int64, rng *rand.Rand) *onnx.Model {
+	m := qdqConvModel(zp, rng) // for its initializers' helpers' style; the graph is rebuilt
+	ini := m.Graph.Initializers
+	f32 := func(name string, dims []int64, v []float32) string {
+		ini[name] = &onnx.Tensor{Name: name, DType: onnx.Float, Dims: dims, F32: v}
+		return name
+	}
+	i64 := func(name string, dt onnx.DataType, dims []int64, v []int64) string {
+		ini[name] = &onnx.Tensor{Name: name, DType: dt, Dims: dims, I64: v}
+		return name
+	}
+	weights := func(name string, dims []int64) (string, string, string) {
+		n := dims[0] * dims[1] * dims[2] * dims[3]
+		q := make([]int64, n)
+		for i := range q {
+			q[i] = int64(rng.Intn(255) - 127)
+		}
+		s := make([]float32, dims[0])
+		for i := range s {
+			s[i] = 0.001 + 0.01*rng.Float32()
+		}
+		return i64(name+"_q", onnx.Int8, dims, q), f32(name+"_s", []int64{dims[0]}, s), i64(name+"_z", onnx.Int8, []int64{dims[0]}, make([]int64, dims[0]))
+	}
+	bias := func(name string, n int) string {
+		b := make([]float32, n)
+		for i := range b {
+			b[i] = rng.Float32() - 0.5
+		}
+		return f32(name, []int64{int64(n)}, b)
+	}
+	node := func(op string, in []string, out string, kv ...any) *onnx.Node {
+		a := map[string]*onnx.Attribute{}
+		for i := 0; i < len(kv); i += 2 {
+			switch v := kv[i+1].(type) {
+			case int:
+				a[kv[i].(string)] = &onnx.Attribute{Name: kv[i].(string), Type: onnx.AttrInt, I: int64(v)}
+			case []int64:
+				a[kv[i].(string)] = &onnx.Attribute{Name: kv[i].(string), Type: onnx.AttrInts, Ints: v}
+			}
+		}
+		return &onnx.Node{Name: out + "_node", OpType: op, Inputs: in, Outputs: []string{out}, Attrs: a}
+	}
+	zs := f32("zs", []int64{}, []float32{0.08})
+	zz := i64("zz", onnx.Uint8, []int64{}, []int64{0})
+	f32("ys3", []int64{}, []float32{0.05})
+	i64("yz3", onnx.Uint8, []int64{}, []int64{3})
+	c1q, c1s, c1z := weights("c1", []int64{16, 3, 3, 3})
+	c2q, c2s, c2z := weights("c2", []int64{16, 4, 3, 3})
+	c3q, c3s, c3z := weights("c3", []int64{8, 16, 1, 1})
+	c4q, c4s, c4z := weights("c4", []int64{8, 16, 1, 1})
+	pads := []int64{1, 1, 1, 1}
+	m.Graph.Nodes = []*onnx.Node{
+		node("QuantizeLinear", []string{"x", "xs", "xz"}, "xq"),
+		node("DequantizeLinear", []string{"xq", "xs", "xz"}, "xd"),
+		node("DequantizeLinear", []string{c1q, c1s, c1z}, "c1d", "axis", 0),
+		node("Conv", []string{"xd", "c1d", bias("c1b", 16)}, "a1", "pads", pads),
+		node("Sigmoid", []string{"a1"}, "s1"),
+		node("Mul", []string{"a1", "s1"}, "r1"),
+		node("QuantizeLinear", []string{"r1", "ys3", "yz3"}, "r1q"),
+		node("DequantizeLinear", []string{"r1q", "ys3", "yz3"}, "r1d"),
+		node("DequantizeLinear", []string{c2q, c2s, c2z}, "c2d", "axis", 0),
+		node("Conv", []string{"r1d", "c2d"}, "a2", "pads", pads, "group", 4),
+		node("Clip", []string{"a2", f32("lo", []int64{}, []float32{0}), f32("hi", []int64{}, []float32{2})}, "r2"),
+		node("QuantizeLinear", []string{"r2", zs, zz}, "r2q"),
+		node("DequantizeLinear", []string{"r2q", zs, zz}, "r2d"),
+		node("DequantizeLinear", []string{c3q, c3s, c3z}, "c3d", "axis", 0),
+		node("DequantizeLinear", []string{c4q, c4s, c4z}, "c4d", "axis", 0),
+		node("Conv", []string{"r2d", "c3d", bias("c3b", 8)}, "a3"),
+		node("Conv", []string{"r2d", "c4d", bias("c4b", 8)}, "a4"),
+		node("Add", []string{"a3", "a4"}, "y"),
+	}
+	return m
+}
+
+// TestQDQChainInt8 checks chainQDQ: the two int8 Convs whose outputs only int8 Convs read
+// write 8-bit values, and the result matches both the reference path (float Convs on
+// dequantized values) and the unchained int8 path (IDK_INT8_CHAIN=0); repeated runs give the
+// same bytes. Tolerance: an intermediate value within float rounding of a rounding tie may
+// quantize one step apart in two paths (the accumulation order differs; the unchained path
+// shows it against the reference too), which moves a few outputs by about a step times a
+// weight; so 99% of the outputs must agree within 1e-4 of the largest magnitude and all
+// within 2% of it.
+func TestQDQChainInt8(t *testing.T) {
+	dims := []int64{2, 3, 9, 9}
+	for _, zp := range []int64{0, 128} {
+		rng := rand.New(rand.NewSource(zp + 11))
+		m := qdqChainModel(zp, rng)
+		x := &onnx.Tensor{Name: "x", DType: onnx.Float, Dims: dims, F32: make([]float32, 2*3*9*9)}
+		for i := range x.F32 {
+			x.F32[i] = float32(rng.NormFloat64())
+		}
+		run := func(m *onnx.Model, chain string) ([]float32, int) {
+			t.Setenv(graph.Int8ChainEnv, chain)
+			k, err := LoadModel(m, Options{Threads: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer k.Close()
+			g, err := graph.Compile(k.src, map[string][]int64{"x": dims}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			chained := 0
+			for _, n := range g.Nodes {
+				if n.Attrs[graph.QDQAttrs.YScale] != nil {
+					chained++
+				}
+			}
+			got, err := k.Run([]*onnx.Tensor{x})
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err := k.Run([]*onnx.Tensor{x})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range got[0].F32 {
+				if math.Float32bits(got[0].F32[i]) != math.Float32bits(again[0].F32[i]) {
+					t.Fatalf("zp %d chain %s: value %d differs between two runs", zp, chain, i)
+				}
+			}
+			return got[0].F32, chained
+		}
+		fast, n := run(m, "1")
+		if n != 2 {
+			t.Fatalf("zp %d: %d convolutions write 8-bit outputs, want 2", zp, n)
+		}
+		plain, n0 := run(m, "0")
+		if n0 != 0 {
+			t.Fatalf("zp %d: IDK_INT8_CHAIN=0 still chains %d convolutions", zp, n0)
+		}
+		want, _ := run(referenceQDQ(t, m), "1")
+		for _, other := range []struct {
+			name string
+			v    []float32
+		}{{"reference", want}, {"unchained int8", plain}} {
+			var big, worst float64
+			for _, w := range other.v {
+				big = math.Max(big, math.Abs(float64(w)))
+			}
+			off := 0
+			for i, w := range other.v {
+				d := math.Abs(float64(fast[i] - w))
+				worst = math.Max(worst, d)
+				if d > 1e-4*big {
+					off++
+				}
+			}
+			if worst > 0.02*big || off > len(fast)/100 {
+				t.Errorf("zp %d: chained int8 differs from the %s path by up to %g (largest output %g), %d of %d values beyond 1e-4 of it",
+					zp, other.name, worst, big, off, len(fast))
+			}
+			t.Logf("zp %d: against the %s path, largest difference %g of %g, %d of %d values beyond 1e-4 of it", zp, other.name, worst, big, off, len(fast))
+		}
+	}
+}
+
+// qdqMatMulModel is x (2, 5, 12) -> Q/DQ (uint8, zero point zp) -> MatMul(int8 weights (12,
+// 20) per column) + bias -> Relu -> Flatten -> Q/DQ -> Gemm(transB, int8 weights (7, 100) per
+// row, bias) -> + Gemm(transB 0, per-tensor weights (100, 7), no bias) -> output.
+func qdqMatMulModel(zp int64, rng *rand.Rand) *onnx.Model {
+	ini := map[string]*onnx.Tensor{}
+	f32 := func(name string, dims []int64, v []float32) string {
+		ini[name] = &onnx.Tensor{Name: name, DType: onnx.Float, Dims: dims, F32: v}
+		return name
+	}
+	i64 := func(name string, dt onnx.DataType, dims []int64, v []int64) string {
+		ini[name] = &onnx.Tensor{Name: name, DType: dt, Dims: dims, I64: v}
+		return name
+	}
+	rnd := func(n int64, lo, span float32) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = lo + span*rng.Float32()
+		}
+		return v
+	}
+	// weights quantized along axis (scales: one per index of axis, or one when axis < 0)
+	weights := func(name string, dims []int64, axis int) (string, string, string) {
+		q := make([]int64, dims[0]*dims[1])
+		for i := range q {
+			q[i] = int64(rng.Intn(255) - 127)
+		}
+		ns := int64(1)
+		sd := []int64{}
+		if axis >= 0 {
+			ns = dims[axis]
+			sd = []int64{ns}
+		}
+		return i64(name+"_q", onnx.Int8, dims, q), f32(name+"_s", sd, rnd(ns, 0.001, 0.01)), i64(name+"_z", onnx.Int8, sd, make([]int64, ns))
+	}
+	node := func(op string, in []string, out string, kv ...any) *onnx.Node {
+		a := map[string]*onnx.Attribute{}
+		for i := 0; i < len(kv); i += 2 {
+			a[kv[i].(string)] = &onnx.Attribute{Name: kv[i].(string), Type: onnx.AttrInt, I: int64(kv[i+1].(int))}
+		}
+		return &onnx.Node{Name: out + "_node", OpType: op, Inputs: in, Outputs: []string{out}, Attrs: a}
+	}
+	xs := f32("xs", []int64{}, []float32{0.02})
+	xz := i64("xz", onnx.Uint8, []int64{}, []int64{zp})
+	ys := f32("ys", []int64{}, []float32{0.05})
+	yz := i64("yz", onnx.Uint8, []int64{}, []int64{0})
+	w1q, w1s, w1z := weights("w1", []int64{12, 20}, 1)
+	w2q, w2s, w2z := weights("w2", []int64{7, 100}, 0)
+	w3q, w3s, w3z := weights("w3", []int64{100, 7}, -1)
+	f32("b1", []int64{20}, rnd(20, -0.5, 1))
+	f32("b2", []int64{7}, rnd(7, -0.5, 1))
+	nodes := []*onnx.Node{
+		node("QuantizeLinear", []string{"x", xs, xz}, "xq"),
+		node("DequantizeLinear", []string{"xq", xs, xz}, "xd"),
+		node("DequantizeLinear", []string{w1q, w1s, w1z}, "w1d", "axis", 1),
+		node("MatMul", []string{"xd", "w1d"}, "m1"),
+		node("Add", []string{"m1", "b1"}, "a1"),
+		node("Relu", []string{"a1"}, "r1"),
+		node("Flatten", []string{"r1"}, "f1", "axis", 1),
+		node("QuantizeLinear", []string{"f1", ys, yz}, "fq"),
+		node("DequantizeLinear", []string{"fq", ys, yz}, "fd"),
+		node("DequantizeLinear", []string{w2q, w2s, w2z}, "w2d", "axis", 0),
+		node("Gemm", []string{"fd", "w2d", "b2"}, "g2", "transB", 1),
+		node("DequantizeLinear", []string{w3q, w3s, w3z}, "w3d", "axis", 1),
+		node("Gemm", []string{"fd", "w3d"}, "g3"),
+		node("Add", []string{"g2", "g3"}, "y"),
+	}
+	return &onnx.Model{IRVersion: 8, Opset: 13, Graph: &onnx.Graph{
+		Name: "qdq_mm", Nodes: nodes, Initializers: ini,
+		Inputs:  []onnx.ValueInfo{{Name: "x", DType: onnx.Float, Dims: []int64{2, 5, 12}, HasShape: true}},
+		Outputs: []onnx.ValueInfo{{Name: "y", DType: onnx.Float}},
+	}}
+}
+
+// TestQDQMatMulInt8MatchesReference checks oneDNN's int8 matmul path (MatMul with a bias
+// and ReLU, Gemm with transB and a bias, Gemm with per-tensor weights) against the
+// reference path on the same QDQ model, within 1e-4 of the output's largest magnitude, for
+// a zero and a non-zero input zero point, and byte-identical over two runs.
+func TestQDQMatMulInt8MatchesReference(t *testing.T) {
+	dims := []int64{2, 5, 12}
+	for _, zp := range []int64{0, 128} {
+		rng := rand.New(rand.NewSource(zp + 7))
+		m := qdqMatMulModel(zp, rng)
+		x := &onnx.Tensor{Name: "x", DType: onnx.Float, Dims: dims, F32: make([]float32, 2*5*12)}
+		for i := range x.F32 {
+			x.F32[i] = float32(rng.NormFloat64())
+		}
+		fast, err := LoadModel(m, Options{Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fast.Close()
+		if n := fast.int8Nodes(t, dims, "MatMul", "Gemm"); n != 3 {
+			t.Fatalf("zp %d: %d matrix products run in int8, want 3", zp, n)
+		}
+		ref, err := LoadModel(referenceQDQ(t, m), Options{Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ref.Close()
+		if n := ref.int8Nodes(t, dims, "MatMul", "Gemm"); n != 0 {
+			t.Fatalf("reference model: %d int8 matrix products", n)
+		}
+		got, err := fast.Run([]*onnx.Tensor{x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := fast.Run([]*onnx.Tensor{x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := ref.Run([]*onnx.Tensor{x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var big, worst float64
+		for i, w := range want[0].F32 {
+			big = math.Max(big, math.Abs(float64(w)))
+			worst = math.Max(worst, math.Abs(float64(got[0].F32[i]-w)))
+			if math.Float32bits(got[0].F32[i]) != math.Float32bits(again[0].F32[i]) {
+				t.Fatalf("zp %d: value %d differs between two runs", zp, i)
+			}
+		}
+		if worst > 1e-4*big {
+			t.Errorf("zp %d: int8 path differs from the reference by %g (largest output %g)", zp, worst, big)
+		}
+		t.Logf("zp %d: largest difference %g of %g", zp, worst, big)
+	}
+}
+
+// TestPeakInt8 reports the VNNI and AMX int8 peaks beside the FP32 one (benchmarks quote
+// them), and checks the AMX loop runs exactly where oneDNN's int8 kernels use AMX.
 func TestPeakInt8(t *testing.T) {
 	g := PeakInt8GOPS(2)
 	c := PeakInt8GOPSPerCPUSecond()
 	f := PeakGFLOPSPerCPUSecond()
 	t.Logf("int8 peak: %.1f GOP/s with 2 threads (wall), %.1f GOP/s per CPU second; FP32: %.1f GFLOP/s per CPU second", g, c, f)
-	if g < 0 || c < 0 {
+	a := PeakInt8AMXGOPS(2)
+	ac := PeakInt8AMXGOPSPerCPUSecond()
+	t.Logf("int8 AMX peak: %.1f GOP/s with 2 threads (wall), %.1f GOP/s per CPU second", a, ac)
+	if g < 0 || c < 0 || a < 0 || ac < 0 {
 		t.Fatalf("negative peak")
+	}
+	if amx := strings.Contains(BF16Support(), "amx"); amx != (a > 0) {
+		t.Errorf("oneDNN uses AMX: %v, but the AMX int8 peak is %.1f GOP/s", amx, a)
+	}
+	if k := PeakInt8KernelGOPSPerCPUSecond(); k <= 0 && c > 0 {
+		t.Errorf("kernel int8 peak %.1f", k)
 	}
 }

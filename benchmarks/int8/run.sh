@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # benchmarks/int8/run.sh: int8 (QDQ) against fp32 on torchvision's ResNet-50 exported by
 # PyTorch, in the same run: alternating rounds of `idunno bench kernel` on the float model and
-# on the model `idunno quantize` writes from it, plus the VNNI int8 and FP32 FMA peaks.
+# on the model `idunno quantize` writes from it, plus the VNNI and AMX int8 and FP32 FMA peaks.
 # Writes benchmarks/out/int8_qdq.csv. Needs `make` first.
 #   ROUNDS (default 3)  SECONDS_EACH (default 10)  THREADS (default 2)  BATCH (default 8)
 set -euo pipefail
@@ -39,8 +39,8 @@ for r in $(seq 1 "$ROUNDS"); do
     echo "$r,$p,$line,$(cut -d' ' -f1 /proc/loadavg)" | tee -a "$csv"
   done
 done
-# peaks: VNNI int8 and FP32 FMA, per CPU second (meaningful under load) and wall (2 threads)
-go test ./kernel -run 'TestPeakInt8' -v -count=1 | grep 'int8 peak' | tee "$OUT/int8_qdq_peak.txt"
+# peaks: VNNI and AMX int8 and FP32 FMA, per CPU second (meaningful under load) and wall (2 threads)
+go test ./kernel -run 'TestPeakInt8' -v -count=1 | grep 'int8.*peak' | tee "$OUT/int8_qdq_peak.txt"
 /usr/bin/python3 - "$csv" <<'PY'
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1])))

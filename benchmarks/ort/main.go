@@ -5,17 +5,25 @@
 // at each precision asked for and ONNX Runtime's CPU execution provider (bench.js, fp32),
 // alternating the two for --rounds rounds so load changes hit both alike, and prints each
 // system's best round and the ratios: throughput, minimum batch latency (the least disturbed
-// run on a shared machine) and images per CPU-second. It writes OUT/ort.csv and
+// run on a shared machine), images per CPU-second, and IDunno's fraction of its precision's
+// peak per CPU-second (fp32: FMA; bf16 and int8: AMX where oneDNN uses it). It writes OUT/ort.csv and
 // OUT/ort_ratio.png (IDunno / ONNX Runtime throughput per configuration).
 //
-//	go run ./benchmarks/ort --bin bin/idunno --out benchmarks/out [--models resnet50,...] [--batches 1,8]
+// Precision int8 runs the QDQ model `idunno quantize` writes from the exported one
+// (calibrated on a few deterministic random inputs, cached as NAME.int8.onnx next to it);
+// its ratios are against ONNX Runtime fp32 on the float model, like bf16's. A model that
+// cannot be quantized or run at a precision gets a "skip" line with the reason.
+//
+//	go run ./benchmarks/ort --bin bin/idunno --out benchmarks/out [--models resnet50,...] [--batches 1,8] [--precisions fp32,bf16,int8]
 package main
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,7 +50,7 @@ func main() {
 	cache := flag.String("models-dir", "", "exported models (default: the user cache, idunno/ortbench)")
 	models := flag.String("models", strings.Join(defaultModels, ","), "torchvision models, and "+textModel+" (the zoo's, BERT-base sized)")
 	batches := flag.String("batches", "1,8", "batch sizes")
-	precisions := flag.String("precisions", "fp32", "IDunno precisions (fp32,bf16)")
+	precisions := flag.String("precisions", "fp32", "IDunno precisions (fp32,bf16,int8)")
 	threads := flag.Int("threads", 2, "threads for both")
 	seconds := flag.Float64("seconds", 5, "seconds per run")
 	rounds := flag.Int("rounds", 2, "alternating rounds per configuration")
@@ -94,8 +102,8 @@ func run(bin, out, cache string, models, batches, precs []string, threads int, s
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
-	fmt.Printf("%-16s %5s %5s %10s %10s %7s %9s %9s %7s %8s %8s %7s %6s\n", "model", "batch", "prec",
-		"idunno/s", "ort/s", "ratio", "idunno_ms", "ort_ms", "ratio", "idunnoCPU", "ortCPU", "ratio", "load")
+	fmt.Printf("%-16s %5s %5s %10s %10s %7s %9s %9s %7s %8s %8s %7s %6s %6s\n", "model", "batch", "prec",
+		"idunno/s", "ort/s", "ratio", "idunno_ms", "ort_ms", "ratio", "idunnoCPU", "ortCPU", "ratio", "load", "peak%")
 	var rows [][]float64
 	series := map[string]*plot.Series{}
 	x := 0.0
@@ -121,6 +129,21 @@ func run(bin, out, cache string, models, batches, precs []string, threads int, s
 				continue
 			}
 		}
+		// the file each precision runs; a precision whose model cannot be made is skipped
+		files := map[string]string{}
+		for _, pr := range precs {
+			files[pr] = path
+			if pr != "int8" {
+				continue
+			}
+			q, err := int8Model(bin, cache, name, path, threads)
+			if err != nil {
+				fmt.Printf("skip %s int8: %v\n", name, err)
+				delete(files, pr)
+				continue
+			}
+			files[pr] = q
+		}
 		for _, bs := range batches {
 			batch, err := strconv.Atoi(bs)
 			if err != nil || batch < 1 {
@@ -129,6 +152,7 @@ func run(bin, out, cache string, models, batches, precs []string, threads int, s
 			x++
 			ort := result{}
 			best := map[string]result{}
+			failed := map[string]bool{}
 			for r := 0; r < rounds; r++ {
 				// alternate which system goes first
 				steps := []func() error{
@@ -141,9 +165,15 @@ func run(bin, out, cache string, models, batches, precs []string, threads int, s
 					},
 					func() error {
 						for _, pr := range precs {
-							o, err := idunnoRun(bin, path, pr, batch, threads, seconds)
+							if files[pr] == "" || failed[pr] {
+								continue
+							}
+							o, err := idunnoRun(bin, files[pr], pr, batch, threads, seconds)
 							if err != nil {
-								return err
+								// one precision failing does not stop the others
+								fmt.Printf("skip %s batch %d %s: %v\n", name, batch, pr, err)
+								failed[pr] = true
+								continue
 							}
 							best[pr] = better(best[pr], o)
 						}
@@ -171,10 +201,11 @@ func run(bin, out, cache string, models, batches, precs []string, threads int, s
 				if ort.PerCPUSecond > 0 {
 					cpuRatio = id.PerCPUSecond / ort.PerCPUSecond
 				}
-				fmt.Printf("%-16s %5d %5s %10.2f %10.2f %6.2fx %9.2f %9.2f %6.2fx %8.2f %8.2f %6.2fx %6.1f\n", name, batch, pr,
-					id.ImagesPerSec, ort.ImagesPerSec, ratio, id.Minms, ort.Minms, latRatio, id.PerCPUSecond, ort.PerCPUSecond, cpuRatio, load)
+				fmt.Printf("%-16s %5d %5s %10.2f %10.2f %6.2fx %9.2f %9.2f %6.2fx %8.2f %8.2f %6.2fx %6.1f %5.1f%%\n", name, batch, pr,
+					id.ImagesPerSec, ort.ImagesPerSec, ratio, id.Minms, ort.Minms, latRatio, id.PerCPUSecond, ort.PerCPUSecond, cpuRatio, load,
+					100*id.Fraction)
 				rows = append(rows, []float64{float64(mi), float64(batch), float64(pi), id.ImagesPerSec, ort.ImagesPerSec, ratio,
-					id.Minms, ort.Minms, latRatio, id.PerCPUSecond, ort.PerCPUSecond, cpuRatio, load})
+					id.Minms, ort.Minms, latRatio, id.PerCPUSecond, ort.PerCPUSecond, cpuRatio, load, id.Fraction})
 				s := series[pr]
 				if s == nil {
 					s = &plot.Series{Name: "IDunno " + pr + " / ONNX Runtime fp32 (min latency)"}
@@ -188,7 +219,7 @@ func run(bin, out, cache string, models, batches, precs []string, threads int, s
 	fmt.Printf("models (index): %s; precisions (index): %s\n", strings.Join(models, ","), strings.Join(precs, ","))
 	if err := plot.WriteCSV(filepath.Join(out, "ort.csv"), []string{"model_index", "batch", "precision_index",
 		"idunno_images_per_sec", "ort_images_per_sec", "ratio", "idunno_min_ms", "ort_min_ms", "min_latency_ratio",
-		"idunno_images_per_cpu_s", "ort_images_per_cpu_s", "cpu_ratio", "load_avg"}, rows); err != nil {
+		"idunno_images_per_cpu_s", "ort_images_per_cpu_s", "cpu_ratio", "load_avg", "idunno_fraction_of_peak_cpu"}, rows); err != nil {
 		return err
 	}
 	c := plot.Chart{Title: "IDunno / ONNX Runtime 1.20.1 (CPU EP), same run; x = model/batch in order of ort.csv",
@@ -235,6 +266,68 @@ func writeTextModel(bin, path string) error {
 		"--heads", "12", "--width", "768", "--classes", "2", "--seed", "1", "--out", tmp).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("zoo: %v: %s", err, out)
+	}
+	return os.Rename(tmp, path)
+}
+
+// int8Model returns the QDQ model `idunno quantize` writes from the float model at path,
+// calibrated on calibSamples deterministic random inputs of the model's input shape
+// (speed only: the values do not change the time), cached next to path.
+func int8Model(bin, cache, name, path string, threads int) (string, error) {
+	q := filepath.Join(cache, name+".int8.onnx")
+	if _, err := os.Stat(q); err == nil {
+		return q, nil
+	}
+	if name == textModel {
+		return "", fmt.Errorf("the quantizer calibrates one float image input; %s takes int64 ids and mask", name)
+	}
+	side := 224
+	if name == "inception_v3" {
+		side = 299
+	}
+	calib := filepath.Join(cache, fmt.Sprintf("calib_%dx3x%dx%d.npy", calibSamples, side, side))
+	if _, err := os.Stat(calib); err != nil {
+		if err := writeCalib(calib, []int{calibSamples, 3, side, side}); err != nil {
+			return "", err
+		}
+	}
+	tmp := q + ".tmp"
+	out, err := exec.Command(bin, "quantize", "--model", path, "--calibration", calib, "--samples", strconv.Itoa(calibSamples),
+		"--batch", strconv.Itoa(calibSamples), "--threads", strconv.Itoa(threads), "--out", tmp).CombinedOutput()
+	if err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("quantize: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return q, os.Rename(tmp, q)
+}
+
+// calibSamples is how many random inputs calibrate an int8 model.
+const calibSamples = 4
+
+// writeCalib writes a float32 .npy of the given shape with values in [0, 1) from a fixed seed.
+func writeCalib(path string, shape []int) error {
+	n := 1
+	dims := make([]string, len(shape))
+	for i, d := range shape {
+		n *= d
+		dims[i] = strconv.Itoa(d)
+	}
+	header := fmt.Sprintf("{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }", strings.Join(dims, ", "))
+	pad := 64 - (10+len(header)+1)%64
+	header += strings.Repeat(" ", pad%64) + "\n"
+	var b bytes.Buffer
+	b.WriteString("\x93NUMPY\x01\x00")
+	binary.Write(&b, binary.LittleEndian, uint16(len(header)))
+	b.WriteString(header)
+	rng := rand.New(rand.NewSource(1))
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = rng.Float32()
+	}
+	binary.Write(&b, binary.LittleEndian, v)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b.Bytes(), 0o644); err != nil {
+		return err
 	}
 	return os.Rename(tmp, path)
 }

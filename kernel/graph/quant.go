@@ -2,6 +2,8 @@ package graph
 
 import (
 	"math"
+	"os"
+	"strings"
 
 	"idunno/kernel/onnx"
 )
@@ -21,10 +23,16 @@ const (
 	qdqXScale  = "idunno.qdq_x_scale"  // AttrFloat: the input's scale
 	qdqXZero   = "idunno.qdq_x_zero"   // AttrInt: the input's zero point
 	qdqXSigned = "idunno.qdq_x_signed" // AttrInt: 1 when the input quantizes to int8, 0 for uint8
+	// set by chainQDQ on an int8 Conv whose every reader is an int8 Conv quantizing its
+	// output the same way: the Conv writes its output already quantized with these
+	qdqYScale  = "idunno.qdq_y_scale"  // AttrFloat
+	qdqYZero   = "idunno.qdq_y_zero"   // AttrInt
+	qdqYSigned = "idunno.qdq_y_signed" // AttrInt
 )
 
-// QDQAttrs lists the attributes fuseQDQ sets on a Conv (for the kernel's lowering).
-var QDQAttrs = struct{ Weights, WScales, XScale, XZero, XSigned string }{qdqWeights, qdqWScales, qdqXScale, qdqXZero, qdqXSigned}
+// QDQAttrs lists the attributes fuseQDQ and chainQDQ set (for the kernel's lowering).
+var QDQAttrs = struct{ Weights, WScales, XScale, XZero, XSigned, YScale, YZero, YSigned string }{
+	qdqWeights, qdqWScales, qdqXScale, qdqXZero, qdqXSigned, qdqYScale, qdqYZero, qdqYSigned}
 
 // dqSource remembers the integer tensor behind a folded DequantizeLinear of a constant.
 type dqSource struct {
@@ -469,14 +477,46 @@ func (c *compiler) expandQLinear(n *onnx.Node) ([]*onnx.Node, error) {
 // int8 convolution. The result equals the reference path's up to float rounding of the
 // accumulation (the s32 sum is exact; the reference sums dequantized floats). A Conv whose
 // pattern does not fit keeps the reference path.
+//
+// MatMul by 2-D weights (K, N) quantized along axis 1, and Gemm (transA 0, alpha 1, beta 1)
+// by weights quantized along their N axis, fuse the same way: the kernel runs oneDNN's int8
+// matmul on the input flattened to 2-D.
 func (c *compiler) fuseQDQ() {
 	ix := c.index()
 	for _, n := range c.nodes {
-		if n.OpType != "Conv" || ix.dead[n] || n.Attrs[qdqWeights] != nil {
+		if ix.dead[n] || n.Attrs[qdqWeights] != nil || len(n.Inputs) < 2 {
 			continue
 		}
 		src := c.dq[n.Inputs[1]]
-		if src == nil || src.q.DType != onnx.Int8 || (src.axis != 0 && src.axis != -1) {
+		if src == nil || src.q.DType != onnx.Int8 {
+			continue
+		}
+		nAxis, ok := 0, false // the weights' output-channel axis
+		switch n.OpType {
+		case "Conv":
+			ok = true
+		case "MatMul":
+			nAxis = 1
+			av := c.vals[n.Inputs[0]]
+			ok = len(src.q.Dims) == 2 && av != nil && len(av.Dims) >= 2
+		case "Gemm":
+			x := &nodeCtx{c: c, n: n}
+			ta, e1 := x.attrInt("transA", 0)
+			tb, e2 := x.attrInt("transB", 0)
+			alpha, e3 := x.attrFloat("alpha", 1)
+			beta, e4 := x.attrFloat("beta", 1)
+			if tb == 0 {
+				nAxis = 1
+			}
+			ok = e1 == nil && e2 == nil && e3 == nil && e4 == nil && ta == 0 && alpha == 1 && beta == 1 && len(src.q.Dims) == 2
+			if ok && len(n.Inputs) > 2 && n.Inputs[2] != "" {
+				// a constant bias of N values (broadcast over the rows)
+				b := c.consts[n.Inputs[2]]
+				ok = b != nil && b.DType == onnx.Float && volumeOf(b.Dims) == src.q.Dims[nAxis] &&
+					(len(b.Dims) == 1 || len(b.Dims) == 2 && b.Dims[0] == 1)
+			}
+		}
+		if !ok || (src.axis != nAxis && src.axis != -1) {
 			continue
 		}
 		if !allZero(src.zeros) {
@@ -497,7 +537,7 @@ func (c *compiler) fuseQDQ() {
 		if !ok {
 			continue
 		}
-		wsc := make([]float32, src.q.Dims[0])
+		wsc := make([]float32, src.q.Dims[nAxis])
 		for i := range wsc {
 			wsc[i] = src.scales[i%len(src.scales)]
 		}
@@ -511,6 +551,70 @@ func (c *compiler) fuseQDQ() {
 		n.Attrs[qdqXSigned] = &onnx.Attribute{Name: qdqXSigned, Type: onnx.AttrInt, I: signed}
 	}
 	c.pruneDead()
+}
+
+// Int8ChainEnv names the environment variable that, set to 0, turns chainQDQ off (A/B).
+const Int8ChainEnv = "IDK_INT8_CHAIN"
+
+// chainQDQ lets an int8 Conv write its output as 8-bit values when every reader of that
+// output is an int8 Conv (input 0 only) with the same input scale, zero point and type, and
+// its post-ops are activations only (no residual sum): the kernel then requantizes in the
+// convolution's output scales (or a last linear post-op) and the readers skip their
+// quantizing reorder. The values equal the reference path's up to float rounding of the
+// accumulation (a rounding tie can move a value by one step).
+func (c *compiler) chainQDQ() {
+	if os.Getenv(Int8ChainEnv) == "0" {
+		return
+	}
+	ix := c.index()
+	for _, n := range c.nodes {
+		if ix.dead[n] || n.OpType != "Conv" || n.Attrs[qdqWeights] == nil || n.Attrs[qdqYScale] != nil || len(n.Outputs) != 1 {
+			continue
+		}
+		if a := n.Attrs[postOpsAttr]; a != nil && !activationsOnly(a.Strings) {
+			continue
+		}
+		y := n.Outputs[0]
+		if c.outputs[y] || len(ix.readers[y]) == 0 {
+			continue
+		}
+		var first *onnx.Node
+		ok := true
+		for r, slots := range ix.readers[y] {
+			if slots != 1 || r.OpType != "Conv" || r.Attrs[qdqWeights] == nil || r.Inputs[0] != y {
+				ok = false
+				break
+			}
+			if first == nil {
+				first = r
+				continue
+			}
+			for _, k := range []string{qdqXScale, qdqXZero, qdqXSigned} {
+				if a, b := first.Attrs[k], r.Attrs[k]; a.F != b.F || a.I != b.I {
+					ok = false
+				}
+			}
+		}
+		if !ok || first == nil {
+			continue
+		}
+		for _, k := range [][2]string{{qdqXScale, qdqYScale}, {qdqXZero, qdqYZero}, {qdqXSigned, qdqYSigned}} {
+			a := *first.Attrs[k[0]]
+			a.Name = k[1]
+			n.Attrs[k[1]] = &a
+		}
+	}
+}
+
+// activationsOnly reports whether post-ops are activations (no "sum:"), leaving room for the
+// kernel's requantizing one.
+func activationsOnly(posts []string) bool {
+	for _, p := range posts {
+		if strings.HasPrefix(p, "sum:") {
+			return false
+		}
+	}
+	return len(posts) < 7
 }
 
 func allZero(v []int64) bool {

@@ -28,7 +28,7 @@
  * the plan's edges, and wraps the result of arithmetic on a narrower type with
  * IDK_OP_CAST (to I32, I16, I8 or U8). bf16 is the compute type of a bf16 plan's convolutions and
  * matrix products (idk_plan_set_precision), never a tensor's declared type; IDK_I8 is
- * accepted for constants only (the weights of IDK_OP_QCONV).
+ * accepted for constants only (the weights of IDK_OP_QCONV and IDK_OP_QMATMUL).
  */
 #ifndef IDUNNO_KERNEL_H
 #define IDUNNO_KERNEL_H
@@ -58,7 +58,7 @@ typedef enum {
 /* Element types (ONNX TensorProto.DataType numbering). */
 typedef enum {
     IDK_F32 = 1,
-    IDK_I8 = 3,   /* constant int8 weights of IDK_OP_QCONV */
+    IDK_I8 = 3,   /* constant int8 weights of IDK_OP_QCONV and IDK_OP_QMATMUL */
     IDK_I64 = 7,
     IDK_BF16 = 16 /* compute type of bf16 plans (idk_plan_set_precision) */
 } idk_dtype_t;
@@ -166,8 +166,17 @@ typedef enum {
      * s32 accumulation). in: x (f32), w (constant i8, ONNX's (O, I/group, k...)), w_scales
      * (constant f32 [O]), [bias (constant f32 [O])]. The kernel quantizes x as QUANTIZE with x_scale and
      * x_zero_point (u8, or s8 when x_signed), then y = x_scale * w_scales[o] * sum((xq - zp) * w)
-     * + bias[o], in f32. i: as CONV, then x_zero_point, x_signed. f: x_scale. Post-ops allowed. */
-    IDK_OP_QCONV = 66
+     * + bias[o], in f32. i: as CONV, then x_zero_point, x_signed. f: x_scale. Post-ops allowed.
+     * With i: ..., y_zero_point, y_signed and f: x_scale, y_scale, y is written already quantized
+     * with those (8 bits in the chosen layout, its declared type staying f32): then only QCONV
+     * ops with that x_scale, x_zero_point and x_signed may read y, and it takes no sum post-op. */
+    IDK_OP_QCONV = 66,
+    /* Matrix product of an 8-bit quantized input with int8 weights (oneDNN's int8 matmul).
+     * in: x (f32, rank >= 2, read as rows of its last dim K), w (constant i8 [K, N]), w_scales
+     * (constant f32 [N]), [bias (constant f32 [N])]. x is quantized as in QCONV, then y[.., n] =
+     * x_scale * w_scales[n] * sum_k((xq - zp) * w[k, n]) + bias[n], in f32 with x's dims but
+     * N last. i: x_zero_point, x_signed. f: x_scale. Post-ops allowed. */
+    IDK_OP_QMATMUL = 67
 } idk_op_kind_t;
 
 typedef enum {
