@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"idunno/kernel/graph"
@@ -73,8 +75,32 @@ func splitSizes(batch int64, parts int) []int64 {
 	return out
 }
 
-// splitRule returns the sub-batch sizes to run a batch of these shapes as, or nil to run
-// it whole. The graph still has to pass the proof (buildSplit).
+// SplitRowsEnv names the environment variable that sets the rows of a chunk (see
+// splitChunk): a positive number dividing the batch into at least Threads chunks runs the
+// batch as chunks of that many rows; 0 (or a number that does not divide it) keeps one
+// sub-batch per thread.
+const SplitRowsEnv = "IDK_SPLIT_ROWS"
+
+// splitChunk returns the rows of a chunk for a split batch of batch samples on threads
+// threads, or 0 to run it as one sub-batch per thread. In chunks, every thread holds a plan
+// of the chunk's size and takes chunks from a shared counter until none are left, so a
+// thread the machine deschedules takes fewer of them; each chunk's arithmetic is that of a
+// plan of the same graph, size and weights whichever thread runs it, so the outputs are the
+// same bytes whatever the order.
+func splitChunk(batch int64, threads int) int64 {
+	env := os.Getenv(SplitRowsEnv)
+	if env == "" {
+		return 0
+	}
+	n, err := strconv.ParseInt(env, 10, 64)
+	if err != nil || n <= 0 || batch%n != 0 || batch/n < int64(threads) {
+		return 0
+	}
+	return n
+}
+
+// splitRule returns the sub-batch sizes to run a batch of these shapes as (one a thread),
+// or nil to run it whole. The graph still has to pass the proof (buildSplit).
 func (m *Model) splitRule(shapes map[string][]int64) []int64 {
 	env := os.Getenv(SplitEnv)
 	if env == "0" || m.threads < 2 || len(m.consts) > 0 || len(m.inputs) == 0 {
@@ -93,6 +119,13 @@ func (m *Model) splitRule(shapes map[string][]int64) []int64 {
 	}
 	if env != "1" && (m.prec != FP32 || m.weightBytes() > maxSplitWeightBytes) {
 		return nil
+	}
+	if c := splitChunk(batch, m.threads); c > 0 {
+		sizes := make([]int64, m.threads)
+		for i := range sizes {
+			sizes[i] = c
+		}
+		return sizes
 	}
 	return splitSizes(batch, m.threads)
 }
@@ -201,34 +234,67 @@ func destroyParts(parts []splitPart) {
 
 // runSplit runs the parts of a split entry at once, each on its rows of the inputs and
 // outputs (all of which carry the batch on axis 0, so a sub-batch is a contiguous block).
-// The caller holds e.mu.
+// When the parts' rows add up to less than the batch (splitChunk), the batch is chunks of
+// one part's rows, and each part's thread runs its plan on the next chunk left until none
+// is. The caller holds e.mu.
 func (e *planEntry) runSplit(byName map[string]*onnx.Tensor, outs []*onnx.Tensor) error {
 	type result struct {
-		st  int32
-		msg string
+		st    int32
+		msg   string
+		chunk int64
+		ns    int64
 	}
+	batch := e.inputs[0].dims[0]
+	var sum int64
+	for _, s := range e.parts {
+		sum += s.rows
+	}
+	chunked := sum != batch
 	res := make([]result, len(e.parts))
 	inPtrs := make([][]uintptr, len(e.parts))
 	outPtrs := make([][]uintptr, len(e.parts))
+	var next atomic.Int64 // the next chunk's index (chunked)
 	var row int64
+	// place points part k's pointers at rows first.. of the inputs and outputs.
+	place := func(k int, first int64) {
+		s := e.parts[k]
+		for i, slot := range s.p.inputs {
+			inPtrs[k][i] = rowsPtr(byName[slot.name], first, s.rows)
+		}
+		for i := range s.p.outputs {
+			outPtrs[k][i] = rowsPtr(outs[i], first, s.rows)
+		}
+	}
 	for k, s := range e.parts {
 		inPtrs[k] = make([]uintptr, len(s.p.inputs)+1)
-		for i, slot := range s.p.inputs {
-			t := byName[slot.name]
-			inPtrs[k][i] = rowsPtr(t, row, s.rows)
-		}
 		outPtrs[k] = make([]uintptr, len(s.p.outputs)+1)
-		for i := range s.p.outputs {
-			outPtrs[k][i] = rowsPtr(outs[i], row, s.rows)
+		if !chunked {
+			place(k, row)
+			row += s.rows
 		}
-		row += s.rows
 	}
 	runPart := func(k int) {
 		s := e.parts[k]
-		st := idkPlanRun(s.p.h, &inPtrs[k][0], &outPtrs[k][0])
-		res[k].st = st
-		if st != statusOK {
-			res[k].msg = idkPlanError(s.p.h)
+		for {
+			if chunked {
+				c := next.Add(1) - 1
+				if c*s.rows >= batch {
+					return
+				}
+				res[k].chunk = c
+				place(k, c*s.rows)
+			}
+			st := idkPlanRun(s.p.h, &inPtrs[k][0], &outPtrs[k][0])
+			res[k].ns += idkPlanLastRunNs(s.p.h)
+			res[k].st = st
+			if st != statusOK {
+				res[k].msg = idkPlanError(s.p.h)
+				next.Store(batch) // the others stop after their chunk
+				return
+			}
+			if !chunked {
+				return
+			}
 		}
 	}
 	var wg sync.WaitGroup
@@ -245,8 +311,16 @@ func (e *planEntry) runSplit(byName map[string]*onnx.Tensor, outs []*onnx.Tensor
 	runtime.KeepAlive(outs)
 	runtime.KeepAlive(inPtrs)
 	runtime.KeepAlive(outPtrs)
+	var ns int64
+	for _, r := range res {
+		ns = max(ns, r.ns)
+	}
+	e.splitNs.Store(ns)
 	for k, r := range res {
 		if r.st != statusOK {
+			if chunked {
+				return fmt.Errorf("kernel: run (chunk %d of %d): %s: %s", r.chunk+1, batch/e.parts[k].rows, idkStatusStr(r.st), r.msg)
+			}
 			return fmt.Errorf("kernel: run (sub-batch %d of %d): %s: %s", k+1, len(res), idkStatusStr(r.st), r.msg)
 		}
 	}
@@ -269,13 +343,8 @@ func rowsPtr(t *onnx.Tensor, first, rows int64) uintptr {
 	return uintptr(unsafe.Pointer(&t.I64[first*per]))
 }
 
-// wholeBatch is the slots of a part's plan (inputs or outputs) with the whole batch on
-// axis 0.
-func wholeBatch(parts []splitPart, slots []tensorSlot) []tensorSlot {
-	var batch int64
-	for _, s := range parts {
-		batch += s.rows
-	}
+// wholeBatch is the slots of a part's plan (inputs or outputs) with batch on axis 0.
+func wholeBatch(batch int64, slots []tensorSlot) []tensorSlot {
 	out := make([]tensorSlot, len(slots))
 	for i, s := range slots {
 		d := append([]int64(nil), s.dims...)

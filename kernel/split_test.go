@@ -321,3 +321,89 @@ func splitPlans(t *testing.T, m *Model, batch int64) []uintptr {
 	t.Fatalf("batch %d is not split in two", batch)
 	return nil
 }
+
+// TestSplitChunks: with IDK_SPLIT_ROWS, a batch runs as chunks of that many rows taken by
+// the threads from a shared counter; the bytes are the same on every run whichever thread
+// takes which chunk, the same as a one-thread model's at the chunk's batch size on each
+// chunk (rows 2: both compile with the batch >= 2 options), and within 1e-5 of the default
+// split. A number that does not divide the batch into at least Threads chunks is ignored.
+func TestSplitChunks(t *testing.T) {
+	src, err := zoo.Build("squeezenet", zoo.Options{Seed: 5, InputShape: []int64{3, 64, 64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dims := []int64{8, 3, 64, 64}
+	in := []*onnx.Tensor{seededInput(dims, 8)}
+	def, err := LoadModel(src, Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer def.Close()
+	ref, err := def.Run(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := LoadModel(src, Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	for _, c := range []struct {
+		env   string
+		batch int64
+		want  []int64
+	}{
+		{"2", 8, []int64{2, 2}},
+		{"1", 8, []int64{1, 1}},
+		{"4", 8, []int64{4, 4}},
+		{"3", 8, []int64{4, 4}}, // does not divide 8
+		{"8", 8, []int64{4, 4}}, // one chunk for two threads
+		{"2", 5, []int64{3, 2}},
+	} {
+		t.Setenv(SplitRowsEnv, c.env)
+		m, err := LoadModel(src, Options{Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := in
+		if c.batch != 8 {
+			x = []*onnx.Tensor{seededInput([]int64{c.batch, 3, 64, 64}, 5)}
+		}
+		var first []*onnx.Tensor
+		for run := 0; run < 4; run++ {
+			out, err := m.Run(x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if run == 0 {
+				first = out
+			} else if !sameBits(first[0].F32, out[0].F32) {
+				t.Fatalf("rows %s batch %d: run %d gave other bytes than run 0", c.env, c.batch, run)
+			}
+		}
+		if rows, _ := splitOf(m, c.batch); !reflect.DeepEqual(rows, c.want) {
+			t.Fatalf("rows %s batch %d: ran as %v, want %v", c.env, c.batch, rows, c.want)
+		}
+		if ns := m.LastRunKernelNanos(int(c.batch)); ns <= 0 {
+			t.Errorf("rows %s batch %d: LastRunKernelNanos = %d", c.env, c.batch, ns)
+		}
+		m.Close()
+		if c.batch != 8 {
+			continue
+		}
+		checkClose(t, "rows "+c.env+" against the default split", ref[0].F32, first[0].F32, 1e-5)
+		if c.env == "2" {
+			per := volume(first[0].Dims[1:])
+			for k := int64(0); k < 4; k++ {
+				chunk := &onnx.Tensor{DType: onnx.Float, Dims: []int64{2, 3, 64, 64}, F32: in[0].F32[k*2*3*64*64 : (k+1)*2*3*64*64]}
+				out, err := one.Run([]*onnx.Tensor{chunk})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !sameBits(out[0].F32, first[0].F32[k*2*per:(k+1)*2*per]) {
+					t.Fatalf("rows 2: chunk %d differs from a one-thread model's batch of 2", k)
+				}
+			}
+		}
+	}
+}
