@@ -505,3 +505,82 @@ func TestPeakInt8(t *testing.T) {
 		t.Errorf("kernel int8 peak %.1f", k)
 	}
 }
+
+// TestQDQMatMulSlicedStaysInt8: an int8 MatMul whose output only last-axis Slices read (a
+// quantized ViT's fused q/k/v in-projection) is left whole by the sliced-Linear pass (its
+// int8 weights live in the node's attributes, which a per-Slice product could not take), so
+// it loads, runs in int8, and matches the reference path. (The Slices feed other nodes: the
+// pass leaves a Slice that is a graph output alone.)
+func TestQDQMatMulSlicedStaysInt8(t *testing.T) {
+	rng := rand.New(rand.NewSource(11))
+	ini := map[string]*onnx.Tensor{}
+	add := func(t *onnx.Tensor) string { ini[t.Name] = t; return t.Name }
+	q := make([]int64, 12*24)
+	for i := range q {
+		q[i] = int64(rng.Intn(255) - 127)
+	}
+	ws := make([]float32, 24)
+	for i := range ws {
+		ws[i] = 0.001 + 0.01*rng.Float32()
+	}
+	add(&onnx.Tensor{Name: "wq", DType: onnx.Int8, Dims: []int64{12, 24}, I64: q})
+	add(&onnx.Tensor{Name: "ws", DType: onnx.Float, Dims: []int64{24}, F32: ws})
+	add(&onnx.Tensor{Name: "wz", DType: onnx.Int8, Dims: []int64{24}, I64: make([]int64, 24)})
+	add(&onnx.Tensor{Name: "xs", DType: onnx.Float, Dims: []int64{}, F32: []float32{0.02}})
+	add(&onnx.Tensor{Name: "xz", DType: onnx.Uint8, Dims: []int64{}, I64: []int64{128}})
+	add(&onnx.Tensor{Name: "axis", DType: onnx.Int64, Dims: []int64{1}, I64: []int64{-1}})
+	nodes := []*onnx.Node{
+		{Name: "q", OpType: "QuantizeLinear", Inputs: []string{"x", "xs", "xz"}, Outputs: []string{"xq"}},
+		{Name: "dq", OpType: "DequantizeLinear", Inputs: []string{"xq", "xs", "xz"}, Outputs: []string{"xd"}},
+		{Name: "dqw", OpType: "DequantizeLinear", Inputs: []string{"wq", "ws", "wz"}, Outputs: []string{"wd"},
+			Attrs: map[string]*onnx.Attribute{"axis": {Name: "axis", Type: onnx.AttrInt, I: 1}}},
+		{Name: "mm", OpType: "MatMul", Inputs: []string{"xd", "wd"}, Outputs: []string{"m"}},
+	}
+	var outs []onnx.ValueInfo
+	for i, y := range []string{"yq", "yk", "yv"} {
+		s := add(&onnx.Tensor{Name: y + "_s", DType: onnx.Int64, Dims: []int64{1}, I64: []int64{int64(8 * i)}})
+		e := add(&onnx.Tensor{Name: y + "_e", DType: onnx.Int64, Dims: []int64{1}, I64: []int64{int64(8*i + 8)}})
+		nodes = append(nodes, &onnx.Node{Name: y, OpType: "Slice", Inputs: []string{"m", s, e, "axis"}, Outputs: []string{y + "_sl"}},
+			&onnx.Node{Name: y + "_neg", OpType: "Neg", Inputs: []string{y + "_sl"}, Outputs: []string{y}})
+		outs = append(outs, onnx.ValueInfo{Name: y, DType: onnx.Float})
+	}
+	m := &onnx.Model{IRVersion: 8, Opset: 13, Graph: &onnx.Graph{Name: "qdq_sliced", Nodes: nodes, Initializers: ini,
+		Inputs:  []onnx.ValueInfo{{Name: "x", DType: onnx.Float, Dims: []int64{2, 5, 12}, HasShape: true}},
+		Outputs: outs}}
+	dims := []int64{2, 5, 12}
+	x := &onnx.Tensor{Name: "x", DType: onnx.Float, Dims: dims, F32: make([]float32, 2*5*12)}
+	for i := range x.F32 {
+		x.F32[i] = float32(rng.NormFloat64())
+	}
+	fast, err := LoadModel(m, Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fast.Close()
+	if n := fast.int8Nodes(t, dims, "MatMul"); n != 1 {
+		t.Fatalf("%d int8 MatMuls, want 1", n)
+	}
+	ref, err := LoadModel(referenceQDQ(t, m), Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	got, err := fast.Run([]*onnx.Tensor{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := ref.Run([]*onnx.Tensor{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range want {
+		var big, worst float64
+		for i, w := range want[k].F32 {
+			big = math.Max(big, math.Abs(float64(w)))
+			worst = math.Max(worst, math.Abs(float64(got[k].F32[i]-w)))
+		}
+		if worst > 1e-4*big {
+			t.Errorf("output %d: int8 path differs from the reference by %g (largest %g)", k, worst, big)
+		}
+	}
+}

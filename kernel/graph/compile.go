@@ -128,6 +128,7 @@ func compileOpts(m *onnx.Model, shapes map[string][]int64, consts map[string]*on
 			c.splitConcatConvs()
 		}
 		c.fusePostOps()
+		c.splitSlicedLinears()
 		c.chainQDQ()
 	}
 	c.pruneDead()
