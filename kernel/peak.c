@@ -115,10 +115,12 @@ static int amx_ok(void) {
     return __builtin_cpu_supports("avx512f") && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
 }
 
-__attribute__((target("amx-tile,amx-bf16"))) static double amx_run(long iters) {
-    static const uint16_t ones[16 * 32] __attribute__((aligned(64))) = {0};
-    /* palette 1, tiles 0-7 of 16 rows x 64 bytes (static: read by ldtilecfg, which the
-     * compiler does not see as a read of a stack object) */
+/* amx_setup configures tiles 0-7 as 16 rows x 64 bytes, zeroes the accumulators 0-3 and
+ * loads zeros into the operand tiles 4-7 (the peak loops' values do not matter). The
+ * configuration and the operand are static: ldtilecfg's read of a stack object is not
+ * seen by the compiler. */
+__attribute__((target("amx-tile"))) static void amx_setup(void) {
+    static const uint8_t zeros[16 * 64] __attribute__((aligned(64))) = {0};
     static const amx_cfg_t cfg __attribute__((aligned(64))) = {
         .palette = 1, .colsb = {64, 64, 64, 64, 64, 64, 64, 64}, .rows = {16, 16, 16, 16, 16, 16, 16, 16}};
     _tile_loadconfig(&cfg);
@@ -126,10 +128,14 @@ __attribute__((target("amx-tile,amx-bf16"))) static double amx_run(long iters) {
     _tile_zero(1);
     _tile_zero(2);
     _tile_zero(3);
-    _tile_loadd(4, ones, 64);
-    _tile_loadd(5, ones, 64);
-    _tile_loadd(6, ones, 64);
-    _tile_loadd(7, ones, 64);
+    _tile_loadd(4, zeros, 64);
+    _tile_loadd(5, zeros, 64);
+    _tile_loadd(6, zeros, 64);
+    _tile_loadd(7, zeros, 64);
+}
+
+__attribute__((target("amx-tile,amx-bf16"))) static double amx_run(long iters) {
+    amx_setup();
     for (long n = 0; n < iters; n++) {
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 4, 7);
@@ -181,18 +187,7 @@ IDK_API double idk_peak_bf16_gflops(int32_t threads, double seconds) {
  * tile: 16*16*64 multiply-adds, counted as two ops each like vpdpbusd's (quant.c). Four
  * independent accumulators, as for tdpbf16ps. */
 __attribute__((target("amx-tile,amx-int8"))) static double amx_int8_run(long iters) {
-    static const uint8_t ones[16 * 64] __attribute__((aligned(64))) = {0};
-    static const amx_cfg_t cfg __attribute__((aligned(64))) = {
-        .palette = 1, .colsb = {64, 64, 64, 64, 64, 64, 64, 64}, .rows = {16, 16, 16, 16, 16, 16, 16, 16}};
-    _tile_loadconfig(&cfg);
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    _tile_loadd(4, ones, 64);
-    _tile_loadd(5, ones, 64);
-    _tile_loadd(6, ones, 64);
-    _tile_loadd(7, ones, 64);
+    amx_setup();
     for (long n = 0; n < iters; n++) {
         _tile_dpbusd(0, 4, 6);
         _tile_dpbusd(1, 4, 7);
