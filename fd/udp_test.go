@@ -133,7 +133,13 @@ func TestUDPLossInjectedNoFalseFailure(t *testing.T) {
 		}
 		break
 	}
-	if ds[0].Stats().InjectedLoss == 0 {
+	// summed over the cluster: one node sends some tens of packets in these seconds, and
+	// at 3% none of them dropped is a few per cent likely (CI saw it once)
+	var lost uint64
+	for _, d := range ds {
+		lost += d.Stats().InjectedLoss
+	}
+	if lost == 0 {
 		t.Fatal("no loss was injected")
 	}
 }
