@@ -3,18 +3,27 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
+	"sort"
+	"strings"
 
 	"idunno/kernel/onnx"
 	"idunno/quantize"
 	"idunno/sched/dataset"
 )
 
-const quantizeUsage = "quantize --model M.onnx --calibration DATA [--samples N] [--batch B] --out M.int8.onnx [preprocessing flags] [--eval-data IMAGES --eval-labels LABELS] [--threads T]"
+const quantizeUsage = "quantize --model M.onnx --calibration DATA | --calibration INPUT=ARRAY.npy ... [--samples N] [--batch B] --out M.int8.onnx [preprocessing flags] [--eval-data IMAGES --eval-labels LABELS] [--threads T]"
 
 func runQuantize(args []string) error {
 	fs := newFlags("quantize")
 	model := fs.String("model", "", "float ONNX model file")
-	calib := fs.String("calibration", "", "calibration data: IDX or .npy file (gzip or plain), or a folder of PNG/JPEG images")
+	var calibs []string
+	fs.Func("calibration", "calibration data: IDX or .npy file (gzip or plain), or a folder of PNG/JPEG images, for the model's\n"+
+		"float input; or INPUT=ARRAY.npy for input INPUT (int64 token ids, masks, float features: one row per sample,\n"+
+		"no preprocessing); repeat for every input", func(v string) error {
+		calibs = append(calibs, v)
+		return nil
+	})
 	samples := fs.Int("samples", 512, "calibration samples (the first N of the data)")
 	batch := fs.Int("batch", 32, "calibration batch size")
 	out := fs.String("out", "", "output QDQ model file")
@@ -26,18 +35,21 @@ func runQuantize(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *model == "" || *calib == "" || *out == "" || fs.NArg() > 0 || *samples < 1 || *batch < 1 {
+	if *model == "" || len(calibs) == 0 || *out == "" || fs.NArg() > 0 || *samples < 1 || *batch < 1 {
 		return usageError("usage: idunno " + quantizeUsage)
 	}
 	m, err := onnx.ReadFile(*model)
 	if err != nil {
 		return err
 	}
-	ds, err := openLocalDataset(*calib)
+	data, err := calibrationData(m, calibs, pre)
 	if err != nil {
-		return fmt.Errorf("quantize: calibration data: %w", err)
+		return err
 	}
-	batches, err := calibrationBatches(m, ds, pre, *samples, *batch)
+	if len(data.Arrays) > 0 && *evalData != "" {
+		return usageError("quantize: --eval-data compares models of one image input; this model's calibration data is named arrays")
+	}
+	batches, err := quantize.Batches(m, data, *samples, *batch)
 	if err != nil {
 		return err
 	}
@@ -52,7 +64,10 @@ func runQuantize(args []string) error {
 	if err := onnx.WriteFile(*out, qm); err != nil {
 		return err
 	}
-	n := min(*samples, ds.Len())
+	n := 0
+	for _, b := range batches {
+		n += int(b[0].Dims[0])
+	}
 	fmt.Printf("%s: %d activations calibrated on %d samples (min/max), weights int8 per channel\n", *out, len(ranges), n)
 	if *evalData == "" {
 		return nil
@@ -70,42 +85,59 @@ func runQuantize(args []string) error {
 	return nil
 }
 
-// calibrationBatches decodes the first samples of ds for m's only float input.
-func calibrationBatches(m *onnx.Model, ds dataset.Dataset, pre dataset.Preprocess, samples, batch int) ([][]*onnx.Tensor, error) {
+// calibrationData opens what the --calibration flags name: NAME=FILE binds model input NAME
+// to a .npy array; any other value (at most one) is the data of the model's float input.
+func calibrationData(m *onnx.Model, calibs []string, pre dataset.Preprocess) (quantize.Data, error) {
+	d := quantize.Data{Pre: pre, Arrays: map[string]*dataset.Array{}}
 	if m.Graph == nil {
-		return nil, errors.New("quantize: no model graph")
+		return d, errors.New("quantize: no model graph")
 	}
-	var inputs []onnx.ValueInfo
-	for _, in := range m.Graph.Inputs {
-		if _, init := m.Graph.Initializers[in.Name]; !init {
-			inputs = append(inputs, in)
-		}
+	inputs := map[string]bool{}
+	for _, in := range quantize.RunInputs(m) {
+		inputs[in.Name] = true
 	}
-	if len(inputs) != 1 || inputs[0].DType != onnx.Float {
-		return nil, fmt.Errorf("quantize: the model must have one float input (an image batch), has %d inputs", len(inputs))
-	}
-	dims := inputs[0].Dims
-	if err := dataset.Check(ds, pre, dims); err != nil {
-		return nil, fmt.Errorf("quantize: calibration data does not fit input %s %v: %w", inputs[0].Name, dims, err)
-	}
-	n := min(samples, ds.Len())
-	var out [][]*onnx.Tensor
-	for from := 0; from < n; from += batch {
-		to := min(from+batch, n)
-		if len(dims) > 0 && dims[0] > 0 {
-			to = min(from+int(dims[0]), n) // a fixed batch: exactly that many, or stop
-			if to-from != int(dims[0]) {
-				break
+	var images string
+	for _, c := range calibs {
+		name, file, named := strings.Cut(c, "=")
+		if named && !inputs[name] {
+			if _, err := os.Stat(c); err != nil { // not a file name holding '='
+				return d, fmt.Errorf("quantize: --calibration %s: the model has no input %q (its inputs: %s)", c, name, strings.Join(sortedKeys(inputs), ", "))
 			}
+			named = false
 		}
-		t, err := dataset.Batch(ds, from, to, pre, dims)
+		if !named {
+			if images != "" {
+				return d, fmt.Errorf("quantize: two unnamed --calibration values (%s, %s): name the input each one feeds (--calibration INPUT=FILE.npy)", images, c)
+			}
+			images = c
+			continue
+		}
+		if d.Arrays[name] != nil {
+			return d, fmt.Errorf("quantize: --calibration: input %q given twice", name)
+		}
+		b, err := os.ReadFile(file)
 		if err != nil {
-			return nil, fmt.Errorf("quantize: calibration samples %d-%d: %w", from, to, err)
+			return d, fmt.Errorf("quantize: calibration data for %s: %w", name, err)
 		}
-		out = append(out, []*onnx.Tensor{t})
+		if d.Arrays[name], err = dataset.ReadArray(b); err != nil {
+			return d, fmt.Errorf("quantize: calibration data for %s (%s): %w", name, file, err)
+		}
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("quantize: model input %s has batch %d; the data has only %d samples", inputs[0].Name, dims[0], ds.Len())
+	if images != "" {
+		ds, err := openLocalDataset(images)
+		if err != nil {
+			return d, fmt.Errorf("quantize: calibration data: %w", err)
+		}
+		d.Images = ds
 	}
-	return out, nil
+	return d, nil
+}
+
+func sortedKeys(m map[string]bool) []string {
+	var s []string
+	for k := range m {
+		s = append(s, k)
+	}
+	sort.Strings(s)
+	return s
 }

@@ -71,6 +71,9 @@ var defaultModels = []string{"resnet50", "resnet18", "resnext50_32x4d", "wide_re
 // tokens, 12 layers of width 768 with 12 heads), int64 ids and mask inputs.
 const textModel = "transformer_encoder"
 
+// textVocab and textLength are the text model's vocabulary and tokens per sample.
+const textVocab, textLength = 30522, 128
+
 // textInputs is the text model's inputs for bench.js (onnxruntime-node shows no shapes).
 const textInputs = "ids:int64:128,mask:int64:128"
 
@@ -262,7 +265,7 @@ func writeTextModel(bin, path string) error {
 		return nil
 	}
 	tmp := path + ".tmp"
-	out, err := exec.Command(bin, "zoo", textModel, "--vocab", "30522", "--length", "128", "--layers", "12",
+	out, err := exec.Command(bin, "zoo", textModel, "--vocab", strconv.Itoa(textVocab), "--length", strconv.Itoa(textLength), "--layers", "12",
 		"--heads", "12", "--width", "768", "--classes", "2", "--seed", "1", "--out", tmp).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("zoo: %v: %s", err, out)
@@ -271,29 +274,48 @@ func writeTextModel(bin, path string) error {
 }
 
 // int8Model returns the QDQ model `idunno quantize` writes from the float model at path,
-// calibrated on calibSamples deterministic random inputs of the model's input shape
-// (speed only: the values do not change the time), cached next to path.
+// calibrated on calibSamples deterministic random inputs of the model's input shape (for
+// the text model: token ids and masks, see writeTextCalib) (speed only: the values do not
+// change the time), cached next to path.
 func int8Model(bin, cache, name, path string, threads int) (string, error) {
 	q := filepath.Join(cache, name+".int8.onnx")
 	if _, err := os.Stat(q); err == nil {
 		return q, nil
 	}
+	var calib []string // the --calibration values
 	if name == textModel {
-		return "", fmt.Errorf("the quantizer calibrates one float image input; %s takes int64 ids and mask", name)
-	}
-	side := 224
-	if name == "inception_v3" {
-		side = 299
-	}
-	calib := filepath.Join(cache, fmt.Sprintf("calib_%dx3x%dx%d.npy", calibSamples, side, side))
-	if _, err := os.Stat(calib); err != nil {
-		if err := writeCalib(calib, []int{calibSamples, 3, side, side}); err != nil {
+		ids := filepath.Join(cache, fmt.Sprintf("calib_ids_%dx%d.npy", calibSamples, textLength))
+		mask := filepath.Join(cache, fmt.Sprintf("calib_mask_%dx%d.npy", calibSamples, textLength))
+		if err := writeTextCalib(ids, mask); err != nil {
 			return "", err
 		}
+		calib = []string{"ids=" + ids, "mask=" + mask}
+	} else {
+		side := 224
+		if name == "inception_v3" {
+			side = 299
+		}
+		c := filepath.Join(cache, fmt.Sprintf("calib_%dx3x%dx%d.npy", calibSamples, side, side))
+		if _, err := os.Stat(c); err != nil {
+			rng := rand.New(rand.NewSource(1))
+			v := make([]float32, calibSamples*3*side*side)
+			for i := range v {
+				v[i] = rng.Float32()
+			}
+			if err := writeNPY(c, []int{calibSamples, 3, side, side}, v); err != nil {
+				return "", err
+			}
+		}
+		calib = []string{c}
+	}
+	args := []string{"quantize", "--model", path}
+	for _, c := range calib {
+		args = append(args, "--calibration", c)
 	}
 	tmp := q + ".tmp"
-	out, err := exec.Command(bin, "quantize", "--model", path, "--calibration", calib, "--samples", strconv.Itoa(calibSamples),
-		"--batch", strconv.Itoa(calibSamples), "--threads", strconv.Itoa(threads), "--out", tmp).CombinedOutput()
+	args = append(args, "--samples", strconv.Itoa(calibSamples), "--batch", strconv.Itoa(calibSamples),
+		"--threads", strconv.Itoa(threads), "--out", tmp)
+	out, err := exec.Command(bin, args...).CombinedOutput()
 	if err != nil {
 		os.Remove(tmp)
 		return "", fmt.Errorf("quantize: %v: %s", err, strings.TrimSpace(string(out)))
@@ -304,26 +326,50 @@ func int8Model(bin, cache, name, path string, threads int) (string, error) {
 // calibSamples is how many random inputs calibrate an int8 model.
 const calibSamples = 4
 
-// writeCalib writes a float32 .npy of the given shape with values in [0, 1) from a fixed seed.
-func writeCalib(path string, shape []int) error {
-	n := 1
+// writeTextCalib writes the text model's calibration inputs unless they exist: token ids
+// uniform over the vocabulary and masks of 1 for a random number (at least a quarter) of
+// leading tokens and 0 for the padding after them, from a fixed seed.
+func writeTextCalib(ids, mask string) error {
+	_, e1 := os.Stat(ids)
+	_, e2 := os.Stat(mask)
+	if e1 == nil && e2 == nil {
+		return nil
+	}
+	rng := rand.New(rand.NewSource(1))
+	iv := make([]int64, calibSamples*textLength)
+	mv := make([]int64, calibSamples*textLength)
+	for i := 0; i < calibSamples; i++ {
+		real := textLength/4 + rng.Intn(textLength-textLength/4+1)
+		for j := 0; j < textLength; j++ {
+			iv[i*textLength+j] = rng.Int63n(textVocab)
+			if j < real {
+				mv[i*textLength+j] = 1
+			}
+		}
+	}
+	if err := writeNPY(ids, []int{calibSamples, textLength}, iv); err != nil {
+		return err
+	}
+	return writeNPY(mask, []int{calibSamples, textLength}, mv)
+}
+
+// writeNPY writes v ([]float32 or []int64) as a .npy array of the given shape.
+func writeNPY(path string, shape []int, v any) error {
 	dims := make([]string, len(shape))
 	for i, d := range shape {
-		n *= d
 		dims[i] = strconv.Itoa(d)
 	}
-	header := fmt.Sprintf("{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }", strings.Join(dims, ", "))
+	descr := "<f4"
+	if _, ok := v.([]int64); ok {
+		descr = "<i8"
+	}
+	header := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': (%s), }", descr, strings.Join(dims, ", "))
 	pad := 64 - (10+len(header)+1)%64
 	header += strings.Repeat(" ", pad%64) + "\n"
 	var b bytes.Buffer
 	b.WriteString("\x93NUMPY\x01\x00")
 	binary.Write(&b, binary.LittleEndian, uint16(len(header)))
 	b.WriteString(header)
-	rng := rand.New(rand.NewSource(1))
-	v := make([]float32, n)
-	for i := range v {
-		v[i] = rng.Float32()
-	}
 	binary.Write(&b, binary.LittleEndian, v)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b.Bytes(), 0o644); err != nil {
