@@ -1,0 +1,123 @@
+package kernel
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"reflect"
+	"testing"
+
+	"idunno/kernel/onnx"
+)
+
+// splitAgainstWhole runs src at batch on two threads split (IDK_SPLIT=split) and whole
+// (IDK_SPLIT=0) in precision prec: the split model must run the batch as sub-batches want,
+// give the same bytes on three runs, and the whole model must run it as one plan. It
+// returns both outputs.
+func splitAgainstWhole(t *testing.T, name string, src *onnx.Model, prec Precision, in *onnx.Tensor, split string, want []int64) (got, ref []float32) {
+	t.Helper()
+	batch := in.Dims[0]
+	t.Setenv(SplitEnv, split)
+	s, err := LoadModel(src, Options{Threads: 2, Precision: prec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for run := 0; run < 3; run++ {
+		out, err := s.Run([]*onnx.Tensor{in})
+		if err != nil {
+			t.Fatalf("%s batch %d: %v", name, batch, err)
+		}
+		if run == 0 {
+			got = out[0].F32
+		} else if !sameBits(got, out[0].F32) {
+			t.Fatalf("%s %v batch %d split: run %d gave other bytes than run 0", name, prec, batch, run)
+		}
+	}
+	if rows, _ := splitOf(s, batch); !reflect.DeepEqual(rows, want) {
+		t.Fatalf("%s %v batch %d: ran as %v, want sub-batches %v", name, prec, batch, rows, want)
+	}
+	t.Setenv(SplitEnv, "0")
+	w, err := LoadModel(src, Options{Threads: 2, Precision: prec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	out, err := w.Run([]*onnx.Tensor{in})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows, ok := splitOf(w, batch); !ok || rows != nil {
+		t.Fatalf("%s %v batch %d: split with %s=0", name, prec, batch, SplitEnv)
+	}
+	return got, out[0].F32
+}
+
+// TestSplitBF16: in bf16, a split batch gives the same bytes run after run, and agrees with
+// the whole batch on one two-thread bf16 plan within 1e-2 of the largest output: both
+// round the same weights to bf16, and their activations (rounded to bf16 at every
+// convolution) differ only through fp32 accumulation order, which can move a value near a
+// rounding boundary by one bf16 step (2^-8 relative) and carry it on.
+func TestSplitBF16(t *testing.T) {
+	if BF16Support() == "" {
+		t.Skip("no AVX512_BF16 on this CPU")
+	}
+	for _, c := range []struct {
+		name  string
+		shape []int64
+		batch int64
+		want  []int64
+	}{
+		{"mobilenet_v2", []int64{3, 64, 64}, 8, []int64{4, 4}},
+		{"squeezenet", []int64{3, 64, 64}, 5, []int64{3, 2}},
+		{"resnet18", []int64{3, 32, 32}, 4, []int64{2, 2}},
+	} {
+		src := zooModel(t, c.name, c.shape)
+		in := seededInput(append([]int64{c.batch}, c.shape...), uint64(c.batch)+21)
+		got, ref := splitAgainstWhole(t, c.name, src, BF16, in, "1", c.want)
+		checkClose(t, fmt.Sprintf("%s bf16 batch %d, split against whole", c.name, c.batch), ref, got, 1e-2)
+	}
+}
+
+// TestSplitInt8: a QDQ model (int8 convolutions, chained 8-bit outputs, per-channel
+// weights, a non-zero input zero point) split gives the same bytes run after run and
+// agrees with the whole batch on one two-thread int8 plan: the integer accumulations are
+// exact in both, the float scaling around them may round differently, so a value within
+// rounding of a quantization tie may land one step apart and move a few outputs by about a
+// step times a weight (as in TestQDQChainInt8): 99% of the outputs within 1e-4 of the
+// largest magnitude, all within 2% of it.
+func TestSplitInt8(t *testing.T) {
+	for _, c := range []struct {
+		zp    int64
+		batch int64
+		want  []int64
+	}{{0, 4, []int64{2, 2}}, {128, 5, []int64{3, 2}}, {128, 8, []int64{4, 4}}} {
+		rng := rand.New(rand.NewSource(c.zp + 31))
+		m := qdqChainModel(c.zp, rng)
+		m.Graph.Inputs[0].Dims = []int64{-1, 3, 9, 9}
+		m.Graph.Inputs[0].DimParams = []string{"N", "", "", ""}
+		in := &onnx.Tensor{Name: "x", DType: onnx.Float, Dims: []int64{c.batch, 3, 9, 9}, F32: make([]float32, c.batch*3*9*9)}
+		for i := range in.F32 {
+			in.F32[i] = float32(rng.NormFloat64())
+		}
+		name := fmt.Sprintf("qdq chain zp %d", c.zp)
+		got, ref := splitAgainstWhole(t, name, m, INT8, in, "1", c.want)
+		var big, worst float64
+		for _, w := range ref {
+			big = math.Max(big, math.Abs(float64(w)))
+		}
+		off := 0
+		for i, w := range ref {
+			d := math.Abs(float64(got[i] - w))
+			worst = math.Max(worst, d)
+			if d > 1e-4*big {
+				off++
+			}
+		}
+		t.Logf("%s batch %d: split against whole, largest difference %g of %g, %d of %d values beyond 1e-4 of it", name, c.batch, worst, big, off, len(ref))
+		if big == 0 || worst > 0.02*big || off > len(ref)/100 {
+			t.Errorf("%s batch %d: split differs from whole by up to %g (largest output %g), %d of %d values beyond 1e-4 of it",
+				name, c.batch, worst, big, off, len(ref))
+		}
+	}
+}
