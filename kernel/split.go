@@ -51,10 +51,18 @@ const SplitEnv = "IDK_SPLIT"
 //     process; MobileNetV2's and ResNet's classifiers, 5-8 MB, stay in the caches). The
 //     parts reading one shared copy at about the same time did not change that (57.4 ms
 //     whole, 66.5 split and shared, 64.0 split with copies, on a loaded machine).
+//
+// In bf16 and int8 the weight bound is lower, maxSplitWeightBytesLow: oneDNN's AMX kernels
+// compute so much faster than fp32 that a sub-plan streaming its own pass over a
+// transformer's matrix weights (ViT-B/16, 330 MB counted at 4 bytes; the BERT-base-sized
+// encoder, 414 MB) costs more than the barriers saved, where the convolutional networks up
+// to Wide ResNet-50-2 (262 MB) and the Swin and ConvNeXt models (about 110 MB) still gain
+// (benchmarks/README.md, helper h12r).
 const (
-	maxSplitWeightBytes = 512 << 20
-	maxSplitStreamBytes = 32 << 20
-	streamRows          = 64 // a matrix product with fewer rows per sub-batch is memory-bound
+	maxSplitWeightBytes    = 512 << 20
+	maxSplitWeightBytesLow = 300 << 20
+	maxSplitStreamBytes    = 32 << 20
+	streamRows             = 64 // a matrix product with fewer rows per sub-batch is memory-bound
 )
 
 // splitPart is one sub-batch's plan: rows samples, run on th (nil: the caller's thread).
@@ -100,6 +108,14 @@ func splitChunk(batch int64, threads int) int64 {
 	return n
 }
 
+// splitWeightBound is the default rule's bound on weightBytes for a precision.
+func splitWeightBound(p Precision) int64 {
+	if p == FP32 {
+		return maxSplitWeightBytes
+	}
+	return maxSplitWeightBytesLow
+}
+
 // splitRule returns the sub-batch sizes to run a batch of these shapes as (one a thread),
 // or nil to run it whole. The graph still has to pass the proof (buildSplit).
 func (m *Model) splitRule(shapes map[string][]int64) []int64 {
@@ -118,7 +134,7 @@ func (m *Model) splitRule(shapes map[string][]int64) []int64 {
 	if batch < int64(m.threads) {
 		return nil
 	}
-	if env != "1" && m.weightBytes() > maxSplitWeightBytes {
+	if env != "1" && m.weightBytes() > splitWeightBound(m.prec) {
 		return nil
 	}
 	if c := splitChunk(batch, m.threads); c > 0 {

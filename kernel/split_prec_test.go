@@ -185,3 +185,35 @@ func TestSplitStreamBoundPrec(t *testing.T) {
 		m.Close()
 	}
 }
+
+// TestSplitWeightBoundPrec: the default rule leaves whole a batch of a model whose weights
+// (counted at 4 bytes an element) pass maxSplitWeightBytesLow in bf16 and int8, but still
+// splits it in fp32 under maxSplitWeightBytes. The weight count is set on a small model.
+func TestSplitWeightBoundPrec(t *testing.T) {
+	src := zooModel(t, "lenet5", []int64{1, 28, 28})
+	for _, c := range []struct {
+		prec  Precision
+		bytes int64
+		split bool
+	}{
+		{FP32, (maxSplitWeightBytesLow + maxSplitWeightBytes) / 2, true},
+		{BF16, (maxSplitWeightBytesLow + maxSplitWeightBytes) / 2, false},
+		{INT8, (maxSplitWeightBytesLow + maxSplitWeightBytes) / 2, false},
+		{BF16, maxSplitWeightBytesLow - 1<<20, true},
+		{INT8, maxSplitWeightBytesLow - 1<<20, true},
+		{FP32, maxSplitWeightBytes + 1<<20, false},
+	} {
+		m, err := LoadModel(src, Options{Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.prec = c.prec // the rule only: no plan is built in this precision
+		m.weightOnce.Do(func() {})
+		m.weights = c.bytes
+		shapes := map[string][]int64{m.inputs[0].Name: {8, 1, 28, 28}}
+		if rows := m.splitRule(shapes); (rows != nil) != c.split {
+			t.Errorf("%v, %d MB of weights: sub-batches %v, want split %v", c.prec, c.bytes>>20, rows, c.split)
+		}
+		m.Close()
+	}
+}

@@ -12,7 +12,7 @@ while [ $r -lt $rounds ]; do
       f=$M/$m.onnx; [ $p = int8 ] && f=$M/$m.int8.onnx
       if [ $((r % 2)) -eq 0 ]; then order="def split"; else order="split def"; fi
       for s in $order; do
-        v=""; [ $s = split ] && v=1
+        v=0; [ $s = split ] && v=1
         j=$(IDK_SPLIT=$v bin/idunno bench kernel --model $f --batch $b --threads 2 --seconds $secs --precision $p --json 2>&1 | tail -1)
         echo "round=$r model=$m prec=$p mode=$s $j"
       done
