@@ -56,7 +56,7 @@ const SplitEnv = "IDK_SPLIT"
 // compute so much faster than fp32 that a sub-plan streaming its own pass over a
 // transformer's matrix weights (ViT-B/16, 330 MB counted at 4 bytes; the BERT-base-sized
 // encoder, 414 MB) costs more than the barriers saved, where the convolutional networks up
-// to Wide ResNet-50-2 (262 MB) and the Swin and ConvNeXt models (about 110 MB) still gain
+// to Wide ResNet-50-2 (262 MB) and Swin-T and ConvNeXt-T (about 110 MB) still gain
 // (benchmarks/README.md, helper h12r).
 const (
 	maxSplitWeightBytes    = 512 << 20
