@@ -1892,9 +1892,9 @@ static idk_status_t reorder_step(idk_plan_t *p, const dnnl_memory_desc_t *smd, i
  * streams its blocks as one run of memory, keeps a block's 64 sums in four registers, and can
  * skip the row of a k whose input is zero. */
 #define GEMV_BLK 64
-/* Each output sums its products in chunks of GEMV_CHUNK consecutive terms (a fresh partial
- * sum per chunk, added to the total after it): a fixed order, and a rounding error growing
- * with n / GEMV_CHUNK + GEMV_CHUNK rather than with n. */
+/* Each output sums its products in chunks of GEMV_CHUNK consecutive k (a fresh partial sum
+ * per chunk, added to the total after it): a fixed order, and a rounding error growing with
+ * K / GEMV_CHUNK + GEMV_CHUNK rather than with K. */
 #define GEMV_CHUNK 256
 /* How many rows ahead the AVX-512 loop prefetches its stream. */
 #define GEMV_AHEAD 16
@@ -1910,17 +1910,17 @@ static inline __attribute__((always_inline)) void gemv_finish(const float *sum, 
 }
 
 /* gemv_block_generic and gemv_block_avx512 compute one block (w: its K x GEMV_BLK weights)
- * over the nk inputs listed in ks (then GEMV_AHEAD copies of the last, for the prefetch), with
+ * over the inputs listed in ks (then GEMV_AHEAD copies of the last, for the prefetch), chunk c
+ * being ks[at[c]] to ks[at[c + 1] - 1], nc chunks, with
  * the same operations in the same order, a product rounded then added (the kernel compiles as
  * ISO C11, which does not contract a * b + c), so both give the same bytes; which thread takes
  * a block does not change them either. */
-static void gemv_block_generic(const float *w, const float *x, const int64_t *ks, int64_t nk, const float *bias,
-                               float *y, int64_t n0, int64_t N, int relu) {
+static void gemv_block_generic(const float *w, const float *x, const int64_t *ks, const int64_t *at, int64_t nc,
+                               const float *bias, float *y, int64_t n0, int64_t N, int relu) {
     float tot[GEMV_BLK] = {0};
-    for (int64_t i0 = 0; i0 < nk; i0 += GEMV_CHUNK) {
-        int64_t i1 = i0 + GEMV_CHUNK < nk ? i0 + GEMV_CHUNK : nk;
+    for (int64_t c = 0; c < nc; c++) {
         float acc[GEMV_BLK] = {0};
-        for (int64_t i = i0; i < i1; i++)
+        for (int64_t i = at[c]; i < at[c + 1]; i++)
             for (int j = 0; j < GEMV_BLK; j++) acc[j] += w[ks[i] * GEMV_BLK + j] * x[ks[i]];
         for (int j = 0; j < GEMV_BLK; j++) tot[j] += acc[j];
     }
@@ -1928,13 +1928,12 @@ static void gemv_block_generic(const float *w, const float *x, const int64_t *ks
 }
 
 __attribute__((target("avx512f"))) static void gemv_block_avx512(const float *w, const float *x, const int64_t *ks,
-                                                                int64_t nk, const float *bias, float *y, int64_t n0,
-                                                                int64_t N, int relu) {
+                                                                const int64_t *at, int64_t nc, const float *bias,
+                                                                float *y, int64_t n0, int64_t N, int relu) {
     __m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
-    for (int64_t i0 = 0; i0 < nk; i0 += GEMV_CHUNK) {
-        int64_t i1 = i0 + GEMV_CHUNK < nk ? i0 + GEMV_CHUNK : nk;
+    for (int64_t c = 0; c < nc; c++) {
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (int64_t i = i0; i < i1; i++) {
+        for (int64_t i = at[c]; i < at[c + 1]; i++) {
             const float *r = w + ks[i] * GEMV_BLK, *q = w + ks[i + GEMV_AHEAD] * GEMV_BLK;
             /* the hardware prefetcher alone left the stream slower (benchmarks/README.md) */
             for (int j = 0; j < GEMV_BLK; j += 16) _mm_prefetch((const char *)(q + j), _MM_HINT_T0);
@@ -1959,28 +1958,32 @@ __attribute__((target("avx512f"))) static void gemv_block_avx512(const float *w,
 
 /* fn_gemv runs a one-row matrix product against constant weights (n1 = N, n2 = K, n3 = K
  * padded to 16; bufs: x, w in GEMV_BLK-row blocks, bias or -1, y; alg bit 0: ReLU after, bit
- * 1: every weight finite; extra: room for K + GEMV_AHEAD indices), the blocks split across
- * the threads. With finite weights it leaves out the k whose input is zero (after a ReLU,
- * a third to a half of a classifier's inputs): their products are +-0, and adding +-0 to a
- * sum that starts at +0 leaves it as it was, so the bytes are those of the full sum in the
- * same order, and those rows of weights are not read. */
+ * 1: every weight finite; extra: room for K + GEMV_AHEAD indices, then for the chunks'
+ * starts), the blocks split across the threads. With finite weights it leaves out the k whose
+ * input is zero (after a ReLU, a third to a half of a classifier's inputs), and does not
+ * read their rows of weights: their products are +-0, and adding +-0 to a sum that starts
+ * at +0 leaves it as it was, so the bytes are those of the full sum in the same order. */
 static idk_status_t fn_gemv(idk_plan_t *p, idk_step_t *s) {
     const float *x = idk_buf_ptr(p, s->bufs[0]), *w = idk_buf_ptr(p, s->bufs[1]);
     const float *bias = s->bufs[2] >= 0 ? idk_buf_ptr(p, s->bufs[2]) : NULL;
     float *y = idk_buf_ptr(p, s->bufs[3]);
-    int64_t N = s->n1, K = s->n2, Kp = s->n3, blocks = (N + GEMV_BLK - 1) / GEMV_BLK, *ks = s->extra, nk = 0;
+    int64_t N = s->n1, K = s->n2, Kp = s->n3, blocks = (N + GEMV_BLK - 1) / GEMV_BLK, nc = (K + GEMV_CHUNK - 1) / GEMV_CHUNK;
+    int64_t *ks = s->extra, *at = ks + K + GEMV_AHEAD, nk = 0;
     int relu = s->alg & 1, skip = s->alg & 2;
-    for (int64_t k = 0; k < K; k++)
+    for (int64_t k = 0; k < K; k++) {
+        if (k % GEMV_CHUNK == 0) at[k / GEMV_CHUNK] = nk;
         if (!skip || x[k] != 0) ks[nk++] = k;
+    }
+    at[nc] = nk;
     for (int i = 0; i < GEMV_AHEAD; i++) ks[nk + i] = nk ? ks[nk - 1] : 0;
     int avx512 = __builtin_cpu_supports("avx512f"), nth = s->one_thread ? 1 : p->threads;
 #pragma omp parallel for num_threads(nth) schedule(static)
     for (int64_t b = 0; b < blocks; b++) {
         const float *wb = w + b * Kp * GEMV_BLK;
         if (avx512)
-            gemv_block_avx512(wb, x, ks, nk, bias, y, b * GEMV_BLK, N, relu);
+            gemv_block_avx512(wb, x, ks, at, nc, bias, y, b * GEMV_BLK, N, relu);
         else
-            gemv_block_generic(wb, x, ks, nk, bias, y, b * GEMV_BLK, N, relu);
+            gemv_block_generic(wb, x, ks, at, nc, bias, y, b * GEMV_BLK, N, relu);
     }
     return IDK_OK;
 }
@@ -2024,7 +2027,7 @@ static idk_status_t lower_gemv(idk_plan_t *p, const idk_op_t *op) {
     s->n1 = o->dims[1];
     s->n2 = a->dims[1];
     s->n3 = wmd.padded_dims[1];
-    if (!(s->extra = malloc(sizeof(int64_t) * (size_t)(s->n2 + GEMV_AHEAD))))
+    if (!(s->extra = malloc(sizeof(int64_t) * (size_t)(s->n2 + GEMV_AHEAD + s->n2 / GEMV_CHUNK + 2))))
         return idk_fail(p, IDK_ERR_NOMEM, "op %d: gemv indices", p->cur_op);
     int finite = !env_off("IDK_GEMV_SKIP");
     const float *wv = b->cdata;
