@@ -266,6 +266,77 @@ static dnnl_format_tag_t plain_tag(int nd) {
     }
 }
 
+/* quantize_step adds a oneDNN reorder quantizing f32 buffer xb (layout xmd) into a new
+ * buffer in layout qmd: q = saturate(round(x / xs) + zp). Returns the buffer, or -1. */
+static int quantize_step(idk_plan_t *p, const dnnl_memory_desc_t *xmd, int xb, const dnnl_memory_desc_t *qmd, float xs, int32_t zp) {
+    dnnl_primitive_attr_t qa = idk_new_attr();
+    if (!qa) return -1;
+    float inv = 1.0f / xs;
+    dnnl_status_t qs = dnnl_primitive_attr_set_output_scales(qa, 1, 0, &inv);
+    if (qs == dnnl_success && zp != 0) qs = dnnl_primitive_attr_set_zero_points(qa, DNNL_ARG_DST, 1, 0, &zp);
+    dnnl_primitive_desc_t rpd = NULL;
+    if (qs == dnnl_success) qs = dnnl_reorder_primitive_desc_create(&rpd, xmd, p->eng, qmd, p->eng, qa);
+    dnnl_primitive_attr_destroy(qa);
+    if (qs != dnnl_success) {
+        qdnnl_err(p, "int8 quantize reorder", qs);
+        return -1;
+    }
+    int qb = idk_new_buffer(p, dnnl_memory_desc_get_size(qmd));
+    idk_step_t *rs;
+    if (qb < 0 || idk_finish_prim(p, rpd, &rs) != IDK_OK) {
+        dnnl_primitive_desc_destroy(rpd);
+        return -1;
+    }
+    dnnl_primitive_desc_destroy(rpd);
+    idk_step_arg(rs, DNNL_ARG_FROM, xmd, xb);
+    idk_step_arg(rs, DNNL_ARG_TO, qmd, qb);
+    return qb;
+}
+
+/* int8_scales sets an int8 convolution's or matmul's output scales, xs * ws[c] / ys per
+ * output channel (mask on dim 1), and runtime zero points for src (zp) and dst (yzp) where
+ * they are not 0. */
+static dnnl_status_t int8_scales(dnnl_primitive_attr_t attr, int64_t n, const float *wsc, float xs, float ys, int64_t zp, int64_t yzp) {
+    float *osc = malloc((size_t)n * sizeof *osc);
+    if (!osc) return dnnl_out_of_memory;
+    for (int64_t c = 0; c < n; c++) osc[c] = xs * wsc[c] / ys;
+    dnnl_status_t ds = dnnl_primitive_attr_set_output_scales(attr, n, 1 << 1, osc);
+    free(osc);
+    int32_t zrt = DNNL_RUNTIME_S32_VAL;
+    if (ds == dnnl_success && zp != 0) ds = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &zrt);
+    if (ds == dnnl_success && yzp != 0) ds = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_DST, 1, 0, &zrt);
+    return ds;
+}
+
+/* int8_consts adds the constant buffers an int8 convolution or matmul reads: the bias
+ * (input 3, when present) prescaled by 1 / (xs * ws[c]), since oneDNN 2.x adds it to the s32
+ * accumulator before the output scales, and the zero points (-1 where 0). Returns 0, or -1. */
+static int int8_consts(idk_plan_t *p, const idk_op_t *op, int64_t n, const float *wsc, float xs, int32_t zp, int32_t yzp,
+                       int *bb, int *zb, int *yzb) {
+    *bb = *zb = *yzb = -1;
+    if (op->nin == 4) {
+        const float *bv = T(3)->cdata;
+        float *sb = malloc((size_t)n * sizeof *sb);
+        if (!sb) return -1;
+        for (int64_t c = 0; c < n; c++) sb[c] = bv[c] / (xs * wsc[c]);
+        *bb = const_buffer(p, sb, (size_t)n * sizeof *sb, NULL);
+        free(sb);
+        if (*bb < 0) return -1;
+    }
+    if (zp != 0 && (*zb = const_buffer(p, &zp, sizeof zp, NULL)) < 0) return -1;
+    if (yzp != 0 && (*yzb = const_buffer(p, &yzp, sizeof yzp, NULL)) < 0) return -1;
+    return 0;
+}
+
+/* int8_zero_args passes the zero-point buffers int8_consts made to step s. */
+static void int8_zero_args(idk_step_t *s, int zb, int yzb) {
+    dnnl_memory_desc_t zmd;
+    int64_t one = 1;
+    tag_md(&zmd, 1, &one, dnnl_s32, dnnl_a);
+    if (zb >= 0) idk_step_arg(s, DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, &zmd, zb);
+    if (yzb >= 0) idk_step_arg(s, DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, &zmd, yzb);
+}
+
 static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
     const idk_tensor_t *x = T(0), *w = T(1), *o = OUT;
     const float *wsc = T(2)->cdata;
@@ -316,17 +387,8 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
     dnnl_primitive_attr_t attr = idk_new_attr();
     if (!attr) return IDK_ERR_NOMEM;
     /* dst = (xs * ws[c]) * sum((x_q - zp) * w_q) + bias: the s32 accumulator scaled per output channel */
-    float *osc = malloc((size_t)oc * sizeof *osc);
-    if (!osc) {
-        dnnl_primitive_attr_destroy(attr);
-        return IDK_ERR_NOMEM;
-    }
-    for (int64_t c = 0; c < oc; c++) osc[c] = fold ? xs * wsc[c] / ys : xs * wsc[c];
-    ds = dnnl_primitive_attr_set_output_scales(attr, oc, 1 << 1, osc);
-    free(osc);
-    int32_t zpv = (int32_t)zp, yzpv = (int32_t)yzp, zrt = DNNL_RUNTIME_S32_VAL;
-    if (ds == dnnl_success && zp != 0) ds = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &zrt);
-    if (ds == dnnl_success && yzp != 0) ds = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_DST, 1, 0, &zrt);
+    ds = int8_scales(attr, oc, wsc, xs, fold ? ys : 1.0f, zp, yzp);
+    int32_t zpv = (int32_t)zp, yzpv = (int32_t)yzp;
     if (ds != dnnl_success) {
         dnnl_primitive_attr_destroy(attr);
         return qdnnl_err(p, "int8 conv scales", ds);
@@ -354,7 +416,7 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
     dnnl_memory_desc_t wmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     dnnl_memory_desc_t dmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
     rc = IDK_ERR_DNNL;
-    int xb, qb, wb, bb = -1, db, zb = -1, yzb = -1;
+    int xb, qb, wb, bb, db, zb, yzb;
     /* the input's float view in the 8-bit layout's shape: plain, or nChw16c-like blocked is
      * fine too; reorder from the producer's primary layout */
     idk_view_t *xv;
@@ -384,28 +446,7 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
             idk_step_arg(rs, DNNL_ARG_TO, &smd, qb);
         }
     } else {
-        /* quantize: q = saturate(round(x / xs) + zp), into the conv's src layout */
-        dnnl_primitive_attr_t qa = idk_new_attr();
-        if (!qa) goto out;
-        float inv = 1.0f / xs;
-        dnnl_status_t qs = dnnl_primitive_attr_set_output_scales(qa, 1, 0, &inv);
-        if (qs == dnnl_success && zp != 0) qs = dnnl_primitive_attr_set_zero_points(qa, DNNL_ARG_DST, 1, 0, &zpv);
-        dnnl_primitive_desc_t rpd = NULL;
-        if (qs == dnnl_success) qs = dnnl_reorder_primitive_desc_create(&rpd, &xmd, p->eng, &smd, p->eng, qa);
-        dnnl_primitive_attr_destroy(qa);
-        if (qs != dnnl_success) {
-            qdnnl_err(p, "int8 quantize reorder", qs);
-            goto out;
-        }
-        qb = idk_new_buffer(p, dnnl_memory_desc_get_size(&smd));
-        idk_step_t *rs;
-        if (qb < 0 || idk_finish_prim(p, rpd, &rs) != IDK_OK) {
-            dnnl_primitive_desc_destroy(rpd);
-            goto out;
-        }
-        dnnl_primitive_desc_destroy(rpd);
-        idk_step_arg(rs, DNNL_ARG_FROM, &xmd, xb);
-        idk_step_arg(rs, DNNL_ARG_TO, &smd, qb);
+        if ((qb = quantize_step(p, &xmd, xb, &smd, xs, zpv)) < 0) goto out;
     }
     {
         dnnl_memory_desc_t wpm;
@@ -415,19 +456,7 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
             goto out;
         }
     }
-    if (has_bias) {
-        /* oneDNN 2.x adds an int8 convolution's bias to the s32 accumulator before the output
-         * scales: pass bias / (xs * ws[c]) */
-        const float *bv = T(3)->cdata;
-        float *sb = malloc((size_t)oc * sizeof *sb);
-        if (!sb) goto out;
-        for (int64_t c = 0; c < oc; c++) sb[c] = bv[c] / (xs * wsc[c]);
-        bb = const_buffer(p, sb, (size_t)oc * sizeof *sb, NULL);
-        free(sb);
-        if (bb < 0) goto out;
-    }
-    if (zp != 0 && (zb = const_buffer(p, &zpv, sizeof zpv, NULL)) < 0) goto out;
-    if (yzp != 0 && (yzb = const_buffer(p, &yzpv, sizeof yzpv, NULL)) < 0) goto out;
+    if (int8_consts(p, op, oc, wsc, xs, zpv, yzpv, &bb, &zb, &yzb) != 0) goto out;
     db = sum_tid >= 0 ? idk_dst_for_sum(p, op, sum_tid, &dmd) : idk_new_out(p, op->out[0], &dmd);
     if (db < 0) goto out;
     idk_step_t *s;
@@ -436,11 +465,7 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
     idk_step_arg(s, DNNL_ARG_WEIGHTS, &wmd, wb);
     if (has_bias) idk_step_arg(s, DNNL_ARG_BIAS, &bias, bb);
     idk_step_arg(s, DNNL_ARG_DST, &dmd, db);
-    dnnl_memory_desc_t zmd;
-    int64_t one = 1;
-    tag_md(&zmd, 1, &one, dnnl_s32, dnnl_a);
-    if (zb >= 0) idk_step_arg(s, DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, &zmd, zb);
-    if (yzb >= 0) idk_step_arg(s, DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, &zmd, yzb);
+    int8_zero_args(s, zb, yzb);
     rc = IDK_OK;
 out:
     dnnl_primitive_desc_destroy(pd);
@@ -449,33 +474,6 @@ out:
 }
 
 /* ---- QMATMUL: oneDNN int8 matmul on x flattened to (M, K) rows ---- */
-
-/* quantize_step adds a oneDNN reorder quantizing f32 buffer xb (layout xmd) into a new
- * buffer in layout qmd: q = saturate(round(x / xs) + zp). Returns the buffer, or -1. */
-static int quantize_step(idk_plan_t *p, const dnnl_memory_desc_t *xmd, int xb, const dnnl_memory_desc_t *qmd, float xs, int32_t zp) {
-    dnnl_primitive_attr_t qa = idk_new_attr();
-    if (!qa) return -1;
-    float inv = 1.0f / xs;
-    dnnl_status_t qs = dnnl_primitive_attr_set_output_scales(qa, 1, 0, &inv);
-    if (qs == dnnl_success && zp != 0) qs = dnnl_primitive_attr_set_zero_points(qa, DNNL_ARG_DST, 1, 0, &zp);
-    dnnl_primitive_desc_t rpd = NULL;
-    if (qs == dnnl_success) qs = dnnl_reorder_primitive_desc_create(&rpd, xmd, p->eng, qmd, p->eng, qa);
-    dnnl_primitive_attr_destroy(qa);
-    if (qs != dnnl_success) {
-        qdnnl_err(p, "int8 quantize reorder", qs);
-        return -1;
-    }
-    int qb = idk_new_buffer(p, dnnl_memory_desc_get_size(qmd));
-    idk_step_t *rs;
-    if (qb < 0 || idk_finish_prim(p, rpd, &rs) != IDK_OK) {
-        dnnl_primitive_desc_destroy(rpd);
-        return -1;
-    }
-    dnnl_primitive_desc_destroy(rpd);
-    idk_step_arg(rs, DNNL_ARG_FROM, xmd, xb);
-    idk_step_arg(rs, DNNL_ARG_TO, qmd, qb);
-    return qb;
-}
 
 static idk_status_t lower_qmatmul(idk_plan_t *p, const idk_op_t *op) {
     const idk_tensor_t *x = T(0), *w = T(1), *o = OUT;
@@ -499,16 +497,8 @@ static idk_status_t lower_qmatmul(idk_plan_t *p, const idk_op_t *op) {
     if (ds != dnnl_success) return qdnnl_err(p, "int8 matmul desc", ds);
     dnnl_primitive_attr_t attr = idk_new_attr();
     if (!attr) return IDK_ERR_NOMEM;
-    float *osc = malloc((size_t)N * sizeof *osc);
-    if (!osc) {
-        dnnl_primitive_attr_destroy(attr);
-        return IDK_ERR_NOMEM;
-    }
-    for (int64_t c = 0; c < N; c++) osc[c] = xs * wsc[c];
-    ds = dnnl_primitive_attr_set_output_scales(attr, N, 1 << 1, osc);
-    free(osc);
-    int32_t zpv = (int32_t)zp, zrt = DNNL_RUNTIME_S32_VAL;
-    if (ds == dnnl_success && zp != 0) ds = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &zrt);
+    ds = int8_scales(attr, N, wsc, xs, 1.0f, zp, 0);
+    int32_t zpv = (int32_t)zp;
     if (ds != dnnl_success) {
         dnnl_primitive_attr_destroy(attr);
         return qdnnl_err(p, "int8 matmul scales", ds);
@@ -527,24 +517,14 @@ static idk_status_t lower_qmatmul(idk_plan_t *p, const idk_op_t *op) {
     dnnl_memory_desc_t omd; /* y's own dims, plain: the same bytes as dst */
     idk_plain_md(&omd, o->ndims, o->dims);
     rc = IDK_ERR_DNNL;
-    int xb, qb, wb, bb = -1, db, zb = -1;
+    int xb, qb, wb, bb, db, zb, yzb;
     if (idk_get_plain(p, op->in[0], &xb) != 0) goto out;
     if ((qb = quantize_step(p, &xf, xb, &src, xs, zpv)) < 0) goto out;
     if ((wb = reorder_const(p, &wpm, w->cdata, &wmd)) < 0) {
         idk_fail(p, IDK_ERR_DNNL, "op %d: int8 matmul weight reorder failed", p->cur_op);
         goto out;
     }
-    if (has_bias) {
-        /* as QCONV's: oneDNN 2.x adds the bias to the s32 accumulator before the output scales */
-        const float *bv = T(3)->cdata;
-        float *sb = malloc((size_t)N * sizeof *sb);
-        if (!sb) goto out;
-        for (int64_t c = 0; c < N; c++) sb[c] = bv[c] / (xs * wsc[c]);
-        bb = const_buffer(p, sb, (size_t)N * sizeof *sb, NULL);
-        free(sb);
-        if (bb < 0) goto out;
-    }
-    if (zp != 0 && (zb = const_buffer(p, &zpv, sizeof zpv, NULL)) < 0) goto out;
+    if (int8_consts(p, op, N, wsc, xs, zpv, 0, &bb, &zb, &yzb) != 0) goto out;
     db = sum_tid >= 0 ? idk_dst_for_sum(p, op, sum_tid, &omd) : idk_new_out(p, op->out[0], &omd);
     if (db < 0) goto out;
     idk_step_t *s;
@@ -553,12 +533,7 @@ static idk_status_t lower_qmatmul(idk_plan_t *p, const idk_op_t *op) {
     idk_step_arg(s, DNNL_ARG_WEIGHTS, &wmd, wb);
     if (has_bias) idk_step_arg(s, DNNL_ARG_BIAS, &bias, bb);
     idk_step_arg(s, DNNL_ARG_DST, &dst, db);
-    if (zb >= 0) {
-        dnnl_memory_desc_t zmd;
-        int64_t one = 1;
-        tag_md(&zmd, 1, &one, dnnl_s32, dnnl_a);
-        idk_step_arg(s, DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, &zmd, zb);
-    }
+    int8_zero_args(s, zb, yzb);
     rc = IDK_OK;
 out:
     dnnl_primitive_desc_destroy(pd);
