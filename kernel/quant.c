@@ -266,9 +266,23 @@ static dnnl_format_tag_t plain_tag(int nd) {
     }
 }
 
-/* quantize_step adds a oneDNN reorder quantizing f32 buffer xb (layout xmd) into a new
- * buffer in layout qmd: q = saturate(round(x / xs) + zp). Returns the buffer, or -1. */
-static int quantize_step(idk_plan_t *p, const dnnl_memory_desc_t *xmd, int xb, const dnnl_memory_desc_t *qmd, float xs, int32_t zp) {
+/* A quantize_step's reorder is marked (in fields its oneDNN step does not use: n1 = 1 + the
+ * tensor id, n2 = zero point, fv = scale) so that another reader quantizing the same tensor
+ * the same way into the same layout (ResNet's downsampling block: the block's first 1x1
+ * convolution and its shortcut) reuses the buffer instead of repeating the reorder. */
+#define QSTEP_TAG(s) ((s)->n1)
+
+/* quantize_step returns a buffer holding tensor tid (f32 buffer xb in layout xmd) quantized
+ * into layout qmd: q = saturate(round(x / xs) + zp), adding a oneDNN reorder unless an
+ * earlier step made it already. Returns -1 on failure. */
+static int quantize_step(idk_plan_t *p, int tid, const dnnl_memory_desc_t *xmd, int xb, const dnnl_memory_desc_t *qmd, float xs,
+                         int32_t zp) {
+    for (int i = p->ns - 1; i >= 0; i--) {
+        const idk_step_t *e = &p->s[i];
+        if (!e->fn && QSTEP_TAG(e) == 1 + (int64_t)tid && e->n2 == zp && e->fv == xs && e->nargs == 2 &&
+            e->arg[1].kind == DNNL_ARG_TO && dnnl_memory_desc_equal(&e->arg[1].md, qmd))
+            return e->arg[1].buf;
+    }
     dnnl_primitive_attr_t qa = idk_new_attr();
     if (!qa) return -1;
     float inv = 1.0f / xs;
@@ -290,6 +304,9 @@ static int quantize_step(idk_plan_t *p, const dnnl_memory_desc_t *xmd, int xb, c
     dnnl_primitive_desc_destroy(rpd);
     idk_step_arg(rs, DNNL_ARG_FROM, xmd, xb);
     idk_step_arg(rs, DNNL_ARG_TO, qmd, qb);
+    QSTEP_TAG(rs) = 1 + (int64_t)tid;
+    rs->n2 = zp;
+    rs->fv = xs;
     return qb;
 }
 
@@ -446,7 +463,7 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
             idk_step_arg(rs, DNNL_ARG_TO, &smd, qb);
         }
     } else {
-        if ((qb = quantize_step(p, &xmd, xb, &smd, xs, zpv)) < 0) goto out;
+        if ((qb = quantize_step(p, op->in[0], &xmd, xb, &smd, xs, zpv)) < 0) goto out;
     }
     {
         dnnl_memory_desc_t wpm;
@@ -519,7 +536,7 @@ static idk_status_t lower_qmatmul(idk_plan_t *p, const idk_op_t *op) {
     rc = IDK_ERR_DNNL;
     int xb, qb, wb, bb, db, zb, yzb;
     if (idk_get_plain(p, op->in[0], &xb) != 0) goto out;
-    if ((qb = quantize_step(p, &xf, xb, &src, xs, zpv)) < 0) goto out;
+    if ((qb = quantize_step(p, op->in[0], &xf, xb, &src, xs, zpv)) < 0) goto out;
     if ((wb = reorder_const(p, &wpm, w->cdata, &wmd)) < 0) {
         idk_fail(p, IDK_ERR_DNNL, "op %d: int8 matmul weight reorder failed", p->cur_op);
         goto out;

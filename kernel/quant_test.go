@@ -584,3 +584,122 @@ func TestQDQMatMulSlicedStaysInt8(t *testing.T) {
 		}
 	}
 }
+
+// qdqSharedInputModel is x -> Q/DQ (uint8, zero point 128) -> two int8 Convs (3x3 and 1x1,
+// per-channel weights, bias) -> Add -> output; with split set, the second Conv reads its own
+// Q/DQ of x with another scale.
+func qdqSharedInputModel(split bool, rng *rand.Rand) *onnx.Model {
+	ini := map[string]*onnx.Tensor{}
+	f32 := func(name string, dims []int64, v []float32) string {
+		ini[name] = &onnx.Tensor{Name: name, DType: onnx.Float, Dims: dims, F32: v}
+		return name
+	}
+	i64 := func(name string, dt onnx.DataType, dims []int64, v []int64) string {
+		ini[name] = &onnx.Tensor{Name: name, DType: dt, Dims: dims, I64: v}
+		return name
+	}
+	weights := func(name string, dims []int64) (string, string, string) {
+		q := make([]int64, dims[0]*dims[1]*dims[2]*dims[3])
+		for i := range q {
+			q[i] = int64(rng.Intn(255) - 127)
+		}
+		s := make([]float32, dims[0])
+		b := make([]float32, dims[0])
+		for i := range s {
+			s[i] = 0.001 + 0.01*rng.Float32()
+			b[i] = rng.Float32() - 0.5
+		}
+		f32(name+"_b", []int64{dims[0]}, b)
+		return i64(name+"_q", onnx.Int8, dims, q), f32(name+"_s", []int64{dims[0]}, s), i64(name+"_z", onnx.Int8, []int64{dims[0]}, make([]int64, dims[0]))
+	}
+	node := func(op string, in []string, out string, a map[string]*onnx.Attribute) *onnx.Node {
+		if a == nil {
+			a = map[string]*onnx.Attribute{}
+		}
+		return &onnx.Node{Name: out + "_node", OpType: op, Inputs: in, Outputs: []string{out}, Attrs: a}
+	}
+	axis0 := map[string]*onnx.Attribute{"axis": {Name: "axis", Type: onnx.AttrInt, I: 0}}
+	f32("xs", []int64{}, []float32{0.02})
+	f32("xs2", []int64{}, []float32{0.021})
+	i64("xz", onnx.Uint8, []int64{}, []int64{128})
+	w1q, w1s, w1z := weights("w1", []int64{16, 8, 3, 3})
+	w2q, w2s, w2z := weights("w2", []int64{16, 8, 1, 1})
+	x2 := "xd"
+	nodes := []*onnx.Node{
+		node("QuantizeLinear", []string{"x", "xs", "xz"}, "xq", nil),
+		node("DequantizeLinear", []string{"xq", "xs", "xz"}, "xd", nil),
+	}
+	if split {
+		x2 = "xd2"
+		nodes = append(nodes, node("QuantizeLinear", []string{"x", "xs2", "xz"}, "xq2", nil),
+			node("DequantizeLinear", []string{"xq2", "xs2", "xz"}, "xd2", nil))
+	}
+	nodes = append(nodes,
+		node("DequantizeLinear", []string{w1q, w1s, w1z}, "w1d", axis0),
+		node("DequantizeLinear", []string{w2q, w2s, w2z}, "w2d", axis0),
+		node("Conv", []string{"xd", "w1d", "w1_b"}, "c1", map[string]*onnx.Attribute{"pads": {Name: "pads", Type: onnx.AttrInts, Ints: []int64{1, 1, 1, 1}}}),
+		node("Conv", []string{x2, "w2d", "w2_b"}, "c2", nil),
+		node("Add", []string{"c1", "c2"}, "y", nil))
+	return &onnx.Model{IRVersion: 8, Opset: 13, Graph: &onnx.Graph{
+		Name: "qdq_shared", Nodes: nodes, Initializers: ini,
+		Inputs:  []onnx.ValueInfo{{Name: "x", DType: onnx.Float, Dims: []int64{2, 8, 10, 10}, HasShape: true}},
+		Outputs: []onnx.ValueInfo{{Name: "y", DType: onnx.Float}},
+	}}
+}
+
+// TestQDQSharedQuantize: two int8 Convs reading the same tensor quantized the same way share
+// one quantizing reorder (a plan step fewer than when the second one quantizes with another
+// scale), and the result matches the reference path within 1e-4 of the largest output, with
+// the same bytes over two runs.
+func TestQDQSharedQuantize(t *testing.T) {
+	dims := []int64{2, 8, 10, 10}
+	steps := map[bool]int32{}
+	for _, split := range []bool{false, true} {
+		rng := rand.New(rand.NewSource(5))
+		m := qdqSharedInputModel(split, rng)
+		x := &onnx.Tensor{Name: "x", DType: onnx.Float, Dims: dims, F32: make([]float32, 2*8*10*10)}
+		for i := range x.F32 {
+			x.F32[i] = float32(rng.NormFloat64())
+		}
+		fast, err := LoadModel(m, Options{Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fast.Close()
+		if n := fast.int8Convs(t, dims); n != 2 {
+			t.Fatalf("split %v: %d int8 convolutions, want 2", split, n)
+		}
+		ref, err := LoadModel(referenceQDQ(t, m), Options{Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ref.Close()
+		got, err := fast.Run([]*onnx.Tensor{x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps[split] = planSteps(t, fast)
+		again, err := fast.Run([]*onnx.Tensor{x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := ref.Run([]*onnx.Tensor{x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var big, worst float64
+		for i, w := range want[0].F32 {
+			big = math.Max(big, math.Abs(float64(w)))
+			worst = math.Max(worst, math.Abs(float64(got[0].F32[i]-w)))
+			if math.Float32bits(got[0].F32[i]) != math.Float32bits(again[0].F32[i]) {
+				t.Fatalf("split %v: value %d differs between two runs", split, i)
+			}
+		}
+		if worst > 1e-4*big {
+			t.Errorf("split %v: int8 path differs from the reference by %g (largest output %g)", split, worst, big)
+		}
+	}
+	if steps[true] != steps[false]+1 {
+		t.Errorf("plan steps: %d with one shared quantized input, %d with two; want one fewer", steps[false], steps[true])
+	}
+}
