@@ -703,3 +703,111 @@ func TestQDQSharedQuantize(t *testing.T) {
 		t.Errorf("plan steps: %d with one shared quantized input, %d with two; want one fewer", steps[false], steps[true])
 	}
 }
+
+// TestQDQChainThroughMaxPool: an int8 Conv (+ReLU) read only by a MaxPool whose readers are
+// int8 Convs quantizing the same way writes 8-bit values and the MaxPool pools them (max
+// commutes with quantization); checked against the reference path and the path without it
+// (IDK_INT8_POOL=0) with TestQDQChainInt8's tolerance, and the same bytes over two runs.
+func TestQDQChainThroughMaxPool(t *testing.T) {
+	dims := []int64{2, 3, 12, 12}
+	for _, zp := range []int64{0, 7} {
+		rng := rand.New(rand.NewSource(zp + 21))
+		m := qdqConvModel(0, rng) // its initializers (x's Q/DQ, w1, w2, b2); the graph is rebuilt
+		ini := m.Graph.Initializers
+		ini["ps"] = &onnx.Tensor{Name: "ps", DType: onnx.Float, Dims: []int64{}, F32: []float32{0.04}}
+		ini["pz"] = &onnx.Tensor{Name: "pz", DType: onnx.Uint8, Dims: []int64{}, I64: []int64{zp}}
+		ini["xz"].I64[0] = 128
+		ints := func(v ...int64) *onnx.Attribute { return &onnx.Attribute{Type: onnx.AttrInts, Ints: v} }
+		node := func(op string, in []string, out string, a map[string]*onnx.Attribute) *onnx.Node {
+			if a == nil {
+				a = map[string]*onnx.Attribute{}
+			}
+			for k, v := range a {
+				v.Name = k
+			}
+			return &onnx.Node{Name: out + "_node", OpType: op, Inputs: in, Outputs: []string{out}, Attrs: a}
+		}
+		m.Graph.Inputs[0].Dims = dims
+		m.Graph.Nodes = []*onnx.Node{
+			node("QuantizeLinear", []string{"x", "xs", "xz"}, "xq", nil),
+			node("DequantizeLinear", []string{"xq", "xs", "xz"}, "xd", nil),
+			node("DequantizeLinear", []string{"w1_q", "w1_s", "w1_z"}, "w1d", map[string]*onnx.Attribute{"axis": {Type: onnx.AttrInt}}),
+			node("Conv", []string{"xd", "w1d"}, "c1", map[string]*onnx.Attribute{"pads": ints(1, 1, 1, 1)}),
+			node("Relu", []string{"c1"}, "r1", nil),
+			node("MaxPool", []string{"r1"}, "p1", map[string]*onnx.Attribute{"kernel_shape": ints(3, 3), "strides": ints(2, 2), "pads": ints(1, 1, 1, 1)}),
+			node("QuantizeLinear", []string{"p1", "ps", "pz"}, "pq", nil),
+			node("DequantizeLinear", []string{"pq", "ps", "pz"}, "pd", nil),
+			node("DequantizeLinear", []string{"w2_q", "w2_s", "w2_z"}, "w2d", map[string]*onnx.Attribute{"axis": {Type: onnx.AttrInt}}),
+			node("Conv", []string{"pd", "w2d", "b2"}, "c2", map[string]*onnx.Attribute{"pads": ints(1, 1, 1, 1), "group": {Type: onnx.AttrInt, I: 4}}),
+			node("Conv", []string{"pd", "w2d"}, "c3", map[string]*onnx.Attribute{"pads": ints(2, 2, 2, 2), "dilations": ints(2, 2), "group": {Type: onnx.AttrInt, I: 4}}),
+			node("Add", []string{"c2", "c3"}, "y", nil),
+		}
+		x := &onnx.Tensor{Name: "x", DType: onnx.Float, Dims: dims, F32: make([]float32, volume(dims))}
+		for i := range x.F32 {
+			x.F32[i] = float32(rng.NormFloat64())
+		}
+		run := func(m *onnx.Model, pool string) ([]float32, int) {
+			t.Setenv(graph.Int8PoolEnv, pool)
+			k, err := LoadModel(m, Options{Threads: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer k.Close()
+			g, err := graph.Compile(k.src, map[string][]int64{"x": dims}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			chained := 0
+			for _, n := range g.Nodes {
+				if n.Attrs[graph.QDQAttrs.YScale] != nil {
+					chained++
+				}
+			}
+			got, err := k.Run([]*onnx.Tensor{x})
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err := k.Run([]*onnx.Tensor{x})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range got[0].F32 {
+				if math.Float32bits(got[0].F32[i]) != math.Float32bits(again[0].F32[i]) {
+					t.Fatalf("zp %d pool %s: value %d differs between two runs", zp, pool, i)
+				}
+			}
+			return got[0].F32, chained
+		}
+		fast, n := run(m, "1")
+		if n != 1 {
+			t.Fatalf("zp %d: %d convolutions write 8-bit outputs, want 1 (through the MaxPool)", zp, n)
+		}
+		plain, n0 := run(m, "0")
+		if n0 != 0 {
+			t.Fatalf("zp %d: IDK_INT8_POOL=0 still chains %d convolutions", zp, n0)
+		}
+		want, _ := run(referenceQDQ(t, m), "1")
+		for _, other := range []struct {
+			name string
+			v    []float32
+		}{{"reference", want}, {"unchained int8", plain}} {
+			var big, worst float64
+			for _, w := range other.v {
+				big = math.Max(big, math.Abs(float64(w)))
+			}
+			off := 0
+			for i, w := range other.v {
+				d := math.Abs(float64(fast[i] - w))
+				worst = math.Max(worst, d)
+				if d > 1e-4*big {
+					off++
+				}
+			}
+			if worst > 0.02*big || off > len(fast)/100 {
+				t.Errorf("zp %d: int8 through the MaxPool differs from the %s path by up to %g (largest output %g), %d of %d values beyond 1e-4 of it",
+					zp, other.name, worst, big, off, len(fast))
+			}
+			t.Logf("zp %d: against the %s path, largest difference %g of %g, %d of %d values beyond 1e-4 of it", zp, other.name, worst, big, off, len(fast))
+		}
+	}
+}
