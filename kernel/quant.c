@@ -354,6 +354,47 @@ static void int8_zero_args(idk_step_t *s, int zb, int yzb) {
     if (yzb >= 0) idk_step_arg(s, DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, &zmd, yzb);
 }
 
+/* slow_amx_eltwise reports whether an int8 convolution's post-ops hold an activation other
+ * than ReLU, Clip or a linear one (SiLU, sigmoid, hard-swish, ...): oneDNN 2.6's AMX int8
+ * convolutions apply those far slower than its VNNI brgconv kernels (EfficientNet-B0's
+ * expansion 1x1 convolutions with SiLU; benchmarks/README.md), so such convolutions take the
+ * first implementation that is neither AMX nor the reference. IDK_INT8_AMX_ELTWISE=0 keeps
+ * oneDNN's first choice. */
+static int slow_amx_eltwise(const idk_op_t *op) {
+    if (env_off("IDK_INT8_AMX_ELTWISE")) return 0;
+    for (int i = 0; i < op->npost; i++) {
+        const idk_post_t *q = &op->post[i];
+        if (q->kind == IDK_POST_ELTWISE && !(q->alg == IDK_ELT_RELU && q->alpha == 0) && q->alg != IDK_ELT_CLIP &&
+            q->alg != IDK_ELT_LINEAR)
+            return 1;
+    }
+    return 0;
+}
+
+/* non_amx_pd returns pd when its implementation is not AMX, else the first of cd's
+ * implementations that is neither AMX nor the reference (pd destroyed), or pd if none. */
+static dnnl_primitive_desc_t non_amx_pd(idk_plan_t *p, dnnl_primitive_desc_t pd, const dnnl_convolution_desc_t *cd,
+                                        const_dnnl_primitive_attr_t attr) {
+    const char *impl = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl || !strstr(impl, "amx"))
+        return pd;
+    dnnl_primitive_desc_iterator_t it;
+    if (dnnl_primitive_desc_iterator_create(&it, cd, attr, p->eng, NULL) != dnnl_success) return pd;
+    do {
+        dnnl_primitive_desc_t c = dnnl_primitive_desc_iterator_fetch(it);
+        const char *ci = NULL;
+        if (c && dnnl_primitive_desc_query(c, dnnl_query_impl_info_str, 0, &ci) == dnnl_success && ci && !strstr(ci, "amx") &&
+            !strstr(ci, "ref")) {
+            dnnl_primitive_desc_destroy(pd);
+            pd = c;
+            break;
+        }
+        if (c) dnnl_primitive_desc_destroy(c);
+    } while (dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+    dnnl_primitive_desc_iterator_destroy(it);
+    return pd;
+}
+
 static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
     const idk_tensor_t *x = T(0), *w = T(1), *o = OUT;
     const float *wsc = T(2)->cdata;
@@ -427,6 +468,7 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
     }
     dnnl_primitive_desc_t pd;
     ds = dnnl_primitive_desc_create(&pd, &cd, attr, p->eng, NULL);
+    if (ds == dnnl_success && slow_amx_eltwise(op)) pd = non_amx_pd(p, pd, &cd, attr);
     dnnl_primitive_attr_destroy(attr);
     if (ds != dnnl_success) return qdnnl_err(p, "int8 conv primitive desc (needs a CPU with int8 support)", ds);
     dnnl_memory_desc_t smd = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);

@@ -811,3 +811,60 @@ func TestQDQChainThroughMaxPool(t *testing.T) {
 		}
 	}
 }
+
+// TestQDQSlowAMXEltwise: an int8 Conv with a SiLU post-op (qdqChainModel's first) takes a
+// non-AMX implementation (slow_amx_eltwise in quant.c); with it and without it
+// (IDK_INT8_AMX_ELTWISE=0) the outputs match the reference path with TestQDQChainInt8's
+// tolerance and repeat their bytes.
+func TestQDQSlowAMXEltwise(t *testing.T) {
+	dims := []int64{2, 3, 9, 9}
+	rng := rand.New(rand.NewSource(31))
+	m := qdqChainModel(128, rng)
+	x := &onnx.Tensor{Name: "x", DType: onnx.Float, Dims: dims, F32: make([]float32, volume(dims))}
+	for i := range x.F32 {
+		x.F32[i] = float32(rng.NormFloat64())
+	}
+	run := func(m *onnx.Model) []float32 {
+		k, err := LoadModel(m, Options{Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.Close()
+		got, err := k.Run([]*onnx.Tensor{x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := k.Run([]*onnx.Tensor{x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range got[0].F32 {
+			if math.Float32bits(got[0].F32[i]) != math.Float32bits(again[0].F32[i]) {
+				t.Fatalf("value %d differs between two runs", i)
+			}
+		}
+		return got[0].F32
+	}
+	want := run(referenceQDQ(t, m))
+	for _, env := range []string{"1", "0"} {
+		t.Setenv("IDK_INT8_AMX_ELTWISE", env)
+		got := run(m)
+		var big, worst float64
+		for _, w := range want {
+			big = math.Max(big, math.Abs(float64(w)))
+		}
+		off := 0
+		for i, w := range want {
+			d := math.Abs(float64(got[i] - w))
+			worst = math.Max(worst, d)
+			if d > 1e-4*big {
+				off++
+			}
+		}
+		if worst > 0.02*big || off > len(got)/100 {
+			t.Errorf("IDK_INT8_AMX_ELTWISE=%s: differs from the reference path by up to %g (largest output %g), %d of %d values beyond 1e-4 of it",
+				env, worst, big, off, len(got))
+		}
+		t.Logf("IDK_INT8_AMX_ELTWISE=%s: largest difference %g of %g, %d of %d values beyond 1e-4 of it", env, worst, big, off, len(got))
+	}
+}
