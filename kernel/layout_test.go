@@ -125,3 +125,61 @@ func TestGemvClassifier(t *testing.T) {
 	off, out, again := switchedRuns(t, "IDK_GEMV", func() []float32 { return runCat(t, c, x)[0] })
 	checkSwitched(t, "batch 1 classifier, fn_gemv against oneDNN's matmul (IDK_GEMV=0)", off, out, again)
 }
+
+// TestGemvSkipsZeroInputs: a batch-1 classifier whose inputs are half zeros (a ReLU before
+// it) runs fn_gemv leaving out the zero inputs' rows of weights: the same bits as with
+// IDK_GEMV_SKIP=0 (the full sum in the same order: the left-out products are +-0), within
+// 1e-5 of the largest of oneDNN's matmul (IDK_GEMV=0), the same bytes on a second run. And
+// a weight that is not finite against a zero input turns the skipping off: 0 * Inf is NaN,
+// as in oneDNN's matmul.
+func TestGemvSkipsZeroInputs(t *testing.T) {
+	const k, h, n = 1000, 515, 77
+	c := newCatGraph("x", -1, k)
+	gemm := func(out, in string, cin, cout int64) string {
+		return c.node("Gemm", out, map[string]*onnx.Attribute{"transB": {Name: "transB", Type: onnx.AttrInt, I: 1}},
+			in, c.param(out+".w", cout, cin), c.param(out+".b", cout))
+	}
+	r := c.node("Relu", "x.relu", nil, "x")
+	y := gemm("fc2", c.node("Relu", "fc1.relu", nil, gemm("fc1", r, k, h)), h, n)
+	c.outputs(y)
+	x := seeded(10, 1, k)
+	zeros := 0
+	for _, v := range x.F32 {
+		if v <= 0 {
+			zeros++
+		}
+	}
+	if zeros < k/3 {
+		t.Fatalf("only %d of %d inputs are zero after the ReLU", zeros, k)
+	}
+	run := func() []float32 { return runCat(t, c, x)[0] }
+	full, skip, again := switchedRuns(t, "IDK_GEMV_SKIP", run)
+	for i := range skip {
+		if math.Float32bits(full[i]) != math.Float32bits(skip[i]) || math.Float32bits(skip[i]) != math.Float32bits(again[i]) {
+			t.Fatalf("output %d: %v with every input, %v then %v leaving out the zeros", i, full[i], skip[i], again[i])
+		}
+	}
+	setCEnv(t, "IDK_GEMV", "0")
+	dnnl := run()
+	setCEnv(t, "IDK_GEMV", "")
+	checkClose(t, "fn_gemv leaving out zero inputs against oneDNN's matmul (IDK_GEMV=0)", dnnl, skip, 1e-5)
+
+	// fc1's first output, weight 1 at an input the ReLU zeroes, made infinite
+	at := -1
+	for i, v := range x.F32 {
+		if v <= 0 {
+			at = i
+			break
+		}
+	}
+	c.g.Initializers["fc1.w"].F32[at] = float32(math.Inf(1))
+	c.g.Outputs = nil
+	c.outputs("fc1")
+	for _, gemv := range []string{"", "0"} {
+		setCEnv(t, "IDK_GEMV", gemv)
+		if out := runCat(t, c, x)[0]; !math.IsNaN(float64(out[0])) || math.IsNaN(float64(out[1])) {
+			t.Fatalf("IDK_GEMV=%q: 0 * Inf in output 0 gave %v (want NaN), output 1 %v", gemv, out[0], out[1])
+		}
+	}
+	setCEnv(t, "IDK_GEMV", "")
+}

@@ -111,6 +111,17 @@ func (b *builder) int8Const(t *onnx.Tensor) (int32, error) {
 	return id, nil
 }
 
+// int8Weights adds an int8 node's weights t (the qdq_w attribute's values, as the op takes
+// them) and their scales (qdq_w_scales, one per output channel) as kernel tensors.
+func (b *builder) int8Weights(n *onnx.Node, t *onnx.Tensor) (w, ws int32, err error) {
+	if w, err = b.int8Const(t); err != nil {
+		return 0, 0, err
+	}
+	sc := n.Attrs[graph.QDQAttrs.WScales].Floats
+	ws, err = b.addTensor(dtF32, []int64{int64(len(sc))}, nonNilF(sc), nil)
+	return w, ws, err
+}
+
 // lowerQConv lowers a Conv carrying the graph compiler's qdq attributes into IDK_OP_QCONV.
 func (b *builder) lowerQConv(n *onnx.Node) error {
 	xd, err := b.dims(n.Inputs[0])
@@ -160,12 +171,7 @@ func (b *builder) lowerQConv(n *onnx.Node) error {
 	if err != nil {
 		return err
 	}
-	w, err := b.int8Const(n.Attrs[graph.QDQAttrs.Weights].T)
-	if err != nil {
-		return err
-	}
-	ws := n.Attrs[graph.QDQAttrs.WScales].Floats
-	wsID, err := b.addTensor(dtF32, []int64{int64(len(ws))}, nonNilF(ws), nil)
+	w, wsID, err := b.int8Weights(n, n.Attrs[graph.QDQAttrs.Weights].T)
 	if err != nil {
 		return err
 	}
@@ -222,12 +228,7 @@ func (b *builder) lowerQMatMul(n *onnx.Node) error {
 	if err != nil {
 		return err
 	}
-	wid, err := b.int8Const(w)
-	if err != nil {
-		return err
-	}
-	ws := n.Attrs[graph.QDQAttrs.WScales].Floats
-	wsID, err := b.addTensor(dtF32, []int64{int64(len(ws))}, nonNilF(ws), nil)
+	wid, wsID, err := b.int8Weights(n, w)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@
 // this C file; make compiles it into bin/libidunno_kernel.so.)
 
 /* ops.c: checks each op's arguments and lowers it into steps (oneDNN primitives or C loops). */
+#include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1909,76 +1910,119 @@ static idk_status_t reorder_step(idk_plan_t *p, const dnnl_memory_desc_t *smd, i
     return rc;
 }
 
-/* gemv_rows computes y[n] = bias[n] + sum over k of w[n][k] * x[k] for rows n0 <= n < n1 of
- * row-major w (N x K), then ReLU where relu is set. Each row sums the same way whatever rows
- * share its pass (four rows at a time read x once for four; a last partial group one at a
- * time): 16 partial sums over k = j mod 16, added in order, then the K mod 16 tail, then the
- * bias; so any split of the rows across threads gives the same bytes. Built twice below
- * (generic x86-64 and AVX-512 code from this one body, the same operations in the same order:
- * the kernel compiles as ISO C11, which does not contract a * b + c into one rounding). */
-static inline __attribute__((always_inline)) void gemv_rows(const float *w, const float *x, const float *bias,
-                                                            float *y, int64_t n0, int64_t n1, int64_t K, int relu) {
-    int64_t kv = K / 16 * 16;
-    for (int64_t n = n0; n < n1;) {
-        int rows = n1 - n >= 4 ? 4 : 1;
-        float acc[4][16] = {{0}};
-        for (int64_t k = 0; k < kv; k += 16)
-            for (int i = 0; i < rows; i++)
-                for (int j = 0; j < 16; j++) acc[i][j] += w[(n + i) * K + k + j] * x[k + j];
-        for (int i = 0; i < rows; i++) {
-            float sum = 0;
-            for (int j = 0; j < 16; j++) sum += acc[i][j];
-            for (int64_t k = kv; k < K; k++) sum += w[(n + i) * K + k] * x[k];
-            if (bias) sum += bias[n + i];
-            y[n + i] = relu && sum < 0 ? 0 : sum;
-        }
-        n += rows;
+/* GEMV_BLK outputs form one block of the weights, laid out K x GEMV_BLK (oneDNN's AB16b64a:
+ * blocks of 64 rows of the N x K matrix, K padded to 16 and N to 64 with zeros), so a thread
+ * streams its blocks as one run of memory, keeps a block's 64 sums in four registers, and can
+ * skip the row of a k whose input is zero. */
+#define GEMV_BLK 64
+/* Each output sums its products in chunks of GEMV_CHUNK consecutive k (a fresh partial sum
+ * per chunk, added to the total after it): a fixed order, and a rounding error growing with
+ * K / GEMV_CHUNK + GEMV_CHUNK rather than with K. */
+#define GEMV_CHUNK 256
+/* How many rows ahead the AVX-512 loop prefetches its stream. */
+#define GEMV_AHEAD 16
+
+/* gemv_finish adds the bias, applies the ReLU and stores the block's outputs that exist. */
+static inline __attribute__((always_inline)) void gemv_finish(const float *sum, const float *bias, float *y,
+                                                              int64_t n0, int64_t N, int relu) {
+    for (int64_t j = 0; j < GEMV_BLK && n0 + j < N; j++) {
+        float s = sum[j];
+        if (bias) s += bias[n0 + j];
+        y[n0 + j] = relu && s < 0 ? 0 : s;
     }
 }
 
-static void gemv_rows_generic(const float *w, const float *x, const float *bias, float *y, int64_t n0, int64_t n1,
-                              int64_t K, int relu) {
-    gemv_rows(w, x, bias, y, n0, n1, K, relu);
+/* gemv_block_generic and gemv_block_avx512 compute one block (w: its K x GEMV_BLK weights)
+ * over the inputs listed in ks (then GEMV_AHEAD copies of the last, for the prefetch), chunk c
+ * being ks[at[c]] to ks[at[c + 1] - 1], nc chunks, with
+ * the same operations in the same order, a product rounded then added (the kernel compiles as
+ * ISO C11, which does not contract a * b + c), so both give the same bytes; which thread takes
+ * a block does not change them either. */
+static void gemv_block_generic(const float *w, const float *x, const int64_t *ks, const int64_t *at, int64_t nc,
+                               const float *bias, float *y, int64_t n0, int64_t N, int relu) {
+    float tot[GEMV_BLK] = {0};
+    for (int64_t c = 0; c < nc; c++) {
+        float acc[GEMV_BLK] = {0};
+        for (int64_t i = at[c]; i < at[c + 1]; i++)
+            for (int j = 0; j < GEMV_BLK; j++) acc[j] += w[ks[i] * GEMV_BLK + j] * x[ks[i]];
+        for (int j = 0; j < GEMV_BLK; j++) tot[j] += acc[j];
+    }
+    gemv_finish(tot, bias, y, n0, N, relu);
 }
 
-__attribute__((target("avx512f"))) static void gemv_rows_avx512(const float *w, const float *x, const float *bias,
-                                                               float *y, int64_t n0, int64_t n1, int64_t K,
-                                                               int relu) {
-    gemv_rows(w, x, bias, y, n0, n1, K, relu);
+__attribute__((target("avx512f"))) static void gemv_block_avx512(const float *w, const float *x, const int64_t *ks,
+                                                                const int64_t *at, int64_t nc, const float *bias,
+                                                                float *y, int64_t n0, int64_t N, int relu) {
+    __m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
+    for (int64_t c = 0; c < nc; c++) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t i = at[c]; i < at[c + 1]; i++) {
+            const float *r = w + ks[i] * GEMV_BLK, *q = w + ks[i + GEMV_AHEAD] * GEMV_BLK;
+            /* the hardware prefetcher alone left the stream slower (benchmarks/README.md) */
+            for (int j = 0; j < GEMV_BLK; j += 16) _mm_prefetch((const char *)(q + j), _MM_HINT_T0);
+            __m512 xv = _mm512_set1_ps(x[ks[i]]);
+            a0 = _mm512_add_ps(a0, _mm512_mul_ps(_mm512_load_ps(r), xv));
+            a1 = _mm512_add_ps(a1, _mm512_mul_ps(_mm512_load_ps(r + 16), xv));
+            a2 = _mm512_add_ps(a2, _mm512_mul_ps(_mm512_load_ps(r + 32), xv));
+            a3 = _mm512_add_ps(a3, _mm512_mul_ps(_mm512_load_ps(r + 48), xv));
+        }
+        t0 = _mm512_add_ps(t0, a0);
+        t1 = _mm512_add_ps(t1, a1);
+        t2 = _mm512_add_ps(t2, a2);
+        t3 = _mm512_add_ps(t3, a3);
+    }
+    float tot[GEMV_BLK];
+    _mm512_storeu_ps(tot, t0);
+    _mm512_storeu_ps(tot + 16, t1);
+    _mm512_storeu_ps(tot + 32, t2);
+    _mm512_storeu_ps(tot + 48, t3);
+    gemv_finish(tot, bias, y, n0, N, relu);
 }
 
-/* fn_gemv runs a one-row matrix product against constant weights (n1 = N, n2 = K; bufs: x,
- * w as N x K rows, bias or -1, y; alg 1: ReLU after), groups of four rows split across the
- * threads. */
+/* fn_gemv runs a one-row matrix product against constant weights (n1 = N, n2 = K, n3 = K
+ * padded to 16; bufs: x, w in GEMV_BLK-row blocks, bias or -1, y; alg bit 0: ReLU after, bit
+ * 1: every weight finite; extra: room for K + GEMV_AHEAD indices, then for the chunks'
+ * starts), the blocks split across the threads. With finite weights it leaves out the k whose
+ * input is zero (after a ReLU, a third to a half of a classifier's inputs), and does not
+ * read their rows of weights: their products are +-0, and adding +-0 to a sum that starts
+ * at +0 leaves it as it was, so the bytes are those of the full sum in the same order. */
 static idk_status_t fn_gemv(idk_plan_t *p, idk_step_t *s) {
     const float *x = idk_buf_ptr(p, s->bufs[0]), *w = idk_buf_ptr(p, s->bufs[1]);
     const float *bias = s->bufs[2] >= 0 ? idk_buf_ptr(p, s->bufs[2]) : NULL;
     float *y = idk_buf_ptr(p, s->bufs[3]);
-    int64_t N = s->n1, K = s->n2, groups = (N + 3) / 4;
+    int64_t N = s->n1, K = s->n2, Kp = s->n3, blocks = (N + GEMV_BLK - 1) / GEMV_BLK, nc = (K + GEMV_CHUNK - 1) / GEMV_CHUNK;
+    int64_t *ks = s->extra, *at = ks + K + GEMV_AHEAD, nk = 0;
+    int relu = s->alg & 1, skip = s->alg & 2;
+    for (int64_t k = 0; k < K; k++) {
+        if (k % GEMV_CHUNK == 0) at[k / GEMV_CHUNK] = nk;
+        if (!skip || x[k] != 0) ks[nk++] = k;
+    }
+    at[nc] = nk;
+    for (int i = 0; i < GEMV_AHEAD; i++) ks[nk + i] = nk ? ks[nk - 1] : 0;
     int avx512 = __builtin_cpu_supports("avx512f"), nth = s->one_thread ? 1 : p->threads;
 #pragma omp parallel for num_threads(nth) schedule(static)
-    for (int64_t g = 0; g < groups; g++) {
-        int64_t n0 = g * 4, n1 = n0 + 4 < N ? n0 + 4 : N;
+    for (int64_t b = 0; b < blocks; b++) {
+        const float *wb = w + b * Kp * GEMV_BLK;
         if (avx512)
-            gemv_rows_avx512(w, x, bias, y, n0, n1, K, s->alg);
+            gemv_block_avx512(wb, x, ks, at, nc, bias, y, b * GEMV_BLK, N, relu);
         else
-            gemv_rows_generic(w, x, bias, y, n0, n1, K, s->alg);
+            gemv_block_generic(wb, x, ks, at, nc, bias, y, b * GEMV_BLK, N, relu);
     }
     return IDK_OK;
 }
 
 /* lower_gemv lowers a Linear layer at one row (a classifier at batch 1: x 1 x K, constant
  * weights N x K as PyTorch exports them, Gemm transB=1; a bias; at most a ReLU after) to
- * fn_gemv on the weights as they are, where oneDNN's matmul (brgemm on weights packed
- * BA16a64b) streams them about 10% slower: it is memory-bound (AlexNet's 9216->4096 layer
- * reads 151 MB). Standalone, two threads, minimum of 15 (2026-11-28, load 9-13, interleaved):
- * 9216->4096 oneDNN 6.38-7.09 ms, fn_gemv 5.64-6.36 (AVX-512) and 6.08-6.43 (generic code);
- * 4096->4096 3.16-3.67 against 2.65-3.37 (AVX-512). IDK_GEMV=0 keeps oneDNN's. Returns
- * IDK_ERR_UNSUPPORTED, having added nothing, where it does not apply. */
+ * fn_gemv, its weights re-laid out once into GEMV_BLK-row blocks (AB16b64a): memory-bound
+ * (AlexNet's 9216->4096 layer reads 151 MB), it streams them faster than oneDNN's matmul
+ * (brgemm on weights packed BA16a64b) and than dot products along the rows (see
+ * benchmarks/README.md). IDK_GEMV=0 keeps oneDNN's. Returns IDK_ERR_UNSUPPORTED, having added
+ * nothing, where it does not apply. */
 static idk_status_t lower_gemv(idk_plan_t *p, const idk_op_t *op) {
     const idk_tensor_t *a = T(0), *b = T(1), *o = OUT;
     if (env_off("IDK_GEMV") || p->prec != IDK_F32 || op->ni != 2 || op->ia[0] || !op->ia[1] || op->fa[0] != 1.0f ||
-        o->ndims != 2 || a->dims[0] != 1 || !b->cdata || b->dims[1] != a->dims[1] || b->dims[0] != o->dims[1])
+        o->ndims != 2 || a->dims[0] != 1 || !b->cdata || b->dtype != IDK_F32 || b->ndims != 2 || b->dims[1] != a->dims[1] ||
+        b->dims[0] != o->dims[1])
         return IDK_ERR_UNSUPPORTED;
     int relu = 0;
     for (int i = 0; i < op->npost; i++) {
@@ -1987,8 +2031,12 @@ static idk_status_t lower_gemv(idk_plan_t *p, const idk_op_t *op) {
         relu = 1;
     }
     if (op->nin == 3 && (int64_t)idk_tensor_volume(T(2)) != o->dims[1]) return IDK_ERR_UNSUPPORTED;
+    dnnl_memory_desc_t wmd;
+    dnnl_dims_t wd = {b->dims[0], b->dims[1]};
+    if (dnnl_memory_desc_init_by_tag(&wmd, 2, wd, dnnl_f32, dnnl_AB16b64a) != dnnl_success)
+        return idk_fail(p, IDK_ERR_DNNL, "op %d: gemv weights layout", p->cur_op);
     int xb, wb, cb = -1, yb;
-    if (idk_get_plain(p, op->in[0], &xb) != 0 || idk_get_plain(p, op->in[1], &wb) != 0 ||
+    if (idk_get_plain(p, op->in[0], &xb) != 0 || idk_get_view(p, op->in[1], &wmd, &wb) != 0 ||
         (op->nin == 3 && idk_get_plain(p, op->in[2], &cb) != 0) || (yb = new_out(p, op->out[0], NULL)) < 0)
         return idk_fail(p, IDK_ERR_NOMEM, "op %d: gemv buffers", p->cur_op);
     idk_step_t *s = idk_new_step(p);
@@ -2001,7 +2049,13 @@ static idk_status_t lower_gemv(idk_plan_t *p, const idk_op_t *op) {
     s->bufs[3] = yb;
     s->n1 = o->dims[1];
     s->n2 = a->dims[1];
-    s->alg = relu;
+    s->n3 = wmd.padded_dims[1];
+    if (!(s->extra = malloc(sizeof(int64_t) * (size_t)(s->n2 + GEMV_AHEAD + s->n2 / GEMV_CHUNK + 2))))
+        return idk_fail(p, IDK_ERR_NOMEM, "op %d: gemv indices", p->cur_op);
+    int finite = !env_off("IDK_GEMV_SKIP");
+    const float *wv = b->cdata;
+    for (int64_t i = 0, n = b->dims[0] * b->dims[1]; finite && i < n; i++) finite = isfinite(wv[i]);
+    s->alg = relu | finite << 1;
     return IDK_OK;
 }
 

@@ -266,6 +266,135 @@ static dnnl_format_tag_t plain_tag(int nd) {
     }
 }
 
+/* A quantize_step's reorder is marked (in fields its oneDNN step does not use: n1 = 1 + the
+ * tensor id, n2 = zero point, fv = scale) so that another reader quantizing the same tensor
+ * the same way into the same layout (ResNet's downsampling block: the block's first 1x1
+ * convolution and its shortcut) reuses the buffer instead of repeating the reorder. */
+#define QSTEP_TAG(s) ((s)->n1)
+
+/* quantize_step returns a buffer holding tensor tid (f32 buffer xb in layout xmd) quantized
+ * into layout qmd: q = saturate(round(x / xs) + zp), adding a oneDNN reorder unless an
+ * earlier step made it already. Returns -1 on failure. */
+static int quantize_step(idk_plan_t *p, int tid, const dnnl_memory_desc_t *xmd, int xb, const dnnl_memory_desc_t *qmd, float xs,
+                         int32_t zp) {
+    for (int i = p->ns - 1; i >= 0; i--) {
+        const idk_step_t *e = &p->s[i];
+        if (!e->fn && QSTEP_TAG(e) == 1 + (int64_t)tid && e->n2 == zp && e->fv == xs && e->nargs == 2 &&
+            e->arg[1].kind == DNNL_ARG_TO && dnnl_memory_desc_equal(&e->arg[1].md, qmd))
+            return e->arg[1].buf;
+    }
+    dnnl_primitive_attr_t qa = idk_new_attr();
+    if (!qa) return -1;
+    float inv = 1.0f / xs;
+    dnnl_status_t qs = dnnl_primitive_attr_set_output_scales(qa, 1, 0, &inv);
+    if (qs == dnnl_success && zp != 0) qs = dnnl_primitive_attr_set_zero_points(qa, DNNL_ARG_DST, 1, 0, &zp);
+    dnnl_primitive_desc_t rpd = NULL;
+    if (qs == dnnl_success) qs = dnnl_reorder_primitive_desc_create(&rpd, xmd, p->eng, qmd, p->eng, qa);
+    dnnl_primitive_attr_destroy(qa);
+    if (qs != dnnl_success) {
+        qdnnl_err(p, "int8 quantize reorder", qs);
+        return -1;
+    }
+    int qb = idk_new_buffer(p, dnnl_memory_desc_get_size(qmd));
+    idk_step_t *rs;
+    if (qb < 0 || idk_finish_prim(p, rpd, &rs) != IDK_OK) {
+        dnnl_primitive_desc_destroy(rpd);
+        return -1;
+    }
+    dnnl_primitive_desc_destroy(rpd);
+    idk_step_arg(rs, DNNL_ARG_FROM, xmd, xb);
+    idk_step_arg(rs, DNNL_ARG_TO, qmd, qb);
+    QSTEP_TAG(rs) = 1 + (int64_t)tid;
+    rs->n2 = zp;
+    rs->fv = xs;
+    return qb;
+}
+
+/* int8_scales sets an int8 convolution's or matmul's output scales, xs * ws[c] / ys per
+ * output channel (mask on dim 1), and runtime zero points for src (zp) and dst (yzp) where
+ * they are not 0. */
+static dnnl_status_t int8_scales(dnnl_primitive_attr_t attr, int64_t n, const float *wsc, float xs, float ys, int64_t zp, int64_t yzp) {
+    float *osc = malloc((size_t)n * sizeof *osc);
+    if (!osc) return dnnl_out_of_memory;
+    for (int64_t c = 0; c < n; c++) osc[c] = xs * wsc[c] / ys;
+    dnnl_status_t ds = dnnl_primitive_attr_set_output_scales(attr, n, 1 << 1, osc);
+    free(osc);
+    int32_t zrt = DNNL_RUNTIME_S32_VAL;
+    if (ds == dnnl_success && zp != 0) ds = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &zrt);
+    if (ds == dnnl_success && yzp != 0) ds = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_DST, 1, 0, &zrt);
+    return ds;
+}
+
+/* int8_consts adds the constant buffers an int8 convolution or matmul reads: the bias
+ * (input 3, when present) prescaled by 1 / (xs * ws[c]), since oneDNN 2.x adds it to the s32
+ * accumulator before the output scales, and the zero points (-1 where 0). Returns 0, or -1. */
+static int int8_consts(idk_plan_t *p, const idk_op_t *op, int64_t n, const float *wsc, float xs, int32_t zp, int32_t yzp,
+                       int *bb, int *zb, int *yzb) {
+    *bb = *zb = *yzb = -1;
+    if (op->nin == 4) {
+        const float *bv = T(3)->cdata;
+        float *sb = malloc((size_t)n * sizeof *sb);
+        if (!sb) return -1;
+        for (int64_t c = 0; c < n; c++) sb[c] = bv[c] / (xs * wsc[c]);
+        *bb = const_buffer(p, sb, (size_t)n * sizeof *sb, NULL);
+        free(sb);
+        if (*bb < 0) return -1;
+    }
+    if (zp != 0 && (*zb = const_buffer(p, &zp, sizeof zp, NULL)) < 0) return -1;
+    if (yzp != 0 && (*yzb = const_buffer(p, &yzp, sizeof yzp, NULL)) < 0) return -1;
+    return 0;
+}
+
+/* int8_zero_args passes the zero-point buffers int8_consts made to step s. */
+static void int8_zero_args(idk_step_t *s, int zb, int yzb) {
+    dnnl_memory_desc_t zmd;
+    int64_t one = 1;
+    tag_md(&zmd, 1, &one, dnnl_s32, dnnl_a);
+    if (zb >= 0) idk_step_arg(s, DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, &zmd, zb);
+    if (yzb >= 0) idk_step_arg(s, DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, &zmd, yzb);
+}
+
+/* slow_amx_eltwise reports whether an int8 convolution's post-ops hold an activation other
+ * than ReLU, Clip or a linear one (SiLU, sigmoid, hard-swish, ...): oneDNN 2.6's AMX int8
+ * convolutions apply those far slower than its VNNI brgconv kernels (EfficientNet-B0's
+ * expansion 1x1 convolutions with SiLU; benchmarks/README.md), so such convolutions take the
+ * first implementation that is neither AMX nor the reference. IDK_INT8_AMX_ELTWISE=0 keeps
+ * oneDNN's first choice. */
+static int slow_amx_eltwise(const idk_op_t *op) {
+    if (env_off("IDK_INT8_AMX_ELTWISE")) return 0;
+    for (int i = 0; i < op->npost; i++) {
+        const idk_post_t *q = &op->post[i];
+        if (q->kind == IDK_POST_ELTWISE && !(q->alg == IDK_ELT_RELU && q->alpha == 0) && q->alg != IDK_ELT_CLIP &&
+            q->alg != IDK_ELT_LINEAR)
+            return 1;
+    }
+    return 0;
+}
+
+/* non_amx_pd returns pd when its implementation is not AMX, else the first of cd's
+ * implementations that is neither AMX nor the reference (pd destroyed), or pd if none. */
+static dnnl_primitive_desc_t non_amx_pd(idk_plan_t *p, dnnl_primitive_desc_t pd, const dnnl_convolution_desc_t *cd,
+                                        const_dnnl_primitive_attr_t attr) {
+    const char *impl = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl || !strstr(impl, "amx"))
+        return pd;
+    dnnl_primitive_desc_iterator_t it;
+    if (dnnl_primitive_desc_iterator_create(&it, cd, attr, p->eng, NULL) != dnnl_success) return pd;
+    do {
+        dnnl_primitive_desc_t c = dnnl_primitive_desc_iterator_fetch(it);
+        const char *ci = NULL;
+        if (c && dnnl_primitive_desc_query(c, dnnl_query_impl_info_str, 0, &ci) == dnnl_success && ci && !strstr(ci, "amx") &&
+            !strstr(ci, "ref")) {
+            dnnl_primitive_desc_destroy(pd);
+            pd = c;
+            break;
+        }
+        if (c) dnnl_primitive_desc_destroy(c);
+    } while (dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+    dnnl_primitive_desc_iterator_destroy(it);
+    return pd;
+}
+
 static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
     const idk_tensor_t *x = T(0), *w = T(1), *o = OUT;
     const float *wsc = T(2)->cdata;
@@ -316,17 +445,8 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
     dnnl_primitive_attr_t attr = idk_new_attr();
     if (!attr) return IDK_ERR_NOMEM;
     /* dst = (xs * ws[c]) * sum((x_q - zp) * w_q) + bias: the s32 accumulator scaled per output channel */
-    float *osc = malloc((size_t)oc * sizeof *osc);
-    if (!osc) {
-        dnnl_primitive_attr_destroy(attr);
-        return IDK_ERR_NOMEM;
-    }
-    for (int64_t c = 0; c < oc; c++) osc[c] = fold ? xs * wsc[c] / ys : xs * wsc[c];
-    ds = dnnl_primitive_attr_set_output_scales(attr, oc, 1 << 1, osc);
-    free(osc);
-    int32_t zpv = (int32_t)zp, yzpv = (int32_t)yzp, zrt = DNNL_RUNTIME_S32_VAL;
-    if (ds == dnnl_success && zp != 0) ds = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &zrt);
-    if (ds == dnnl_success && yzp != 0) ds = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_DST, 1, 0, &zrt);
+    ds = int8_scales(attr, oc, wsc, xs, fold ? ys : 1.0f, zp, yzp);
+    int32_t zpv = (int32_t)zp, yzpv = (int32_t)yzp;
     if (ds != dnnl_success) {
         dnnl_primitive_attr_destroy(attr);
         return qdnnl_err(p, "int8 conv scales", ds);
@@ -348,13 +468,14 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
     }
     dnnl_primitive_desc_t pd;
     ds = dnnl_primitive_desc_create(&pd, &cd, attr, p->eng, NULL);
+    if (ds == dnnl_success && slow_amx_eltwise(op)) pd = non_amx_pd(p, pd, &cd, attr);
     dnnl_primitive_attr_destroy(attr);
     if (ds != dnnl_success) return qdnnl_err(p, "int8 conv primitive desc (needs a CPU with int8 support)", ds);
     dnnl_memory_desc_t smd = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
     dnnl_memory_desc_t wmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     dnnl_memory_desc_t dmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
     rc = IDK_ERR_DNNL;
-    int xb, qb, wb, bb = -1, db, zb = -1, yzb = -1;
+    int xb, qb, wb, bb, db, zb, yzb;
     /* the input's float view in the 8-bit layout's shape: plain, or nChw16c-like blocked is
      * fine too; reorder from the producer's primary layout */
     idk_view_t *xv;
@@ -384,28 +505,7 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
             idk_step_arg(rs, DNNL_ARG_TO, &smd, qb);
         }
     } else {
-        /* quantize: q = saturate(round(x / xs) + zp), into the conv's src layout */
-        dnnl_primitive_attr_t qa = idk_new_attr();
-        if (!qa) goto out;
-        float inv = 1.0f / xs;
-        dnnl_status_t qs = dnnl_primitive_attr_set_output_scales(qa, 1, 0, &inv);
-        if (qs == dnnl_success && zp != 0) qs = dnnl_primitive_attr_set_zero_points(qa, DNNL_ARG_DST, 1, 0, &zpv);
-        dnnl_primitive_desc_t rpd = NULL;
-        if (qs == dnnl_success) qs = dnnl_reorder_primitive_desc_create(&rpd, &xmd, p->eng, &smd, p->eng, qa);
-        dnnl_primitive_attr_destroy(qa);
-        if (qs != dnnl_success) {
-            qdnnl_err(p, "int8 quantize reorder", qs);
-            goto out;
-        }
-        qb = idk_new_buffer(p, dnnl_memory_desc_get_size(&smd));
-        idk_step_t *rs;
-        if (qb < 0 || idk_finish_prim(p, rpd, &rs) != IDK_OK) {
-            dnnl_primitive_desc_destroy(rpd);
-            goto out;
-        }
-        dnnl_primitive_desc_destroy(rpd);
-        idk_step_arg(rs, DNNL_ARG_FROM, &xmd, xb);
-        idk_step_arg(rs, DNNL_ARG_TO, &smd, qb);
+        if ((qb = quantize_step(p, op->in[0], &xmd, xb, &smd, xs, zpv)) < 0) goto out;
     }
     {
         dnnl_memory_desc_t wpm;
@@ -415,19 +515,7 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
             goto out;
         }
     }
-    if (has_bias) {
-        /* oneDNN 2.x adds an int8 convolution's bias to the s32 accumulator before the output
-         * scales: pass bias / (xs * ws[c]) */
-        const float *bv = T(3)->cdata;
-        float *sb = malloc((size_t)oc * sizeof *sb);
-        if (!sb) goto out;
-        for (int64_t c = 0; c < oc; c++) sb[c] = bv[c] / (xs * wsc[c]);
-        bb = const_buffer(p, sb, (size_t)oc * sizeof *sb, NULL);
-        free(sb);
-        if (bb < 0) goto out;
-    }
-    if (zp != 0 && (zb = const_buffer(p, &zpv, sizeof zpv, NULL)) < 0) goto out;
-    if (yzp != 0 && (yzb = const_buffer(p, &yzpv, sizeof yzpv, NULL)) < 0) goto out;
+    if (int8_consts(p, op, oc, wsc, xs, zpv, yzpv, &bb, &zb, &yzb) != 0) goto out;
     db = sum_tid >= 0 ? idk_dst_for_sum(p, op, sum_tid, &dmd) : idk_new_out(p, op->out[0], &dmd);
     if (db < 0) goto out;
     idk_step_t *s;
@@ -436,11 +524,7 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
     idk_step_arg(s, DNNL_ARG_WEIGHTS, &wmd, wb);
     if (has_bias) idk_step_arg(s, DNNL_ARG_BIAS, &bias, bb);
     idk_step_arg(s, DNNL_ARG_DST, &dmd, db);
-    dnnl_memory_desc_t zmd;
-    int64_t one = 1;
-    tag_md(&zmd, 1, &one, dnnl_s32, dnnl_a);
-    if (zb >= 0) idk_step_arg(s, DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, &zmd, zb);
-    if (yzb >= 0) idk_step_arg(s, DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, &zmd, yzb);
+    int8_zero_args(s, zb, yzb);
     rc = IDK_OK;
 out:
     dnnl_primitive_desc_destroy(pd);
@@ -449,33 +533,6 @@ out:
 }
 
 /* ---- QMATMUL: oneDNN int8 matmul on x flattened to (M, K) rows ---- */
-
-/* quantize_step adds a oneDNN reorder quantizing f32 buffer xb (layout xmd) into a new
- * buffer in layout qmd: q = saturate(round(x / xs) + zp). Returns the buffer, or -1. */
-static int quantize_step(idk_plan_t *p, const dnnl_memory_desc_t *xmd, int xb, const dnnl_memory_desc_t *qmd, float xs, int32_t zp) {
-    dnnl_primitive_attr_t qa = idk_new_attr();
-    if (!qa) return -1;
-    float inv = 1.0f / xs;
-    dnnl_status_t qs = dnnl_primitive_attr_set_output_scales(qa, 1, 0, &inv);
-    if (qs == dnnl_success && zp != 0) qs = dnnl_primitive_attr_set_zero_points(qa, DNNL_ARG_DST, 1, 0, &zp);
-    dnnl_primitive_desc_t rpd = NULL;
-    if (qs == dnnl_success) qs = dnnl_reorder_primitive_desc_create(&rpd, xmd, p->eng, qmd, p->eng, qa);
-    dnnl_primitive_attr_destroy(qa);
-    if (qs != dnnl_success) {
-        qdnnl_err(p, "int8 quantize reorder", qs);
-        return -1;
-    }
-    int qb = idk_new_buffer(p, dnnl_memory_desc_get_size(qmd));
-    idk_step_t *rs;
-    if (qb < 0 || idk_finish_prim(p, rpd, &rs) != IDK_OK) {
-        dnnl_primitive_desc_destroy(rpd);
-        return -1;
-    }
-    dnnl_primitive_desc_destroy(rpd);
-    idk_step_arg(rs, DNNL_ARG_FROM, xmd, xb);
-    idk_step_arg(rs, DNNL_ARG_TO, qmd, qb);
-    return qb;
-}
 
 static idk_status_t lower_qmatmul(idk_plan_t *p, const idk_op_t *op) {
     const idk_tensor_t *x = T(0), *w = T(1), *o = OUT;
@@ -499,16 +556,8 @@ static idk_status_t lower_qmatmul(idk_plan_t *p, const idk_op_t *op) {
     if (ds != dnnl_success) return qdnnl_err(p, "int8 matmul desc", ds);
     dnnl_primitive_attr_t attr = idk_new_attr();
     if (!attr) return IDK_ERR_NOMEM;
-    float *osc = malloc((size_t)N * sizeof *osc);
-    if (!osc) {
-        dnnl_primitive_attr_destroy(attr);
-        return IDK_ERR_NOMEM;
-    }
-    for (int64_t c = 0; c < N; c++) osc[c] = xs * wsc[c];
-    ds = dnnl_primitive_attr_set_output_scales(attr, N, 1 << 1, osc);
-    free(osc);
-    int32_t zpv = (int32_t)zp, zrt = DNNL_RUNTIME_S32_VAL;
-    if (ds == dnnl_success && zp != 0) ds = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &zrt);
+    ds = int8_scales(attr, N, wsc, xs, 1.0f, zp, 0);
+    int32_t zpv = (int32_t)zp;
     if (ds != dnnl_success) {
         dnnl_primitive_attr_destroy(attr);
         return qdnnl_err(p, "int8 matmul scales", ds);
@@ -527,24 +576,14 @@ static idk_status_t lower_qmatmul(idk_plan_t *p, const idk_op_t *op) {
     dnnl_memory_desc_t omd; /* y's own dims, plain: the same bytes as dst */
     idk_plain_md(&omd, o->ndims, o->dims);
     rc = IDK_ERR_DNNL;
-    int xb, qb, wb, bb = -1, db, zb = -1;
+    int xb, qb, wb, bb, db, zb, yzb;
     if (idk_get_plain(p, op->in[0], &xb) != 0) goto out;
-    if ((qb = quantize_step(p, &xf, xb, &src, xs, zpv)) < 0) goto out;
+    if ((qb = quantize_step(p, op->in[0], &xf, xb, &src, xs, zpv)) < 0) goto out;
     if ((wb = reorder_const(p, &wpm, w->cdata, &wmd)) < 0) {
         idk_fail(p, IDK_ERR_DNNL, "op %d: int8 matmul weight reorder failed", p->cur_op);
         goto out;
     }
-    if (has_bias) {
-        /* as QCONV's: oneDNN 2.x adds the bias to the s32 accumulator before the output scales */
-        const float *bv = T(3)->cdata;
-        float *sb = malloc((size_t)N * sizeof *sb);
-        if (!sb) goto out;
-        for (int64_t c = 0; c < N; c++) sb[c] = bv[c] / (xs * wsc[c]);
-        bb = const_buffer(p, sb, (size_t)N * sizeof *sb, NULL);
-        free(sb);
-        if (bb < 0) goto out;
-    }
-    if (zp != 0 && (zb = const_buffer(p, &zpv, sizeof zpv, NULL)) < 0) goto out;
+    if (int8_consts(p, op, N, wsc, xs, zpv, 0, &bb, &zb, &yzb) != 0) goto out;
     db = sum_tid >= 0 ? idk_dst_for_sum(p, op, sum_tid, &omd) : idk_new_out(p, op->out[0], &omd);
     if (db < 0) goto out;
     idk_step_t *s;
@@ -553,12 +592,7 @@ static idk_status_t lower_qmatmul(idk_plan_t *p, const idk_op_t *op) {
     idk_step_arg(s, DNNL_ARG_WEIGHTS, &wmd, wb);
     if (has_bias) idk_step_arg(s, DNNL_ARG_BIAS, &bias, bb);
     idk_step_arg(s, DNNL_ARG_DST, &dst, db);
-    if (zb >= 0) {
-        dnnl_memory_desc_t zmd;
-        int64_t one = 1;
-        tag_md(&zmd, 1, &one, dnnl_s32, dnnl_a);
-        idk_step_arg(s, DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, &zmd, zb);
-    }
+    int8_zero_args(s, zb, yzb);
     rc = IDK_OK;
 out:
     dnnl_primitive_desc_destroy(pd);

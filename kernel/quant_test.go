@@ -584,3 +584,287 @@ func TestQDQMatMulSlicedStaysInt8(t *testing.T) {
 		}
 	}
 }
+
+// qdqSharedInputModel is x -> Q/DQ (uint8, zero point 128) -> two int8 Convs (3x3 and 1x1,
+// per-channel weights, bias) -> Add -> output; with split set, the second Conv reads its own
+// Q/DQ of x with another scale.
+func qdqSharedInputModel(split bool, rng *rand.Rand) *onnx.Model {
+	ini := map[string]*onnx.Tensor{}
+	f32 := func(name string, dims []int64, v []float32) string {
+		ini[name] = &onnx.Tensor{Name: name, DType: onnx.Float, Dims: dims, F32: v}
+		return name
+	}
+	i64 := func(name string, dt onnx.DataType, dims []int64, v []int64) string {
+		ini[name] = &onnx.Tensor{Name: name, DType: dt, Dims: dims, I64: v}
+		return name
+	}
+	weights := func(name string, dims []int64) (string, string, string) {
+		q := make([]int64, dims[0]*dims[1]*dims[2]*dims[3])
+		for i := range q {
+			q[i] = int64(rng.Intn(255) - 127)
+		}
+		s := make([]float32, dims[0])
+		b := make([]float32, dims[0])
+		for i := range s {
+			s[i] = 0.001 + 0.01*rng.Float32()
+			b[i] = rng.Float32() - 0.5
+		}
+		f32(name+"_b", []int64{dims[0]}, b)
+		return i64(name+"_q", onnx.Int8, dims, q), f32(name+"_s", []int64{dims[0]}, s), i64(name+"_z", onnx.Int8, []int64{dims[0]}, make([]int64, dims[0]))
+	}
+	node := func(op string, in []string, out string, a map[string]*onnx.Attribute) *onnx.Node {
+		if a == nil {
+			a = map[string]*onnx.Attribute{}
+		}
+		return &onnx.Node{Name: out + "_node", OpType: op, Inputs: in, Outputs: []string{out}, Attrs: a}
+	}
+	axis0 := map[string]*onnx.Attribute{"axis": {Name: "axis", Type: onnx.AttrInt, I: 0}}
+	f32("xs", []int64{}, []float32{0.02})
+	f32("xs2", []int64{}, []float32{0.021})
+	i64("xz", onnx.Uint8, []int64{}, []int64{128})
+	w1q, w1s, w1z := weights("w1", []int64{16, 8, 3, 3})
+	w2q, w2s, w2z := weights("w2", []int64{16, 8, 1, 1})
+	x2 := "xd"
+	nodes := []*onnx.Node{
+		node("QuantizeLinear", []string{"x", "xs", "xz"}, "xq", nil),
+		node("DequantizeLinear", []string{"xq", "xs", "xz"}, "xd", nil),
+	}
+	if split {
+		x2 = "xd2"
+		nodes = append(nodes, node("QuantizeLinear", []string{"x", "xs2", "xz"}, "xq2", nil),
+			node("DequantizeLinear", []string{"xq2", "xs2", "xz"}, "xd2", nil))
+	}
+	nodes = append(nodes,
+		node("DequantizeLinear", []string{w1q, w1s, w1z}, "w1d", axis0),
+		node("DequantizeLinear", []string{w2q, w2s, w2z}, "w2d", axis0),
+		node("Conv", []string{"xd", "w1d", "w1_b"}, "c1", map[string]*onnx.Attribute{"pads": {Name: "pads", Type: onnx.AttrInts, Ints: []int64{1, 1, 1, 1}}}),
+		node("Conv", []string{x2, "w2d", "w2_b"}, "c2", nil),
+		node("Add", []string{"c1", "c2"}, "y", nil))
+	return &onnx.Model{IRVersion: 8, Opset: 13, Graph: &onnx.Graph{
+		Name: "qdq_shared", Nodes: nodes, Initializers: ini,
+		Inputs:  []onnx.ValueInfo{{Name: "x", DType: onnx.Float, Dims: []int64{2, 8, 10, 10}, HasShape: true}},
+		Outputs: []onnx.ValueInfo{{Name: "y", DType: onnx.Float}},
+	}}
+}
+
+// TestQDQSharedQuantize: two int8 Convs reading the same tensor quantized the same way share
+// one quantizing reorder (a plan step fewer than when the second one quantizes with another
+// scale), and the result matches the reference path within 1e-4 of the largest output, with
+// the same bytes over two runs.
+func TestQDQSharedQuantize(t *testing.T) {
+	dims := []int64{2, 8, 10, 10}
+	steps := map[bool]int32{}
+	for _, split := range []bool{false, true} {
+		rng := rand.New(rand.NewSource(5))
+		m := qdqSharedInputModel(split, rng)
+		x := &onnx.Tensor{Name: "x", DType: onnx.Float, Dims: dims, F32: make([]float32, 2*8*10*10)}
+		for i := range x.F32 {
+			x.F32[i] = float32(rng.NormFloat64())
+		}
+		fast, err := LoadModel(m, Options{Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fast.Close()
+		if n := fast.int8Convs(t, dims); n != 2 {
+			t.Fatalf("split %v: %d int8 convolutions, want 2", split, n)
+		}
+		ref, err := LoadModel(referenceQDQ(t, m), Options{Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ref.Close()
+		got, err := fast.Run([]*onnx.Tensor{x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps[split] = planSteps(t, fast)
+		again, err := fast.Run([]*onnx.Tensor{x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := ref.Run([]*onnx.Tensor{x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var big, worst float64
+		for i, w := range want[0].F32 {
+			big = math.Max(big, math.Abs(float64(w)))
+			worst = math.Max(worst, math.Abs(float64(got[0].F32[i]-w)))
+			if math.Float32bits(got[0].F32[i]) != math.Float32bits(again[0].F32[i]) {
+				t.Fatalf("split %v: value %d differs between two runs", split, i)
+			}
+		}
+		if worst > 1e-4*big {
+			t.Errorf("split %v: int8 path differs from the reference by %g (largest output %g)", split, worst, big)
+		}
+	}
+	if steps[true] != steps[false]+1 {
+		t.Errorf("plan steps: %d with one shared quantized input, %d with two; want one fewer", steps[false], steps[true])
+	}
+}
+
+// TestQDQChainThroughMaxPool: an int8 Conv (+ReLU) read only by a MaxPool whose readers are
+// int8 Convs quantizing the same way writes 8-bit values and the MaxPool pools them (max
+// commutes with quantization); checked against the reference path and the path without it
+// (IDK_INT8_POOL=0) with TestQDQChainInt8's tolerance, and the same bytes over two runs.
+func TestQDQChainThroughMaxPool(t *testing.T) {
+	dims := []int64{2, 3, 12, 12}
+	for _, zp := range []int64{0, 7} {
+		rng := rand.New(rand.NewSource(zp + 21))
+		m := qdqConvModel(0, rng) // its initializers (x's Q/DQ, w1, w2, b2); the graph is rebuilt
+		ini := m.Graph.Initializers
+		ini["ps"] = &onnx.Tensor{Name: "ps", DType: onnx.Float, Dims: []int64{}, F32: []float32{0.04}}
+		ini["pz"] = &onnx.Tensor{Name: "pz", DType: onnx.Uint8, Dims: []int64{}, I64: []int64{zp}}
+		ini["xz"].I64[0] = 128
+		ints := func(v ...int64) *onnx.Attribute { return &onnx.Attribute{Type: onnx.AttrInts, Ints: v} }
+		node := func(op string, in []string, out string, a map[string]*onnx.Attribute) *onnx.Node {
+			if a == nil {
+				a = map[string]*onnx.Attribute{}
+			}
+			for k, v := range a {
+				v.Name = k
+			}
+			return &onnx.Node{Name: out + "_node", OpType: op, Inputs: in, Outputs: []string{out}, Attrs: a}
+		}
+		m.Graph.Inputs[0].Dims = dims
+		m.Graph.Nodes = []*onnx.Node{
+			node("QuantizeLinear", []string{"x", "xs", "xz"}, "xq", nil),
+			node("DequantizeLinear", []string{"xq", "xs", "xz"}, "xd", nil),
+			node("DequantizeLinear", []string{"w1_q", "w1_s", "w1_z"}, "w1d", map[string]*onnx.Attribute{"axis": {Type: onnx.AttrInt}}),
+			node("Conv", []string{"xd", "w1d"}, "c1", map[string]*onnx.Attribute{"pads": ints(1, 1, 1, 1)}),
+			node("Relu", []string{"c1"}, "r1", nil),
+			node("MaxPool", []string{"r1"}, "p1", map[string]*onnx.Attribute{"kernel_shape": ints(3, 3), "strides": ints(2, 2), "pads": ints(1, 1, 1, 1)}),
+			node("QuantizeLinear", []string{"p1", "ps", "pz"}, "pq", nil),
+			node("DequantizeLinear", []string{"pq", "ps", "pz"}, "pd", nil),
+			node("DequantizeLinear", []string{"w2_q", "w2_s", "w2_z"}, "w2d", map[string]*onnx.Attribute{"axis": {Type: onnx.AttrInt}}),
+			node("Conv", []string{"pd", "w2d", "b2"}, "c2", map[string]*onnx.Attribute{"pads": ints(1, 1, 1, 1), "group": {Type: onnx.AttrInt, I: 4}}),
+			node("Conv", []string{"pd", "w2d"}, "c3", map[string]*onnx.Attribute{"pads": ints(2, 2, 2, 2), "dilations": ints(2, 2), "group": {Type: onnx.AttrInt, I: 4}}),
+			node("Add", []string{"c2", "c3"}, "y", nil),
+		}
+		x := &onnx.Tensor{Name: "x", DType: onnx.Float, Dims: dims, F32: make([]float32, volume(dims))}
+		for i := range x.F32 {
+			x.F32[i] = float32(rng.NormFloat64())
+		}
+		run := func(m *onnx.Model, pool string) ([]float32, int) {
+			t.Setenv(graph.Int8PoolEnv, pool)
+			k, err := LoadModel(m, Options{Threads: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer k.Close()
+			g, err := graph.Compile(k.src, map[string][]int64{"x": dims}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			chained := 0
+			for _, n := range g.Nodes {
+				if n.Attrs[graph.QDQAttrs.YScale] != nil {
+					chained++
+				}
+			}
+			got, err := k.Run([]*onnx.Tensor{x})
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err := k.Run([]*onnx.Tensor{x})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range got[0].F32 {
+				if math.Float32bits(got[0].F32[i]) != math.Float32bits(again[0].F32[i]) {
+					t.Fatalf("zp %d pool %s: value %d differs between two runs", zp, pool, i)
+				}
+			}
+			return got[0].F32, chained
+		}
+		fast, n := run(m, "1")
+		if n != 1 {
+			t.Fatalf("zp %d: %d convolutions write 8-bit outputs, want 1 (through the MaxPool)", zp, n)
+		}
+		plain, n0 := run(m, "0")
+		if n0 != 0 {
+			t.Fatalf("zp %d: IDK_INT8_POOL=0 still chains %d convolutions", zp, n0)
+		}
+		want, _ := run(referenceQDQ(t, m), "1")
+		for _, other := range []struct {
+			name string
+			v    []float32
+		}{{"reference", want}, {"unchained int8", plain}} {
+			var big, worst float64
+			for _, w := range other.v {
+				big = math.Max(big, math.Abs(float64(w)))
+			}
+			off := 0
+			for i, w := range other.v {
+				d := math.Abs(float64(fast[i] - w))
+				worst = math.Max(worst, d)
+				if d > 1e-4*big {
+					off++
+				}
+			}
+			if worst > 0.02*big || off > len(fast)/100 {
+				t.Errorf("zp %d: int8 through the MaxPool differs from the %s path by up to %g (largest output %g), %d of %d values beyond 1e-4 of it",
+					zp, other.name, worst, big, off, len(fast))
+			}
+			t.Logf("zp %d: against the %s path, largest difference %g of %g, %d of %d values beyond 1e-4 of it", zp, other.name, worst, big, off, len(fast))
+		}
+	}
+}
+
+// TestQDQSlowAMXEltwise: an int8 Conv with a SiLU post-op (qdqChainModel's first) takes a
+// non-AMX implementation (slow_amx_eltwise in quant.c); with it and without it
+// (IDK_INT8_AMX_ELTWISE=0) the outputs match the reference path with TestQDQChainInt8's
+// tolerance and repeat their bytes.
+func TestQDQSlowAMXEltwise(t *testing.T) {
+	dims := []int64{2, 3, 9, 9}
+	rng := rand.New(rand.NewSource(31))
+	m := qdqChainModel(128, rng)
+	x := &onnx.Tensor{Name: "x", DType: onnx.Float, Dims: dims, F32: make([]float32, volume(dims))}
+	for i := range x.F32 {
+		x.F32[i] = float32(rng.NormFloat64())
+	}
+	run := func(m *onnx.Model) []float32 {
+		k, err := LoadModel(m, Options{Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.Close()
+		got, err := k.Run([]*onnx.Tensor{x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := k.Run([]*onnx.Tensor{x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range got[0].F32 {
+			if math.Float32bits(got[0].F32[i]) != math.Float32bits(again[0].F32[i]) {
+				t.Fatalf("value %d differs between two runs", i)
+			}
+		}
+		return got[0].F32
+	}
+	want := run(referenceQDQ(t, m))
+	for _, env := range []string{"1", "0"} {
+		t.Setenv("IDK_INT8_AMX_ELTWISE", env)
+		got := run(m)
+		var big, worst float64
+		for _, w := range want {
+			big = math.Max(big, math.Abs(float64(w)))
+		}
+		off := 0
+		for i, w := range want {
+			d := math.Abs(float64(got[i] - w))
+			worst = math.Max(worst, d)
+			if d > 1e-4*big {
+				off++
+			}
+		}
+		if worst > 0.02*big || off > len(got)/100 {
+			t.Errorf("IDK_INT8_AMX_ELTWISE=%s: differs from the reference path by up to %g (largest output %g), %d of %d values beyond 1e-4 of it",
+				env, worst, big, off, len(got))
+		}
+		t.Logf("IDK_INT8_AMX_ELTWISE=%s: largest difference %g of %g, %d of %d values beyond 1e-4 of it", env, worst, big, off, len(got))
+	}
+}

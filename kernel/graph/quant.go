@@ -557,8 +557,9 @@ func (c *compiler) fuseQDQ() {
 const Int8ChainEnv = "IDK_INT8_CHAIN"
 
 // chainQDQ lets an int8 Conv write its output as 8-bit values when every reader of that
-// output is an int8 Conv (input 0 only) with the same input scale, zero point and type, and
-// its post-ops are activations only (no residual sum): the kernel then requantizes in the
+// output is an int8 Conv (input 0 only) with the same input scale, zero point and type, or
+// a MaxPool read only by such Convs (the kernel then pools the 8-bit values), and its
+// post-ops are activations only (no residual sum): the kernel then requantizes in the
 // convolution's output scales (or a last linear post-op) and the readers skip their
 // quantizing reorder. The values equal the reference path's up to float rounding of the
 // accumulation (a rounding tie can move a value by one step).
@@ -579,12 +580,8 @@ func (c *compiler) chainQDQ() {
 			continue
 		}
 		var first *onnx.Node
-		ok := true
-		for r, slots := range ix.readers[y] {
-			if slots != 1 || r.OpType != "Conv" || r.Attrs[qdqWeights] == nil || r.Inputs[0] != y {
-				ok = false
-				break
-			}
+		convs, ok := c.int8Readers(ix, y, true)
+		for _, r := range convs {
 			if first == nil {
 				first = r
 				continue
@@ -605,6 +602,34 @@ func (c *compiler) chainQDQ() {
 		}
 	}
 }
+
+// int8Readers returns the nodes reading y when every one is an int8 Conv reading it as its
+// input 0 only; with throughPool, a MaxPool reading y (one output, not a graph output) may
+// stand for its own readers, which must then be such Convs: max pooling commutes with
+// quantization (monotone), so the kernel pools the 8-bit values.
+func (c *compiler) int8Readers(ix *graphIndex, y string, throughPool bool) ([]*onnx.Node, bool) {
+	var out []*onnx.Node
+	for r, slots := range ix.readers[y] {
+		if throughPool && r.OpType == "MaxPool" && slots == 1 && (len(r.Outputs) == 1 || r.Outputs[1] == "") &&
+			!c.outputs[r.Outputs[0]] && os.Getenv(Int8PoolEnv) != "0" {
+			more, ok := c.int8Readers(ix, r.Outputs[0], false)
+			if !ok || len(more) == 0 {
+				return nil, false
+			}
+			out = append(out, more...)
+			continue
+		}
+		if slots != 1 || r.OpType != "Conv" || r.Attrs[qdqWeights] == nil || r.Inputs[0] != y {
+			return nil, false
+		}
+		out = append(out, r)
+	}
+	return out, true
+}
+
+// Int8PoolEnv names the environment variable that, set to 0, stops chainQDQ from chaining
+// through a MaxPool (A/B).
+const Int8PoolEnv = "IDK_INT8_POOL"
 
 // activationsOnly reports whether post-ops are activations (no "sum:"), leaving room for the
 // kernel's requantizing one.
