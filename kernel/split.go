@@ -16,7 +16,7 @@ import (
 // Split batches. A model on T > 1 threads runs a batch of B >= T samples as T sub-batches
 // of sizes as equal as possible (8 = 4+4, 5 = 3+2), each on a plan of one thread, all at
 // once, each on an OS thread of its own (the first on the caller's), writing straight into
-// its rows of the outputs. By default only fp32 models split (see splitRule).
+// its rows of the outputs, in every precision (fp32, bf16, int8; see splitRule).
 // One plan on T threads splits every oneDNN primitive across them and meets at a barrier
 // after each; small layers split badly and the barriers add up. On the 2-vCPU VM, two
 // one-thread processes at batch 4 ran MnasNet at 329-334 images/s against 281-284 for one
@@ -31,11 +31,12 @@ import (
 
 // SplitEnv names the environment variable that overrides the rule: 0 never splits, 1
 // splits every provably batch-independent batch of at least Threads samples, whatever
-// the precision or weight size.
+// the weight size.
 const SplitEnv = "IDK_SPLIT"
 
 // The default rule also leaves alone the models where T copies of the weights cost more
-// than the barriers saved:
+// than the barriers saved (weights counted at 4 bytes an element in every precision: for
+// bf16 and int8 the bounds are the fp32 model's, the same models stay whole):
 //
 //   - maxSplitWeightBytes bounds the constant data: the later sub-plans read the first
 //     one's weights (idk_plan_share_weights, IDK_SPLIT_SHARE), plain and reordered, but
@@ -50,10 +51,18 @@ const SplitEnv = "IDK_SPLIT"
 //     process; MobileNetV2's and ResNet's classifiers, 5-8 MB, stay in the caches). The
 //     parts reading one shared copy at about the same time did not change that (57.4 ms
 //     whole, 66.5 split and shared, 64.0 split with copies, on a loaded machine).
+//
+// In bf16 and int8 the weight bound is lower, maxSplitWeightBytesLow: oneDNN's AMX kernels
+// compute so much faster than fp32 that a sub-plan streaming its own pass over a
+// transformer's matrix weights (ViT-B/16, 330 MB counted at 4 bytes; the BERT-base-sized
+// encoder, 414 MB) costs more than the barriers saved, where the convolutional networks up
+// to Wide ResNet-50-2 (262 MB) and Swin-T and ConvNeXt-T (about 110 MB) still gain
+// (benchmarks/README.md, helper h12r).
 const (
-	maxSplitWeightBytes = 512 << 20
-	maxSplitStreamBytes = 32 << 20
-	streamRows          = 64 // a matrix product with fewer rows per sub-batch is memory-bound
+	maxSplitWeightBytes    = 512 << 20
+	maxSplitWeightBytesLow = 300 << 20
+	maxSplitStreamBytes    = 32 << 20
+	streamRows             = 64 // a matrix product with fewer rows per sub-batch is memory-bound
 )
 
 // splitPart is one sub-batch's plan: rows samples, run on th (nil: the caller's thread).
@@ -99,6 +108,14 @@ func splitChunk(batch int64, threads int) int64 {
 	return n
 }
 
+// splitWeightBound is the default rule's bound on weightBytes for a precision.
+func splitWeightBound(p Precision) int64 {
+	if p == FP32 {
+		return maxSplitWeightBytes
+	}
+	return maxSplitWeightBytesLow
+}
+
 // splitRule returns the sub-batch sizes to run a batch of these shapes as (one a thread),
 // or nil to run it whole. The graph still has to pass the proof (buildSplit).
 func (m *Model) splitRule(shapes map[string][]int64) []int64 {
@@ -117,7 +134,7 @@ func (m *Model) splitRule(shapes map[string][]int64) []int64 {
 	if batch < int64(m.threads) {
 		return nil
 	}
-	if env != "1" && (m.prec != FP32 || m.weightBytes() > maxSplitWeightBytes) {
+	if env != "1" && m.weightBytes() > splitWeightBound(m.prec) {
 		return nil
 	}
 	if c := splitChunk(batch, m.threads); c > 0 {
