@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
 	"strings"
@@ -291,36 +292,7 @@ func TestQDQChainInt8(t *testing.T) {
 			x.F32[i] = float32(rng.NormFloat64())
 		}
 		run := func(m *onnx.Model, chain string) ([]float32, int) {
-			t.Setenv(graph.Int8ChainEnv, chain)
-			k, err := LoadModel(m, Options{Threads: 2})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer k.Close()
-			g, err := graph.Compile(k.src, map[string][]int64{"x": dims}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			chained := 0
-			for _, n := range g.Nodes {
-				if n.Attrs[graph.QDQAttrs.YScale] != nil {
-					chained++
-				}
-			}
-			got, err := k.Run([]*onnx.Tensor{x})
-			if err != nil {
-				t.Fatal(err)
-			}
-			again, err := k.Run([]*onnx.Tensor{x})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range got[0].F32 {
-				if math.Float32bits(got[0].F32[i]) != math.Float32bits(again[0].F32[i]) {
-					t.Fatalf("zp %d chain %s: value %d differs between two runs", zp, chain, i)
-				}
-			}
-			return got[0].F32, chained
+			return runInt8Twice(t, m, x, graph.Int8ChainEnv, chain)
 		}
 		fast, n := run(m, "1")
 		if n != 2 {
@@ -331,29 +303,69 @@ func TestQDQChainInt8(t *testing.T) {
 			t.Fatalf("zp %d: IDK_INT8_CHAIN=0 still chains %d convolutions", zp, n0)
 		}
 		want, _ := run(referenceQDQ(t, m), "1")
-		for _, other := range []struct {
-			name string
-			v    []float32
-		}{{"reference", want}, {"unchained int8", plain}} {
-			var big, worst float64
-			for _, w := range other.v {
-				big = math.Max(big, math.Abs(float64(w)))
-			}
-			off := 0
-			for i, w := range other.v {
-				d := math.Abs(float64(fast[i] - w))
-				worst = math.Max(worst, d)
-				if d > 1e-4*big {
-					off++
-				}
-			}
-			if worst > 0.02*big || off > len(fast)/100 {
-				t.Errorf("zp %d: chained int8 differs from the %s path by up to %g (largest output %g), %d of %d values beyond 1e-4 of it",
-					zp, other.name, worst, big, off, len(fast))
-			}
-			t.Logf("zp %d: against the %s path, largest difference %g of %g, %d of %d values beyond 1e-4 of it", zp, other.name, worst, big, off, len(fast))
+		checkInt8Near(t, fmt.Sprintf("zp %d: chained int8", zp), fast, "reference", want)
+		checkInt8Near(t, fmt.Sprintf("zp %d: chained int8", zp), fast, "unchained int8", plain)
+	}
+}
+
+// runInt8Twice loads m on two threads with the environment variable env set to val,
+// counts the convolutions its compiled graph lets write 8-bit outputs (chainQDQ), runs x
+// twice and fails unless both runs give the same bytes.
+func runInt8Twice(t *testing.T, m *onnx.Model, x *onnx.Tensor, env, val string) ([]float32, int) {
+	t.Helper()
+	t.Setenv(env, val)
+	k, err := LoadModel(m, Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	g, err := graph.Compile(k.src, map[string][]int64{x.Name: x.Dims}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chained := 0
+	for _, n := range g.Nodes {
+		if n.Attrs[graph.QDQAttrs.YScale] != nil {
+			chained++
 		}
 	}
+	got, err := k.Run([]*onnx.Tensor{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := k.Run([]*onnx.Tensor{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range got[0].F32 {
+		if math.Float32bits(got[0].F32[i]) != math.Float32bits(again[0].F32[i]) {
+			t.Fatalf("%s=%s: value %d differs between two runs", env, val, i)
+		}
+	}
+	return got[0].F32, chained
+}
+
+// checkInt8Near fails unless 99% of fast's values are within 1e-4 of other's largest
+// magnitude and all within 2% of it (TestQDQChainInt8 says why: rounding ties).
+func checkInt8Near(t *testing.T, what string, fast []float32, name string, other []float32) {
+	t.Helper()
+	var big, worst float64
+	for _, w := range other {
+		big = math.Max(big, math.Abs(float64(w)))
+	}
+	off := 0
+	for i, w := range other {
+		d := math.Abs(float64(fast[i] - w))
+		worst = math.Max(worst, d)
+		if d > 1e-4*big {
+			off++
+		}
+	}
+	if worst > 0.02*big || off > len(fast)/100 {
+		t.Errorf("%s differs from the %s path by up to %g (largest output %g), %d of %d values beyond 1e-4 of it",
+			what, name, worst, big, off, len(fast))
+	}
+	t.Logf("%s: against the %s path, largest difference %g of %g, %d of %d values beyond 1e-4 of it", what, name, worst, big, off, len(fast))
 }
 
 // qdqMatMulModel is x (2, 5, 12) -> Q/DQ (uint8, zero point zp) -> MatMul(int8 weights (12,
@@ -747,36 +759,7 @@ func TestQDQChainThroughMaxPool(t *testing.T) {
 			x.F32[i] = float32(rng.NormFloat64())
 		}
 		run := func(m *onnx.Model, pool string) ([]float32, int) {
-			t.Setenv(graph.Int8PoolEnv, pool)
-			k, err := LoadModel(m, Options{Threads: 2})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer k.Close()
-			g, err := graph.Compile(k.src, map[string][]int64{"x": dims}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			chained := 0
-			for _, n := range g.Nodes {
-				if n.Attrs[graph.QDQAttrs.YScale] != nil {
-					chained++
-				}
-			}
-			got, err := k.Run([]*onnx.Tensor{x})
-			if err != nil {
-				t.Fatal(err)
-			}
-			again, err := k.Run([]*onnx.Tensor{x})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range got[0].F32 {
-				if math.Float32bits(got[0].F32[i]) != math.Float32bits(again[0].F32[i]) {
-					t.Fatalf("zp %d pool %s: value %d differs between two runs", zp, pool, i)
-				}
-			}
-			return got[0].F32, chained
+			return runInt8Twice(t, m, x, graph.Int8PoolEnv, pool)
 		}
 		fast, n := run(m, "1")
 		if n != 1 {
@@ -787,28 +770,8 @@ func TestQDQChainThroughMaxPool(t *testing.T) {
 			t.Fatalf("zp %d: IDK_INT8_POOL=0 still chains %d convolutions", zp, n0)
 		}
 		want, _ := run(referenceQDQ(t, m), "1")
-		for _, other := range []struct {
-			name string
-			v    []float32
-		}{{"reference", want}, {"unchained int8", plain}} {
-			var big, worst float64
-			for _, w := range other.v {
-				big = math.Max(big, math.Abs(float64(w)))
-			}
-			off := 0
-			for i, w := range other.v {
-				d := math.Abs(float64(fast[i] - w))
-				worst = math.Max(worst, d)
-				if d > 1e-4*big {
-					off++
-				}
-			}
-			if worst > 0.02*big || off > len(fast)/100 {
-				t.Errorf("zp %d: int8 through the MaxPool differs from the %s path by up to %g (largest output %g), %d of %d values beyond 1e-4 of it",
-					zp, other.name, worst, big, off, len(fast))
-			}
-			t.Logf("zp %d: against the %s path, largest difference %g of %g, %d of %d values beyond 1e-4 of it", zp, other.name, worst, big, off, len(fast))
-		}
+		checkInt8Near(t, fmt.Sprintf("zp %d: int8 through the MaxPool", zp), fast, "reference", want)
+		checkInt8Near(t, fmt.Sprintf("zp %d: int8 through the MaxPool", zp), fast, "unchained int8", plain)
 	}
 }
 
