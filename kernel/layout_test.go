@@ -163,6 +163,16 @@ func TestGemvSkipsZeroInputs(t *testing.T) {
 	dnnl := run()
 	setCEnv(t, "IDK_GEMV", "")
 	checkClose(t, "fn_gemv leaving out zero inputs against oneDNN's matmul (IDK_GEMV=0)", dnnl, skip, 1e-5)
+	// the generic code (for a CPU without AVX-512) gives the same bytes, skipping or not
+	generic, _, _ := switchedRuns(t, "IDK_GEMV_AVX512", run)
+	setCEnv(t, "IDK_GEMV_SKIP", "0")
+	genericFull, _, _ := switchedRuns(t, "IDK_GEMV_AVX512", run)
+	setCEnv(t, "IDK_GEMV_SKIP", "")
+	for i := range skip {
+		if math.Float32bits(generic[i]) != math.Float32bits(skip[i]) || math.Float32bits(genericFull[i]) != math.Float32bits(skip[i]) {
+			t.Fatalf("output %d: AVX-512 %v, generic code %v (every input: %v)", i, skip[i], generic[i], genericFull[i])
+		}
+	}
 
 	// fc1's first output, weight 1 at an input the ReLU zeroes, made infinite
 	at := -1

@@ -1981,7 +1981,7 @@ __attribute__((target("avx512f"))) static void gemv_block_avx512(const float *w,
 
 /* fn_gemv runs a one-row matrix product against constant weights (n1 = N, n2 = K, n3 = K
  * padded to 16; bufs: x, w in GEMV_BLK-row blocks, bias or -1, y; alg bit 0: ReLU after, bit
- * 1: every weight finite; extra: room for K + GEMV_AHEAD indices, then for the chunks'
+ * 1: every weight finite, bit 2: the generic code; extra: room for K + GEMV_AHEAD indices, then for the chunks'
  * starts), the blocks split across the threads. With finite weights it leaves out the k whose
  * input is zero (after a ReLU, a third to a half of a classifier's inputs), and does not
  * read their rows of weights: their products are +-0, and adding +-0 to a sum that starts
@@ -1999,7 +1999,7 @@ static idk_status_t fn_gemv(idk_plan_t *p, idk_step_t *s) {
     }
     at[nc] = nk;
     for (int i = 0; i < GEMV_AHEAD; i++) ks[nk + i] = nk ? ks[nk - 1] : 0;
-    int avx512 = __builtin_cpu_supports("avx512f"), nth = s->one_thread ? 1 : p->threads;
+    int avx512 = !(s->alg & 4), nth = s->one_thread ? 1 : p->threads;
 #pragma omp parallel for num_threads(nth) schedule(static)
     for (int64_t b = 0; b < blocks; b++) {
         const float *wb = w + b * Kp * GEMV_BLK;
@@ -2055,7 +2055,10 @@ static idk_status_t lower_gemv(idk_plan_t *p, const idk_op_t *op) {
     int finite = !env_off("IDK_GEMV_SKIP");
     const float *wv = b->cdata;
     for (int64_t i = 0, n = b->dims[0] * b->dims[1]; finite && i < n; i++) finite = isfinite(wv[i]);
-    s->alg = relu | finite << 1;
+    /* bit 2: the generic code, where the CPU lacks AVX-512 or IDK_GEMV_AVX512=0 (for the
+     * test that both give the same bytes) */
+    int generic = !__builtin_cpu_supports("avx512f") || env_off("IDK_GEMV_AVX512");
+    s->alg = relu | finite << 1 | generic << 2;
     return IDK_OK;
 }
 
