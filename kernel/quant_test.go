@@ -132,44 +132,56 @@ func TestQDQConvInt8MatchesReference(t *testing.T) {
 		for i := range x.F32 {
 			x.F32[i] = float32(rng.NormFloat64())
 		}
-		fast, err := LoadModel(m, Options{Threads: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer fast.Close()
-		if n := fast.int8Convs(t, []int64{2, 3, 9, 9}); n != 2 {
-			t.Fatalf("zp %d: %d convolutions run in int8, want 2", zp, n)
-		}
-		ref, err := LoadModel(referenceQDQ(t, m), Options{Threads: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ref.Close()
-		got, err := fast.Run([]*onnx.Tensor{x})
-		if err != nil {
-			t.Fatal(err)
-		}
-		again, err := fast.Run([]*onnx.Tensor{x})
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := ref.Run([]*onnx.Tensor{x})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var big, worst float64
-		for i, w := range want[0].F32 {
-			big = math.Max(big, math.Abs(float64(w)))
-			worst = math.Max(worst, math.Abs(float64(got[0].F32[i]-w)))
-			if math.Float32bits(got[0].F32[i]) != math.Float32bits(again[0].F32[i]) {
-				t.Fatalf("zp %d: value %d differs between two runs", zp, i)
-			}
-		}
-		if worst > 1e-4*big {
-			t.Errorf("zp %d: int8 path differs from the reference by %g (largest output %g)", zp, worst, big)
-		}
-		t.Logf("zp %d: largest difference %g of %g", zp, worst, big)
+		checkMatchesReference(t, fmt.Sprintf("zp %d", zp), m, x, 2, "Conv")
 	}
+}
+
+// checkMatchesReference loads m on two threads, checks that want of its nodes of the given
+// types run in int8 (and none in its reference model), runs x twice (same bytes) and fails
+// unless the int8 path is within 1e-4 of the output's largest magnitude of the reference
+// path (float products on dequantized values).
+func checkMatchesReference(t *testing.T, what string, m *onnx.Model, x *onnx.Tensor, want int, types ...string) {
+	t.Helper()
+	fast, err := LoadModel(m, Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fast.Close()
+	if n := fast.int8Nodes(t, x.Dims, types...); n != want {
+		t.Fatalf("%s: %d of %v run in int8, want %d", what, n, types, want)
+	}
+	ref, err := LoadModel(referenceQDQ(t, m), Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	if n := ref.int8Nodes(t, x.Dims, types...); n != 0 {
+		t.Fatalf("%s: the reference model runs %d of %v in int8", what, n, types)
+	}
+	got, err := fast.Run([]*onnx.Tensor{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := fast.Run([]*onnx.Tensor{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp, err := ref.Run([]*onnx.Tensor{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var big, worst float64
+	for i, w := range exp[0].F32 {
+		big = math.Max(big, math.Abs(float64(w)))
+		worst = math.Max(worst, math.Abs(float64(got[0].F32[i]-w)))
+		if math.Float32bits(got[0].F32[i]) != math.Float32bits(again[0].F32[i]) {
+			t.Fatalf("%s: value %d differs between two runs", what, i)
+		}
+	}
+	if big == 0 || worst > 1e-4*big {
+		t.Errorf("%s: int8 path differs from the reference by %g (largest output %g)", what, worst, big)
+	}
+	t.Logf("%s: largest difference %g of %g", what, worst, big)
 }
 
 // int8Convs compiles the model for these input dims and counts the Conv nodes marked for int8.
@@ -345,8 +357,9 @@ func runInt8Twice(t *testing.T, m *onnx.Model, x *onnx.Tensor, env, val string) 
 	return got[0].F32, chained
 }
 
-// checkInt8Near fails unless 99% of fast's values are within 1e-4 of other's largest
-// magnitude and all within 2% of it (TestQDQChainInt8 says why: rounding ties).
+// checkInt8Near fails unless other is not all zero, 99% of fast's values are within 1e-4
+// of other's largest magnitude and all within 2% of it (TestQDQChainInt8 says why:
+// rounding ties).
 func checkInt8Near(t *testing.T, what string, fast []float32, name string, other []float32) {
 	t.Helper()
 	var big, worst float64
@@ -361,7 +374,7 @@ func checkInt8Near(t *testing.T, what string, fast []float32, name string, other
 			off++
 		}
 	}
-	if worst > 0.02*big || off > len(fast)/100 {
+	if big == 0 || worst > 0.02*big || off > len(fast)/100 {
 		t.Errorf("%s differs from the %s path by up to %g (largest output %g), %d of %d values beyond 1e-4 of it",
 			what, name, worst, big, off, len(fast))
 	}
@@ -454,46 +467,7 @@ func TestQDQMatMulInt8MatchesReference(t *testing.T) {
 		for i := range x.F32 {
 			x.F32[i] = float32(rng.NormFloat64())
 		}
-		fast, err := LoadModel(m, Options{Threads: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer fast.Close()
-		if n := fast.int8Nodes(t, dims, "MatMul", "Gemm"); n != 3 {
-			t.Fatalf("zp %d: %d matrix products run in int8, want 3", zp, n)
-		}
-		ref, err := LoadModel(referenceQDQ(t, m), Options{Threads: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ref.Close()
-		if n := ref.int8Nodes(t, dims, "MatMul", "Gemm"); n != 0 {
-			t.Fatalf("reference model: %d int8 matrix products", n)
-		}
-		got, err := fast.Run([]*onnx.Tensor{x})
-		if err != nil {
-			t.Fatal(err)
-		}
-		again, err := fast.Run([]*onnx.Tensor{x})
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := ref.Run([]*onnx.Tensor{x})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var big, worst float64
-		for i, w := range want[0].F32 {
-			big = math.Max(big, math.Abs(float64(w)))
-			worst = math.Max(worst, math.Abs(float64(got[0].F32[i]-w)))
-			if math.Float32bits(got[0].F32[i]) != math.Float32bits(again[0].F32[i]) {
-				t.Fatalf("zp %d: value %d differs between two runs", zp, i)
-			}
-		}
-		if worst > 1e-4*big {
-			t.Errorf("zp %d: int8 path differs from the reference by %g (largest output %g)", zp, worst, big)
-		}
-		t.Logf("zp %d: largest difference %g of %g", zp, worst, big)
+		checkMatchesReference(t, fmt.Sprintf("zp %d", zp), m, x, 3, "MatMul", "Gemm")
 	}
 }
 

@@ -2,7 +2,6 @@ package kernel
 
 import (
 	"fmt"
-	"math"
 	"math/rand"
 	"reflect"
 	"testing"
@@ -103,23 +102,7 @@ func TestSplitInt8(t *testing.T) {
 		}
 		name := fmt.Sprintf("qdq chain zp %d", c.zp)
 		got, ref := splitAgainstWhole(t, name, m, INT8, in, "", c.want)
-		var big, worst float64
-		for _, w := range ref {
-			big = math.Max(big, math.Abs(float64(w)))
-		}
-		off := 0
-		for i, w := range ref {
-			d := math.Abs(float64(got[i] - w))
-			worst = math.Max(worst, d)
-			if d > 1e-4*big {
-				off++
-			}
-		}
-		t.Logf("%s batch %d: split against whole, largest difference %g of %g, %d of %d values beyond 1e-4 of it", name, c.batch, worst, big, off, len(ref))
-		if big == 0 || worst > 0.02*big || off > len(ref)/100 {
-			t.Errorf("%s batch %d: split differs from whole by up to %g (largest output %g), %d of %d values beyond 1e-4 of it",
-				name, c.batch, worst, big, off, len(ref))
-		}
+		checkInt8Near(t, fmt.Sprintf("%s batch %d: split", name, c.batch), got, "whole-batch", ref)
 	}
 }
 
