@@ -831,3 +831,124 @@ func TestQDQSlowAMXEltwise(t *testing.T) {
 		t.Logf("IDK_INT8_AMX_ELTWISE=%s: largest difference %g of %g, %d of %d values beyond 1e-4 of it", env, worst, big, off, len(got))
 	}
 }
+
+// qdqResidualModel is two residual blocks as `idunno quantize` writes them (Q/DQ on both
+// inputs of each Add): x (2, 8, 10, 10) -> Q/DQ (zero point zp) -> Conv+ReLU = a -> Q/DQ ->
+// Conv+ReLU -> Q/DQ -> 1x1 Conv = c; Add(Q/DQ(c) (zero point 120), Q/DQ(a)) -> ReLU = y1 ->
+// Q/DQ -> Conv+ReLU -> Q/DQ -> 1x1 Conv = d, and the shortcut 1x1 Conv on y1 = s (after d);
+// Add(Q/DQ(d) (zero point zp), Q/DQ(s)) = y, the float output. The scales are irregular:
+// with round ones the sums land on rounding ties often.
+func qdqResidualModel(zp int64, rng *rand.Rand) *onnx.Model {
+	ini := map[string]*onnx.Tensor{}
+	f32 := func(name string, dims []int64, v ...float32) string {
+		ini[name] = &onnx.Tensor{Name: name, DType: onnx.Float, Dims: dims, F32: v}
+		return name
+	}
+	qp := func(name string, s float32, z int64) []string {
+		ini[name+"_z"] = &onnx.Tensor{Name: name + "_z", DType: onnx.Uint8, Dims: []int64{}, I64: []int64{z}}
+		return []string{f32(name+"_s", []int64{}, s), name + "_z"}
+	}
+	var nodes []*onnx.Node
+	node := func(op string, in []string, out string, a map[string]*onnx.Attribute) string {
+		if a == nil {
+			a = map[string]*onnx.Attribute{}
+		}
+		for k, v := range a {
+			v.Name = k
+		}
+		nodes = append(nodes, &onnx.Node{Name: out + "_node", OpType: op, Inputs: in, Outputs: []string{out}, Attrs: a})
+		return out
+	}
+	qdq := func(x string, p []string) string {
+		q := node("QuantizeLinear", append([]string{x}, p...), x+"_q", nil)
+		return node("DequantizeLinear", append([]string{q}, p...), x+"_d", nil)
+	}
+	conv := func(name, x string, cin, cout, k int64, relu bool) string {
+		w := make([]int64, cout*cin*k*k)
+		for i := range w {
+			w[i] = int64(rng.Intn(255) - 127)
+		}
+		s := make([]float32, cout)
+		b := make([]float32, cout)
+		for i := range s {
+			s[i] = (0.5 + rng.Float32()) / float32(20*cin*k*k)
+			b[i] = 0.4*rng.Float32() - 0.2
+		}
+		ini[name+"_wq"] = &onnx.Tensor{Name: name + "_wq", DType: onnx.Int8, Dims: []int64{cout, cin, k, k}, I64: w}
+		ini[name+"_wz"] = &onnx.Tensor{Name: name + "_wz", DType: onnx.Int8, Dims: []int64{cout}, I64: make([]int64, cout)}
+		wd := node("DequantizeLinear", []string{name + "_wq", f32(name+"_ws", []int64{cout}, s...), name + "_wz"}, name+"_wd",
+			map[string]*onnx.Attribute{"axis": {Type: onnx.AttrInt}})
+		p := (k - 1) / 2
+		y := node("Conv", []string{x, wd, f32(name+"_b", []int64{cout}, b...)}, name,
+			map[string]*onnx.Attribute{"pads": {Type: onnx.AttrInts, Ints: []int64{p, p, p, p}}})
+		if relu {
+			y = node("Relu", []string{y}, name+"_relu", nil)
+		}
+		return y
+	}
+	a := conv("ca", qdq("x", qp("xp", 0.0513, zp)), 8, 16, 3, true)
+	ad := qdq(a, qp("ap", 0.0417, 0))
+	c := conv("cc", qdq(conv("cb", ad, 16, 16, 3, true), qp("bp", 0.0309, 0)), 16, 16, 1, false)
+	y1 := node("Relu", []string{node("Add", []string{qdq(c, qp("cp", 0.0521, 120)), ad}, "add1", nil)}, "y1", nil)
+	y1d := qdq(y1, qp("y1p", 0.0611, 0))
+	d := conv("cd", qdq(conv("cx", y1d, 16, 16, 3, true), qp("xp2", 0.0297, 0)), 16, 16, 1, false)
+	s := conv("cs", y1d, 16, 16, 1, false)
+	node("Add", []string{qdq(d, qp("dp", 0.0487, zp)), qdq(s, qp("sp", 0.0433, 100))}, "y", nil)
+	return &onnx.Model{IRVersion: 8, Opset: 13, Graph: &onnx.Graph{
+		Name: "qdq_residual", Nodes: nodes, Initializers: ini,
+		Inputs:  []onnx.ValueInfo{{Name: "x", DType: onnx.Float, Dims: []int64{2, 8, 10, 10}, HasShape: true}},
+		Outputs: []onnx.ValueInfo{{Name: "y", DType: onnx.Float}},
+	}}
+}
+
+// TestQDQResidualAddInt8 checks fuseQDQAdd: both residual Adds fuse into an int8 Conv's sum
+// post-op (the second into the later shortcut Conv), five Convs write 8-bit outputs (the
+// residual stream y1 and the summands a and d among them), and the output matches the
+// unfused path (IDK_INT8_ADD=0: the Adds' Q/DQ on the reference path), the reference path
+// (float Convs on dequantized values) and the fused path without 8-bit outputs
+// (IDK_INT8_CHAIN=0: float summands quantized and dequantized by the kernel), with
+// TestQDQChainInt8's tolerance (rounding ties), and repeats its bytes.
+func TestQDQResidualAddInt8(t *testing.T) {
+	dims := []int64{2, 8, 10, 10}
+	for _, zp := range []int64{0, 130} {
+		rng := rand.New(rand.NewSource(zp + 31))
+		m := qdqResidualModel(zp, rng)
+		t.Setenv(graph.Int8ChainEnv, "1")
+		x := &onnx.Tensor{Name: "x", DType: onnx.Float, Dims: dims, F32: make([]float32, volume(dims))}
+		for i := range x.F32 {
+			x.F32[i] = float32(rng.NormFloat64())
+		}
+		g, err := graph.Compile(m, map[string][]int64{"x": dims}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fused := 0
+		for _, n := range g.Nodes {
+			if n.OpType == "Add" || n.OpType == "QuantizeLinear" {
+				t.Fatalf("zp %d: %s %s left after fusion", zp, n.OpType, n.Name)
+			}
+			if n.Attrs[graph.QDQAttrs.OScale] != nil {
+				fused++
+			}
+		}
+		if fused != 2 {
+			t.Fatalf("zp %d: %d Adds fused, want 2", zp, fused)
+		}
+		fast, n := runInt8Twice(t, m, x, graph.Int8AddEnv, "1")
+		if n != 5 {
+			t.Fatalf("zp %d: %d convolutions write 8-bit outputs, want 5", zp, n)
+		}
+		unfused, _ := runInt8Twice(t, m, x, graph.Int8AddEnv, "0")
+		want, _ := runInt8Twice(t, referenceQDQ(t, m), x, graph.Int8AddEnv, "0")
+		t.Setenv(graph.Int8ChainEnv, "0")
+		float, n0 := runInt8Twice(t, m, x, graph.Int8AddEnv, "1")
+		if n0 != 0 {
+			t.Fatalf("zp %d: IDK_INT8_CHAIN=0 still chains %d convolutions", zp, n0)
+		}
+		what := fmt.Sprintf("zp %d: int8 residual Adds", zp)
+		checkInt8Near(t, what, fast, "unfused", unfused)
+		checkInt8Near(t, what, fast, "reference", want)
+		checkInt8Near(t, what, fast, "fused without 8-bit outputs", float)
+		checkInt8Near(t, what+" without 8-bit outputs", float, "unfused", unfused)
+	}
+}
