@@ -837,8 +837,9 @@ func TestQDQSlowAMXEltwise(t *testing.T) {
 // Conv+ReLU -> Q/DQ -> 1x1 Conv = c; Add(Q/DQ(c) (zero point 120), Q/DQ(a)) -> ReLU = y1 ->
 // Q/DQ -> Conv+ReLU -> Q/DQ -> 1x1 Conv = d, and the shortcut 1x1 Conv on y1 = s (after d);
 // Add(Q/DQ(d) (zero point zp), Q/DQ(s)) = y, the float output. The scales are irregular:
-// with round ones the sums land on rounding ties often.
-func qdqResidualModel(zp int64, rng *rand.Rand) *onnx.Model {
+// with round ones the sums land on rounding ties often. With aOut, a is a second output
+// (its Conv then writes float, and the first fused Conv quantizes its summand itself).
+func qdqResidualModel(zp int64, rng *rand.Rand, aOut bool) *onnx.Model {
 	ini := map[string]*onnx.Tensor{}
 	f32 := func(name string, dims []int64, v ...float32) string {
 		ini[name] = &onnx.Tensor{Name: name, DType: onnx.Float, Dims: dims, F32: v}
@@ -894,10 +895,14 @@ func qdqResidualModel(zp int64, rng *rand.Rand) *onnx.Model {
 	d := conv("cd", qdq(conv("cx", y1d, 16, 16, 3, true), qp("xp2", 0.0297, 0)), 16, 16, 1, false)
 	s := conv("cs", y1d, 16, 16, 1, false)
 	node("Add", []string{qdq(d, qp("dp", 0.0487, zp)), qdq(s, qp("sp", 0.0433, 100))}, "y", nil)
+	outs := []onnx.ValueInfo{{Name: "y", DType: onnx.Float}}
+	if aOut {
+		outs = append(outs, onnx.ValueInfo{Name: a, DType: onnx.Float})
+	}
 	return &onnx.Model{IRVersion: 8, Opset: 13, Graph: &onnx.Graph{
 		Name: "qdq_residual", Nodes: nodes, Initializers: ini,
 		Inputs:  []onnx.ValueInfo{{Name: "x", DType: onnx.Float, Dims: []int64{2, 8, 10, 10}, HasShape: true}},
-		Outputs: []onnx.ValueInfo{{Name: "y", DType: onnx.Float}},
+		Outputs: outs,
 	}}
 }
 
@@ -907,12 +912,18 @@ func qdqResidualModel(zp int64, rng *rand.Rand) *onnx.Model {
 // unfused path (IDK_INT8_ADD=0: the Adds' Q/DQ on the reference path), the reference path
 // (float Convs on dequantized values) and the fused path without 8-bit outputs
 // (IDK_INT8_CHAIN=0: float summands quantized and dequantized by the kernel), with
-// TestQDQChainInt8's tolerance (rounding ties), and repeats its bytes.
+// TestQDQChainInt8's tolerance (rounding ties), and repeats its bytes. With a as a second
+// output (aOut: four 8-bit outputs), the first fused Conv writes 8 bits over a quantized
+// copy of its float summand.
 func TestQDQResidualAddInt8(t *testing.T) {
 	dims := []int64{2, 8, 10, 10}
-	for _, zp := range []int64{0, 130} {
+	for _, tc := range []struct {
+		zp   int64
+		aOut bool
+	}{{0, false}, {130, false}, {7, true}} {
+		zp := tc.zp
 		rng := rand.New(rand.NewSource(zp + 31))
-		m := qdqResidualModel(zp, rng)
+		m := qdqResidualModel(zp, rng, tc.aOut)
 		t.Setenv(graph.Int8ChainEnv, "1")
 		x := &onnx.Tensor{Name: "x", DType: onnx.Float, Dims: dims, F32: make([]float32, volume(dims))}
 		for i := range x.F32 {
@@ -935,8 +946,8 @@ func TestQDQResidualAddInt8(t *testing.T) {
 			t.Fatalf("zp %d: %d Adds fused, want 2", zp, fused)
 		}
 		fast, n := runInt8Twice(t, m, x, graph.Int8AddEnv, "1")
-		if n != 5 {
-			t.Fatalf("zp %d: %d convolutions write 8-bit outputs, want 5", zp, n)
+		if want := map[bool]int{false: 5, true: 4}[tc.aOut]; n != want {
+			t.Fatalf("zp %d: %d convolutions write 8-bit outputs, want %d", zp, n, want)
 		}
 		unfused, _ := runInt8Twice(t, m, x, graph.Int8AddEnv, "0")
 		want, _ := runInt8Twice(t, referenceQDQ(t, m), x, graph.Int8AddEnv, "0")
