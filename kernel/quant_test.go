@@ -963,3 +963,47 @@ func TestQDQResidualAddInt8(t *testing.T) {
 		checkInt8Near(t, what+" without 8-bit outputs", float, "unfused", unfused)
 	}
 }
+
+// TestQDQChainHardSigmoid: an int8 Conv with a HardSigmoid post-op (oneDNN's linear + clip)
+// read by an int8 Conv through Q/DQ is not chained (its requantizing linear post-op would be
+// a second linear one, which oneDNN 2.6 applies with the first one's scale) and matches the
+// reference path with TestQDQChainInt8's tolerance.
+func TestQDQChainHardSigmoid(t *testing.T) {
+	dims := []int64{2, 3, 9, 9}
+	rng := rand.New(rand.NewSource(41))
+	m := qdqConvModel(0, rng) // its initializers (x's Q/DQ, w1, w2, b2); the graph is rebuilt
+	ini := m.Graph.Initializers
+	ini["hs"] = &onnx.Tensor{Name: "hs", DType: onnx.Float, Dims: []int64{}, F32: []float32{0.0041}}
+	ini["hz"] = &onnx.Tensor{Name: "hz", DType: onnx.Uint8, Dims: []int64{}, I64: []int64{0}}
+	node := func(op string, in []string, out string, a map[string]*onnx.Attribute) *onnx.Node {
+		if a == nil {
+			a = map[string]*onnx.Attribute{}
+		}
+		for k, v := range a {
+			v.Name = k
+		}
+		return &onnx.Node{Name: out + "_node", OpType: op, Inputs: in, Outputs: []string{out}, Attrs: a}
+	}
+	pads := &onnx.Attribute{Type: onnx.AttrInts, Ints: []int64{1, 1, 1, 1}}
+	m.Graph.Nodes = []*onnx.Node{
+		node("QuantizeLinear", []string{"x", "xs", "xz"}, "xq", nil),
+		node("DequantizeLinear", []string{"xq", "xs", "xz"}, "xd", nil),
+		node("DequantizeLinear", []string{"w1_q", "w1_s", "w1_z"}, "w1d", map[string]*onnx.Attribute{"axis": {Type: onnx.AttrInt}}),
+		node("Conv", []string{"xd", "w1d"}, "c1", map[string]*onnx.Attribute{"pads": pads}),
+		node("HardSigmoid", []string{"c1"}, "h1", map[string]*onnx.Attribute{"alpha": {Type: onnx.AttrFloat, F: 0.3}, "beta": {Type: onnx.AttrFloat, F: 0.4}}),
+		node("QuantizeLinear", []string{"h1", "hs", "hz"}, "hq", nil),
+		node("DequantizeLinear", []string{"hq", "hs", "hz"}, "hd", nil),
+		node("DequantizeLinear", []string{"w2_q", "w2_s", "w2_z"}, "w2d", map[string]*onnx.Attribute{"axis": {Type: onnx.AttrInt}}),
+		node("Conv", []string{"hd", "w2d", "b2"}, "y", map[string]*onnx.Attribute{"pads": pads, "group": {Type: onnx.AttrInt, I: 4}}),
+	}
+	x := &onnx.Tensor{Name: "x", DType: onnx.Float, Dims: dims, F32: make([]float32, volume(dims))}
+	for i := range x.F32 {
+		x.F32[i] = float32(rng.NormFloat64())
+	}
+	fast, n := runInt8Twice(t, m, x, graph.Int8ChainEnv, "1")
+	if n != 0 {
+		t.Errorf("%d convolutions with a HardSigmoid post-op write 8-bit outputs, want 0", n)
+	}
+	want, _ := runInt8Twice(t, referenceQDQ(t, m), x, graph.Int8ChainEnv, "1")
+	checkInt8Near(t, "int8 after a HardSigmoid", fast, "reference", want)
+}

@@ -587,8 +587,11 @@ func (c *compiler) chainQDQ() {
 		if a := n.Attrs[postOpsAttr]; a != nil && !activationsOnly(a.Strings) && n.Attrs[qdqSScale] == nil {
 			continue
 		}
-		if len(postOpsOf(n)) >= 7 {
-			continue // no room for the requantizing post-op
+		if len(postOpsOf(n)) >= 7 || hasPrefix(postOpsOf(n), "hard_sigmoid") {
+			// no room for the requantizing linear post-op, or a linear one before it (oneDNN
+			// runs HardSigmoid as linear + clip; 2.6 applies a second linear post-op with
+			// the first one's scale)
+			continue
 		}
 		y := n.Outputs[0]
 		if c.outputs[y] || len(ix.readers[y]) == 0 {
@@ -611,6 +614,15 @@ func (c *compiler) chainQDQ() {
 type qparam struct {
 	scale        float32
 	zero, signed int64
+}
+
+func hasPrefix(posts []string, p string) bool {
+	for _, s := range posts {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
 }
 
 func postOpsOf(n *onnx.Node) []string {
