@@ -159,9 +159,17 @@ func (b *builder) lowerQConv(n *onnx.Node) error {
 	}
 	ia = append(ia, attrInt(n, "group", 1), attrInt(n, graph.QDQAttrs.XZero, 0), attrInt(n, graph.QDQAttrs.XSigned, 0))
 	fa := []float32{attrFloat(n, graph.QDQAttrs.XScale, 0)}
-	if n.Attrs[graph.QDQAttrs.YScale] != nil { // the output written as 8-bit values (chainQDQ)
-		ia = append(ia, attrInt(n, graph.QDQAttrs.YZero, 0), attrInt(n, graph.QDQAttrs.YSigned, 0))
-		fa = append(fa, attrFloat(n, graph.QDQAttrs.YScale, 0))
+	// present flag, zero point and signedness of: the output written as 8-bit values
+	// (chainQDQ), the output rounded through a quantization before its sum post-op and the
+	// summand read through its own (fuseQDQAdd)
+	a := graph.QDQAttrs
+	for _, q := range [][3]string{{a.YScale, a.YZero, a.YSigned}, {a.OScale, a.OZero, a.OSigned}, {a.SScale, a.SZero, a.SSigned}} {
+		has := int64(0)
+		if n.Attrs[q[0]] != nil {
+			has = 1
+		}
+		ia = append(ia, has, attrInt(n, q[1], 0), attrInt(n, q[2], 0))
+		fa = append(fa, attrFloat(n, q[0], 0))
 	}
 	posts, err := parsePostOps(n)
 	if err != nil {

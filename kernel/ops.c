@@ -466,7 +466,11 @@ static idk_status_t with_post_ops(idk_plan_t *p, const idk_op_t *op, dnnl_primit
                 return idk_fail(p, IDK_ERR_UNSUPPORTED, "op %d: more than one sum post-op", p->cur_op);
             }
             *sum_tid = q->tensor;
-            s = dnnl_post_ops_append_sum(po, 1.0f);
+            /* alg 1, 2 (int8 convolutions, quant.c): the summand holds u8 or s8 values,
+             * added as alpha * (value - beta); 3: the output's type, added times alpha */
+            static const dnnl_data_type_t sdt[4] = {dnnl_data_type_undef, dnnl_u8, dnnl_s8, dnnl_data_type_undef};
+            s = q->alg <= 0 || q->alg > 3 ? dnnl_post_ops_append_sum(po, 1.0f)
+                                          : dnnl_post_ops_append_sum_v3(po, q->alpha, (int32_t)q->beta, sdt[q->alg]);
         } else {
             s = append_eltwise(po, q->alg, q->alpha, q->beta);
         }

@@ -60,8 +60,7 @@ idk_status_t idk_check_quant(idk_plan_t *p, const idk_op_t *op) {
             return qbad(p, "qconv takes x, w (i8), w_scales, [b]");
         const idk_tensor_t *x = T(0), *w = T(1), *ws = T(2);
         int S = x->ndims - 2;
-        int yq = op->ni == 4 * S + 6 && op->nf == 2; /* the output written as 8-bit values */
-        if (S < 1 || S > 3 || !(yq || (op->ni == 4 * S + 4 && op->nf == 1))) return qbad(p, "qconv attributes");
+        if (S < 1 || S > 3 || op->ni != 4 * S + 13 || op->nf != 4) return qbad(p, "qconv attributes");
         if (x->dtype != IDK_F32 || w->dtype != IDK_I8 || !w->cdata || w->ndims != x->ndims)
             return qbad(p, "qconv needs f32 x and constant i8 weights of x's rank");
         if (ws->dtype != IDK_F32 || idk_tensor_volume(ws) != (size_t)w->dims[0] || !ws->cdata)
@@ -75,16 +74,18 @@ idk_status_t idk_check_quant(idk_plan_t *p, const idk_op_t *op) {
         if (sgn != 0 && sgn != 1) return qbad(p, "qconv x_signed must be 0 or 1");
         if (sgn ? (zp < -128 || zp > 127) : (zp < 0 || zp > 255)) return qbad(p, "qconv x zero point out of range");
         if (!(op->fa[0] > 0) || !isfinite(op->fa[0])) return qbad(p, "qconv x scale must be positive");
-        if (yq) {
-            int64_t yz = op->ia[4 + 4 * S], ys = op->ia[5 + 4 * S];
-            if (ys != 0 && ys != 1) return qbad(p, "qconv y_signed must be 0 or 1");
-            if (ys ? (yz < -128 || yz > 127) : (yz < 0 || yz > 255)) return qbad(p, "qconv y zero point out of range");
-            if (!(op->fa[1] > 0) || !isfinite(op->fa[1])) return qbad(p, "qconv y scale must be positive");
-            if (op->npost >= IDK_MAX_POST) return qbad(p, "qconv with an 8-bit output: too many post-ops");
-            for (int i = 0; i < op->npost; i++)
-                if (op->post[i].kind == IDK_POST_SUM) return qbad(p, "qconv with an 8-bit output takes no sum post-op");
+        /* the output written as 8-bit values (y), rounded through a quantization before the
+         * sum (o), the summand read through its quantization (s): flag, zero point, signed */
+        static const char *what[3] = {"y", "o", "s"};
+        for (int k = 0; k < 3; k++) {
+            const int64_t *q = op->ia + 4 + 4 * S + 3 * k;
+            float sc = op->fa[1 + k];
+            if (!q[0]) continue;
+            if ((q[2] != 0 && q[2] != 1) || (q[2] ? (q[1] < -128 || q[1] > 127) : (q[1] < 0 || q[1] > 255)) || !(sc > 0) || !isfinite(sc))
+                return idk_fail(p, IDK_ERR_INVALID, "op %d (kind %d): qconv %s quantization out of range", p->nops - 1, op->kind, what[k]);
         }
-        return IDK_OK;
+        if ((op->ia[7 + 4 * S] != 0) != (op->ia[10 + 4 * S] != 0)) return qbad(p, "qconv o and s quantizations come together");
+        return IDK_OK; /* the post-ops, added after this check, are checked by qconv_posts_ok */
     }
     case IDK_OP_QMATMUL: {
         if (op->nin < 3 || op->nin > 4 || op->nout != 1 || o->dtype != IDK_F32 || op->ni != 2 || op->nf != 1)
@@ -276,8 +277,8 @@ static dnnl_format_tag_t plain_tag(int nd) {
  * into layout qmd: q = saturate(round(x / xs) + zp), adding a oneDNN reorder unless an
  * earlier step made it already. Returns -1 on failure. */
 static int quantize_step(idk_plan_t *p, int tid, const dnnl_memory_desc_t *xmd, int xb, const dnnl_memory_desc_t *qmd, float xs,
-                         int32_t zp) {
-    for (int i = p->ns - 1; i >= 0; i--) {
+                         int32_t zp, int share) {
+    for (int i = p->ns - 1; share && i >= 0; i--) {
         const idk_step_t *e = &p->s[i];
         if (!e->fn && QSTEP_TAG(e) == 1 + (int64_t)tid && e->n2 == zp && e->fv == xs && e->nargs == 2 &&
             e->arg[1].kind == DNNL_ARG_TO && dnnl_memory_desc_equal(&e->arg[1].md, qmd))
@@ -304,7 +305,7 @@ static int quantize_step(idk_plan_t *p, int tid, const dnnl_memory_desc_t *xmd, 
     dnnl_primitive_desc_destroy(rpd);
     idk_step_arg(rs, DNNL_ARG_FROM, xmd, xb);
     idk_step_arg(rs, DNNL_ARG_TO, qmd, qb);
-    QSTEP_TAG(rs) = 1 + (int64_t)tid;
+    QSTEP_TAG(rs) = share ? 1 + (int64_t)tid : 0; /* unshared: the caller writes over it */
     rs->n2 = zp;
     rs->fv = xs;
     return qb;
@@ -395,6 +396,77 @@ static dnnl_primitive_desc_t non_amx_pd(idk_plan_t *p, dnnl_primitive_desc_t pd,
     return pd;
 }
 
+/* qconv_posts_ok checks a QCONV's post-ops against its quantizations (S spatial dims): a
+ * rounded output (o) takes a sum first and at most a ReLU after it. */
+static int qconv_posts_ok(idk_plan_t *p, const idk_op_t *op, int S) {
+    int yq = op->ia[4 + 4 * S] != 0, oq = op->ia[7 + 4 * S] != 0, nsum = 0;
+    for (int i = 0; i < op->npost; i++) nsum += op->post[i].kind == IDK_POST_SUM;
+    const char *bad = NULL;
+    if (oq && (op->npost < 1 || op->npost > 2 || op->post[0].kind != IDK_POST_SUM ||
+               (op->npost == 2 && !(op->post[1].kind == IDK_POST_ELTWISE && op->post[1].alg == IDK_ELT_RELU && op->post[1].alpha == 0))))
+        bad = "a rounded output takes a sum post-op and at most a ReLU";
+    else if (yq && nsum && !oq)
+        bad = "an 8-bit output takes no float sum post-op";
+    else if (op->npost + yq > IDK_MAX_POST)
+        bad = "too many post-ops";
+    if (bad) idk_fail(p, IDK_ERR_INVALID, "op %d: qconv: %s", p->cur_op, bad);
+    return bad == NULL;
+}
+
+/* quant_sum_dst returns the buffer an int8 convolution with a quantized summand (tensor
+ * sum_tid, scale ss, zero point sz, type sdt) writes its output y (dst layout dmd) into,
+ * holding the summand before the convolution runs. An 8-bit y (yq) sums the summand's 8-bit
+ * values: the producer's (chainQDQ) or a quantized copy made here, overwritten in place. A
+ * float y sums a dequantized copy: ss * (q - sz) in dmd's layout. -1 on failure. */
+static int quant_sum_dst(idk_plan_t *p, const idk_op_t *op, int sum_tid, const dnnl_memory_desc_t *dmd, int yq,
+                         dnnl_data_type_t sdt, float ss, int32_t sz) {
+    idk_view_t *v;
+    if (idk_primary(p, sum_tid, &v) != 0) return -1;
+    dnnl_memory_desc_t vmd = v->md;
+    int vb = v->buf, v8 = vmd.data_type == dnnl_u8 || vmd.data_type == dnnl_s8;
+    if (v8 && vmd.data_type != sdt) {
+        idk_fail(p, IDK_ERR_INVALID, "op %d: 8-bit summand of the wrong signedness", p->cur_op);
+        return -1;
+    }
+    if (yq) {
+        if (dmd->data_type != sdt) {
+            idk_fail(p, IDK_ERR_INVALID, "op %d: 8-bit summand and output differ in signedness", p->cur_op);
+            return -1;
+        }
+        if (v8) return idk_dst_for_sum(p, op, sum_tid, dmd);
+        int qb = quantize_step(p, sum_tid, &vmd, vb, dmd, ss, sz, 0);
+        if (qb < 0 || idk_set_output(p, op->out[0], dmd, 0, qb) != 0) return -1;
+        return qb;
+    }
+    dnnl_memory_desc_t qmd = vmd;
+    int qb = vb;
+    if (!v8) { /* quantize first (shared with a convolution reading it alike) */
+        qmd.data_type = sdt;
+        if ((qb = quantize_step(p, sum_tid, &vmd, vb, &qmd, ss, sz, 1)) < 0) return -1;
+    }
+    dnnl_primitive_attr_t a = idk_new_attr();
+    if (!a) return -1;
+    dnnl_status_t st = dnnl_primitive_attr_set_output_scales(a, 1, 0, &ss);
+    if (st == dnnl_success && sz != 0) st = dnnl_primitive_attr_set_zero_points(a, DNNL_ARG_SRC, 1, 0, &sz);
+    dnnl_primitive_desc_t rpd = NULL;
+    if (st == dnnl_success) st = dnnl_reorder_primitive_desc_create(&rpd, &qmd, p->eng, dmd, p->eng, a);
+    dnnl_primitive_attr_destroy(a);
+    if (st != dnnl_success) {
+        qdnnl_err(p, "int8 summand dequantizing reorder", st);
+        return -1;
+    }
+    int db = idk_new_out(p, op->out[0], dmd);
+    idk_step_t *rs;
+    if (db < 0 || idk_finish_prim(p, rpd, &rs) != IDK_OK) {
+        dnnl_primitive_desc_destroy(rpd);
+        return -1;
+    }
+    dnnl_primitive_desc_destroy(rpd);
+    idk_step_arg(rs, DNNL_ARG_FROM, &qmd, qb);
+    idk_step_arg(rs, DNNL_ARG_TO, dmd, db);
+    return db;
+}
+
 static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
     const idk_tensor_t *x = T(0), *w = T(1), *o = OUT;
     const float *wsc = T(2)->cdata;
@@ -407,12 +479,18 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
      * convolutions reading it as it is. ReLU and Clip commute with the positive 1/y_scale,
      * which then folds into the output scales (Clip's bounds scaled); other activations get
      * it as a last linear post-op */
-    int yq = op->ni == 4 * S + 6, fold = 1;
+    if (!qconv_posts_ok(p, op, S)) return IDK_ERR_INVALID;
+    int yq = ia[4 + 4 * S] != 0, oq = ia[7 + 4 * S] != 0, fold = !oq;
     for (int i = 0; yq && i < op->npost; i++)
         if (!(op->post[i].alg == IDK_ELT_RELU && op->post[i].alpha == 0) && op->post[i].alg != IDK_ELT_CLIP) fold = 0;
-    int64_t yzp = yq ? ia[4 + 4 * S] : 0;
+    int64_t yzp = yq ? ia[5 + 4 * S] : 0;
     float ys = yq ? op->fa[1] : 1.0f;
-    dnnl_data_type_t ddt = !yq ? dnnl_f32 : ia[5 + 4 * S] ? dnnl_s8 : dnnl_u8;
+    dnnl_data_type_t ddt = !yq ? dnnl_f32 : ia[6 + 4 * S] ? dnnl_s8 : dnnl_u8;
+    /* fuseQDQAdd: the output rounded through (os, oz), then the summand added through its
+     * quantization (ss, sz: 8-bit values) */
+    int64_t oz = ia[8 + 4 * S], sz = ia[11 + 4 * S];
+    int osg = (int)ia[9 + 4 * S], ssg = (int)ia[12 + 4 * S];
+    float os = op->fa[2], ss = op->fa[3];
     int64_t oc = w->dims[0];
     dnnl_dims_t st, dl, pb, pe;
     for (int i = 0; i < S; i++) {
@@ -445,7 +523,7 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
     dnnl_primitive_attr_t attr = idk_new_attr();
     if (!attr) return IDK_ERR_NOMEM;
     /* dst = (xs * ws[c]) * sum((x_q - zp) * w_q) + bias: the s32 accumulator scaled per output channel */
-    ds = int8_scales(attr, oc, wsc, xs, fold ? ys : 1.0f, zp, yzp);
+    ds = int8_scales(attr, oc, wsc, xs, oq ? os : fold ? ys : 1.0f, zp, yzp);
     int32_t zpv = (int32_t)zp, yzpv = (int32_t)yzp;
     if (ds != dnnl_success) {
         dnnl_primitive_attr_destroy(attr);
@@ -459,8 +537,27 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
             scaled.post[i].alpha /= ys;
             scaled.post[i].beta /= ys;
         }
-    if (yq && !fold) /* room checked by idk_check_quant */
-        scaled.post[scaled.npost++] = (idk_post_t){.kind = IDK_POST_ELTWISE, .alg = IDK_ELT_LINEAR, .alpha = 1.0f / ys, .beta = 0, .tensor = -1};
+#define ELT(a, x, y) ((idk_post_t){.kind = IDK_POST_ELTWISE, .alg = (a), .alpha = (x), .beta = (y), .tensor = -1})
+    if (oq) {
+        /* in units of os (1 / os in the output scales): round and saturate (QuantizeLinear
+         * less its zero point), add the summand, scaled by ss / os from its 8-bit values or
+         * by 1 / os from a dequantized copy (quant_sum_dst), ReLU (commutes with the scale),
+         * then one linear post-op to y's units: oneDNN 2.6's convolutions apply a chain's
+         * second linear post-op with the first one's scale */
+        scaled.npost = 0;
+        scaled.post[scaled.npost++] = ELT(IDK_ELT_ROUND, 0, 0);
+        scaled.post[scaled.npost++] = ELT(IDK_ELT_CLIP, (float)((osg ? -128 : 0) - oz), (float)((osg ? 127 : 255) - oz));
+        idk_post_t sum = op->post[0];
+        sum.alg = yq ? (ssg ? 2 : 1) : 3;
+        sum.alpha = yq ? ss / os : 1.0f / os;
+        sum.beta = yq ? (float)sz : 0;
+        scaled.post[scaled.npost++] = sum;
+        if (op->npost == 2) scaled.post[scaled.npost++] = op->post[1];
+        scaled.post[scaled.npost++] = ELT(IDK_ELT_LINEAR, os / ys, 0);
+    } else if (yq && !fold) { /* room checked by qconv_posts_ok */
+        scaled.post[scaled.npost++] = ELT(IDK_ELT_LINEAR, 1.0f / ys, 0);
+    }
+#undef ELT
     idk_status_t rc = idk_with_post_ops(p, &scaled, attr, &sum_tid);
     if (rc != IDK_OK) {
         dnnl_primitive_attr_destroy(attr);
@@ -505,7 +602,7 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
             idk_step_arg(rs, DNNL_ARG_TO, &smd, qb);
         }
     } else {
-        if ((qb = quantize_step(p, op->in[0], &xmd, xb, &smd, xs, zpv)) < 0) goto out;
+        if ((qb = quantize_step(p, op->in[0], &xmd, xb, &smd, xs, zpv, 1)) < 0) goto out;
     }
     {
         dnnl_memory_desc_t wpm;
@@ -516,7 +613,10 @@ static idk_status_t lower_qconv(idk_plan_t *p, const idk_op_t *op) {
         }
     }
     if (int8_consts(p, op, oc, wsc, xs, zpv, yzpv, &bb, &zb, &yzb) != 0) goto out;
-    db = sum_tid >= 0 ? idk_dst_for_sum(p, op, sum_tid, &dmd) : idk_new_out(p, op->out[0], &dmd);
+    if (oq)
+        db = quant_sum_dst(p, op, sum_tid, &dmd, yq, ssg ? dnnl_s8 : dnnl_u8, ss, (int32_t)sz);
+    else
+        db = sum_tid >= 0 ? idk_dst_for_sum(p, op, sum_tid, &dmd) : idk_new_out(p, op->out[0], &dmd);
     if (db < 0) goto out;
     idk_step_t *s;
     if ((rc = idk_finish_prim(p, pd, &s)) != IDK_OK) goto out;
@@ -578,7 +678,7 @@ static idk_status_t lower_qmatmul(idk_plan_t *p, const idk_op_t *op) {
     rc = IDK_ERR_DNNL;
     int xb, qb, wb, bb, db, zb, yzb;
     if (idk_get_plain(p, op->in[0], &xb) != 0) goto out;
-    if ((qb = quantize_step(p, op->in[0], &xf, xb, &src, xs, zpv)) < 0) goto out;
+    if ((qb = quantize_step(p, op->in[0], &xf, xb, &src, xs, zpv, 1)) < 0) goto out;
     if ((wb = reorder_const(p, &wpm, w->cdata, &wmd)) < 0) {
         idk_fail(p, IDK_ERR_DNNL, "op %d: int8 matmul weight reorder failed", p->cur_op);
         goto out;

@@ -805,3 +805,179 @@ func TestQDQSlowAMXEltwise(t *testing.T) {
 		t.Logf("IDK_INT8_AMX_ELTWISE=%s: largest difference %g of %g, %d of %d values beyond 1e-4 of it", env, worst, big, off, len(got))
 	}
 }
+
+// qdqResidualModel is two residual blocks as `idunno quantize` writes them (Q/DQ on both
+// inputs of each Add): x (2, 8, 10, 10) -> Q/DQ (zero point zp) -> Conv+ReLU = a -> Q/DQ ->
+// Conv+ReLU -> Q/DQ -> 1x1 Conv = c; Add(Q/DQ(c) (zero point 120), Q/DQ(a)) -> ReLU = y1 ->
+// Q/DQ -> Conv+ReLU -> Q/DQ -> 1x1 Conv = d, and the shortcut 1x1 Conv on y1 = s (after d);
+// Add(Q/DQ(d) (zero point zp), Q/DQ(s)) = y, the float output. The scales are irregular:
+// with round ones the sums land on rounding ties often. With aOut, a is a second output
+// (its Conv then writes float, and the first fused Conv quantizes its summand itself).
+func qdqResidualModel(zp int64, rng *rand.Rand, aOut bool) *onnx.Model {
+	ini := map[string]*onnx.Tensor{}
+	f32 := func(name string, dims []int64, v ...float32) string {
+		ini[name] = &onnx.Tensor{Name: name, DType: onnx.Float, Dims: dims, F32: v}
+		return name
+	}
+	qp := func(name string, s float32, z int64) []string {
+		ini[name+"_z"] = &onnx.Tensor{Name: name + "_z", DType: onnx.Uint8, Dims: []int64{}, I64: []int64{z}}
+		return []string{f32(name+"_s", []int64{}, s), name + "_z"}
+	}
+	var nodes []*onnx.Node
+	node := func(op string, in []string, out string, a map[string]*onnx.Attribute) string {
+		if a == nil {
+			a = map[string]*onnx.Attribute{}
+		}
+		for k, v := range a {
+			v.Name = k
+		}
+		nodes = append(nodes, &onnx.Node{Name: out + "_node", OpType: op, Inputs: in, Outputs: []string{out}, Attrs: a})
+		return out
+	}
+	qdq := func(x string, p []string) string {
+		q := node("QuantizeLinear", append([]string{x}, p...), x+"_q", nil)
+		return node("DequantizeLinear", append([]string{q}, p...), x+"_d", nil)
+	}
+	conv := func(name, x string, cin, cout, k int64, relu bool) string {
+		w := make([]int64, cout*cin*k*k)
+		for i := range w {
+			w[i] = int64(rng.Intn(255) - 127)
+		}
+		s := make([]float32, cout)
+		b := make([]float32, cout)
+		for i := range s {
+			s[i] = (0.5 + rng.Float32()) / float32(20*cin*k*k)
+			b[i] = 0.4*rng.Float32() - 0.2
+		}
+		ini[name+"_wq"] = &onnx.Tensor{Name: name + "_wq", DType: onnx.Int8, Dims: []int64{cout, cin, k, k}, I64: w}
+		ini[name+"_wz"] = &onnx.Tensor{Name: name + "_wz", DType: onnx.Int8, Dims: []int64{cout}, I64: make([]int64, cout)}
+		wd := node("DequantizeLinear", []string{name + "_wq", f32(name+"_ws", []int64{cout}, s...), name + "_wz"}, name+"_wd",
+			map[string]*onnx.Attribute{"axis": {Type: onnx.AttrInt}})
+		p := (k - 1) / 2
+		y := node("Conv", []string{x, wd, f32(name+"_b", []int64{cout}, b...)}, name,
+			map[string]*onnx.Attribute{"pads": {Type: onnx.AttrInts, Ints: []int64{p, p, p, p}}})
+		if relu {
+			y = node("Relu", []string{y}, name+"_relu", nil)
+		}
+		return y
+	}
+	a := conv("ca", qdq("x", qp("xp", 0.0513, zp)), 8, 16, 3, true)
+	ad := qdq(a, qp("ap", 0.0417, 0))
+	c := conv("cc", qdq(conv("cb", ad, 16, 16, 3, true), qp("bp", 0.0309, 0)), 16, 16, 1, false)
+	y1 := node("Relu", []string{node("Add", []string{qdq(c, qp("cp", 0.0521, 120)), ad}, "add1", nil)}, "y1", nil)
+	y1d := qdq(y1, qp("y1p", 0.0611, 0))
+	d := conv("cd", qdq(conv("cx", y1d, 16, 16, 3, true), qp("xp2", 0.0297, 0)), 16, 16, 1, false)
+	s := conv("cs", y1d, 16, 16, 1, false)
+	node("Add", []string{qdq(d, qp("dp", 0.0487, zp)), qdq(s, qp("sp", 0.0433, 100))}, "y", nil)
+	outs := []onnx.ValueInfo{{Name: "y", DType: onnx.Float}}
+	if aOut {
+		outs = append(outs, onnx.ValueInfo{Name: a, DType: onnx.Float})
+	}
+	return &onnx.Model{IRVersion: 8, Opset: 13, Graph: &onnx.Graph{
+		Name: "qdq_residual", Nodes: nodes, Initializers: ini,
+		Inputs:  []onnx.ValueInfo{{Name: "x", DType: onnx.Float, Dims: []int64{2, 8, 10, 10}, HasShape: true}},
+		Outputs: outs,
+	}}
+}
+
+// TestQDQResidualAddInt8 checks fuseQDQAdd: both residual Adds fuse into an int8 Conv's sum
+// post-op (the second into the later shortcut Conv), five Convs write 8-bit outputs (the
+// residual stream y1 and the summands a and d among them), and the output matches the
+// unfused path (IDK_INT8_ADD=0: the Adds' Q/DQ on the reference path), the reference path
+// (float Convs on dequantized values) and the fused path without 8-bit outputs
+// (IDK_INT8_CHAIN=0: float summands quantized and dequantized by the kernel), with
+// TestQDQChainInt8's tolerance (rounding ties), and repeats its bytes. With a as a second
+// output (aOut: four 8-bit outputs), the first fused Conv writes 8 bits over a quantized
+// copy of its float summand.
+func TestQDQResidualAddInt8(t *testing.T) {
+	dims := []int64{2, 8, 10, 10}
+	for _, tc := range []struct {
+		zp   int64
+		aOut bool
+	}{{0, false}, {130, false}, {7, true}} {
+		zp := tc.zp
+		rng := rand.New(rand.NewSource(zp + 31))
+		m := qdqResidualModel(zp, rng, tc.aOut)
+		t.Setenv(graph.Int8ChainEnv, "1")
+		x := &onnx.Tensor{Name: "x", DType: onnx.Float, Dims: dims, F32: make([]float32, volume(dims))}
+		for i := range x.F32 {
+			x.F32[i] = float32(rng.NormFloat64())
+		}
+		g, err := graph.Compile(m, map[string][]int64{"x": dims}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fused := 0
+		for _, n := range g.Nodes {
+			if n.OpType == "Add" || n.OpType == "QuantizeLinear" {
+				t.Fatalf("zp %d: %s %s left after fusion", zp, n.OpType, n.Name)
+			}
+			if n.Attrs[graph.QDQAttrs.OScale] != nil {
+				fused++
+			}
+		}
+		if fused != 2 {
+			t.Fatalf("zp %d: %d Adds fused, want 2", zp, fused)
+		}
+		fast, n := runInt8Twice(t, m, x, graph.Int8AddEnv, "1")
+		if want := map[bool]int{false: 5, true: 4}[tc.aOut]; n != want {
+			t.Fatalf("zp %d: %d convolutions write 8-bit outputs, want %d", zp, n, want)
+		}
+		unfused, _ := runInt8Twice(t, m, x, graph.Int8AddEnv, "0")
+		want, _ := runInt8Twice(t, referenceQDQ(t, m), x, graph.Int8AddEnv, "0")
+		t.Setenv(graph.Int8ChainEnv, "0")
+		float, n0 := runInt8Twice(t, m, x, graph.Int8AddEnv, "1")
+		if n0 != 0 {
+			t.Fatalf("zp %d: IDK_INT8_CHAIN=0 still chains %d convolutions", zp, n0)
+		}
+		what := fmt.Sprintf("zp %d: int8 residual Adds", zp)
+		checkInt8Near(t, what, fast, "unfused", unfused)
+		checkInt8Near(t, what, fast, "reference", want)
+		checkInt8Near(t, what, fast, "fused without 8-bit outputs", float)
+		checkInt8Near(t, what+" without 8-bit outputs", float, "unfused", unfused)
+	}
+}
+
+// TestQDQChainHardSigmoid: an int8 Conv with a HardSigmoid post-op (oneDNN's linear + clip)
+// read by an int8 Conv through Q/DQ is not chained (its requantizing linear post-op would be
+// a second linear one, which oneDNN 2.6 applies with the first one's scale) and matches the
+// reference path with TestQDQChainInt8's tolerance.
+func TestQDQChainHardSigmoid(t *testing.T) {
+	dims := []int64{2, 3, 9, 9}
+	rng := rand.New(rand.NewSource(41))
+	m := qdqConvModel(0, rng) // its initializers (x's Q/DQ, w1, w2, b2); the graph is rebuilt
+	ini := m.Graph.Initializers
+	ini["hs"] = &onnx.Tensor{Name: "hs", DType: onnx.Float, Dims: []int64{}, F32: []float32{0.0041}}
+	ini["hz"] = &onnx.Tensor{Name: "hz", DType: onnx.Uint8, Dims: []int64{}, I64: []int64{0}}
+	node := func(op string, in []string, out string, a map[string]*onnx.Attribute) *onnx.Node {
+		if a == nil {
+			a = map[string]*onnx.Attribute{}
+		}
+		for k, v := range a {
+			v.Name = k
+		}
+		return &onnx.Node{Name: out + "_node", OpType: op, Inputs: in, Outputs: []string{out}, Attrs: a}
+	}
+	pads := &onnx.Attribute{Type: onnx.AttrInts, Ints: []int64{1, 1, 1, 1}}
+	m.Graph.Nodes = []*onnx.Node{
+		node("QuantizeLinear", []string{"x", "xs", "xz"}, "xq", nil),
+		node("DequantizeLinear", []string{"xq", "xs", "xz"}, "xd", nil),
+		node("DequantizeLinear", []string{"w1_q", "w1_s", "w1_z"}, "w1d", map[string]*onnx.Attribute{"axis": {Type: onnx.AttrInt}}),
+		node("Conv", []string{"xd", "w1d"}, "c1", map[string]*onnx.Attribute{"pads": pads}),
+		node("HardSigmoid", []string{"c1"}, "h1", map[string]*onnx.Attribute{"alpha": {Type: onnx.AttrFloat, F: 0.3}, "beta": {Type: onnx.AttrFloat, F: 0.4}}),
+		node("QuantizeLinear", []string{"h1", "hs", "hz"}, "hq", nil),
+		node("DequantizeLinear", []string{"hq", "hs", "hz"}, "hd", nil),
+		node("DequantizeLinear", []string{"w2_q", "w2_s", "w2_z"}, "w2d", map[string]*onnx.Attribute{"axis": {Type: onnx.AttrInt}}),
+		node("Conv", []string{"hd", "w2d", "b2"}, "y", map[string]*onnx.Attribute{"pads": pads, "group": {Type: onnx.AttrInt, I: 4}}),
+	}
+	x := &onnx.Tensor{Name: "x", DType: onnx.Float, Dims: dims, F32: make([]float32, volume(dims))}
+	for i := range x.F32 {
+		x.F32[i] = float32(rng.NormFloat64())
+	}
+	fast, n := runInt8Twice(t, m, x, graph.Int8ChainEnv, "1")
+	if n != 0 {
+		t.Errorf("%d convolutions with a HardSigmoid post-op write 8-bit outputs, want 0", n)
+	}
+	want, _ := runInt8Twice(t, referenceQDQ(t, m), x, graph.Int8ChainEnv, "1")
+	checkInt8Near(t, "int8 after a HardSigmoid", fast, "reference", want)
+}

@@ -210,3 +210,169 @@ func TestBatchesErrors(t *testing.T) {
 		t.Errorf("LeNet-5 without data: %v", err)
 	}
 }
+
+// mixedModel has an image input (N, 1, 28, 28) and an int64 input "kind" (N, 1): the image
+// through Conv (8 filters, stride 2) + ReLU, global average pooling and Flatten, plus an
+// embedding of kind (Gather from a (5, 8) table, then Flatten), into a Gemm with 4 outputs.
+func mixedModel(seed uint64) *onnx.Model {
+	r := rand.New(rand.NewPCG(seed, 3))
+	ini := map[string]*onnx.Tensor{}
+	f32 := func(name string, dims ...int64) string {
+		n := int64(1)
+		for _, d := range dims {
+			n *= d
+		}
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(r.NormFloat64()) * 0.5
+		}
+		ini[name] = &onnx.Tensor{Name: name, DType: onnx.Float, Dims: dims, F32: v}
+		return name
+	}
+	node := func(op string, in []string, out string, attrs ...*onnx.Attribute) *onnx.Node {
+		a := map[string]*onnx.Attribute{}
+		for _, x := range attrs {
+			a[x.Name] = x
+		}
+		return &onnx.Node{Name: out + "_node", OpType: op, Inputs: in, Outputs: []string{out}, Attrs: a}
+	}
+	nodes := []*onnx.Node{
+		node("Conv", []string{"image", f32("w", 8, 1, 3, 3), f32("b", 8)}, "c", &onnx.Attribute{Name: "strides", Type: onnx.AttrInts, Ints: []int64{2, 2}}),
+		node("Relu", []string{"c"}, "r"),
+		node("GlobalAveragePool", []string{"r"}, "p"),
+		node("Flatten", []string{"p"}, "f"),
+		node("Gather", []string{f32("table", 5, 8), "kind"}, "e"),
+		node("Flatten", []string{"e"}, "ef"),
+		node("Add", []string{"f", "ef"}, "s"),
+		node("Gemm", []string{"s", f32("w2", 8, 4), f32("b2", 4)}, "output"),
+	}
+	return &onnx.Model{IRVersion: 8, Opset: 13, Graph: &onnx.Graph{
+		Name: "mixed", Nodes: nodes, Initializers: ini,
+		Inputs: []onnx.ValueInfo{
+			{Name: "image", DType: onnx.Float, Dims: []int64{-1, 1, 28, 28}, DimParams: []string{"N", "", "", ""}, HasShape: true},
+			{Name: "kind", DType: onnx.Int64, Dims: []int64{-1, 1}, DimParams: []string{"N", ""}, HasShape: true},
+		},
+		Outputs: []onnx.ValueInfo{{Name: "output", DType: onnx.Float, Dims: []int64{-1, 4}, DimParams: []string{"N", ""}, HasShape: true}},
+	}}
+}
+
+// TestMixedInputsInt8 quantizes a model with an image input and a named integer input
+// (`idunno quantize --calibration IMAGES --calibration kind=ARRAY.npy`), calibrated on 64
+// Fashion-MNIST images and a kind array of 64 rows: the batches feed both inputs in the
+// model's order, the Conv and the Gemm read QDQ int8 while the Gather's indices stay
+// integer, the int8 logits of 32 other samples are within 0.05 of the largest float one
+// (relative) with the same top-1 for at least 30, and two runs give the same bytes. Data
+// whose samples differ in number gets an error.
+func TestMixedInputsInt8(t *testing.T) {
+	imgs, _ := fashion(t, "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", 96)
+	kinds := func(from, n int) *dataset.Array {
+		a := &dataset.Array{DType: onnx.Int64, Dims: []int64{int64(n), 1}, I64: make([]int64, n)}
+		for i := range a.I64 {
+			a.I64[i] = int64((from + i*7) % 5)
+		}
+		return a
+	}
+	pre := dataset.Preprocess{Scale: 1.0 / 255}
+	fm := mixedModel(1)
+	if _, err := Batches(fm, Data{Images: imgs, Pre: pre, Arrays: map[string]*dataset.Array{"kind": kinds(0, 64)}}, 96, 16); err == nil ||
+		!strings.Contains(err.Error(), "differ in samples") {
+		t.Fatalf("96 images and 64 kinds: %v, want an error on the sample counts", err)
+	}
+	calib := view{imgs, 64}
+	batches, err := Batches(fm, Data{Images: calib, Pre: pre, Arrays: map[string]*dataset.Array{"kind": kinds(0, 64)}}, 64, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(batches) != 4 || len(batches[0]) != 2 || batches[0][0].Name != "image" || batches[0][1].Name != "kind" ||
+		batches[0][1].DType != onnx.Int64 || batches[0][0].Dims[0] != 16 {
+		t.Fatalf("batches: %d, first %v", len(batches), batches[0])
+	}
+	ranges, err := Calibrate(fm, batches, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qm, err := Rewrite(fm, ranges)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qm, err = onnx.Decode(onnx.Encode(qm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	producer := map[string]string{}
+	for _, n := range qm.Graph.Nodes {
+		for _, o := range n.Outputs {
+			producer[o] = n.OpType
+		}
+	}
+	for _, n := range qm.Graph.Nodes {
+		switch n.OpType {
+		case "Conv", "Gemm":
+			if producer[n.Inputs[0]] != "DequantizeLinear" || producer[n.Inputs[1]] != "DequantizeLinear" {
+				t.Errorf("%s reads %s and %s, want QDQ", n.OpType, producer[n.Inputs[0]], producer[n.Inputs[1]])
+			}
+		case "Gather":
+			if n.Inputs[1] != "kind" {
+				t.Errorf("the Gather's indices are %s, want kind", n.Inputs[1])
+			}
+		case "QuantizeLinear":
+			if n.Inputs[0] == "kind" {
+				t.Error("the integer input is quantized")
+			}
+		}
+	}
+	test, err := Batches(fm, Data{Images: testView{imgs, 64, 32}, Pre: pre, Arrays: map[string]*dataset.Array{"kind": kinds(3, 32)}}, 32, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := kernel.LoadModel(fm, kernel.Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	q, err := kernel.LoadModel(qm, kernel.Options{Threads: 2, Precision: kernel.INT8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	ref, err := f.Run(test[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first []byte
+	var got []*onnx.Tensor
+	for i := 0; i < 2; i++ {
+		if got, err = q.Run(test[0]); err != nil {
+			t.Fatal(err)
+		}
+		b := onnx.EncodeTensor(got[0])
+		if i == 1 && !bytes.Equal(b, first) {
+			t.Fatal("two int8 runs gave different bytes")
+		}
+		first = b
+	}
+	var scale, diff float64
+	for i, v := range ref[0].F32 {
+		scale = max(scale, math.Abs(float64(v)))
+		diff = max(diff, math.Abs(float64(v-got[0].F32[i])))
+	}
+	same := 0
+	for i := 0; i < 32; i++ {
+		if argmax(ref[0].F32[i*4:(i+1)*4]) == argmax(got[0].F32[i*4:(i+1)*4]) {
+			same++
+		}
+	}
+	t.Logf("int8 against float: max |diff| %.4g at max |logit| %.4g (%.3f relative), same top-1 %d of 32", diff, scale, diff/scale, same)
+	if scale == 0 || diff/scale > 0.05 || same < 30 {
+		t.Errorf("int8 logits differ by %.4g at scale %.4g (want within 0.05 relative), same top-1 %d of 32 (want >= 30)", diff, scale, same)
+	}
+}
+
+// testView is n samples of a dataset from sample from.
+type testView struct {
+	ds      dataset.Dataset
+	from, n int
+}
+
+func (v testView) Len() int                            { return v.n }
+func (v testView) Sample(i int) (dataset.Image, error) { return v.ds.Sample(v.from + i) }

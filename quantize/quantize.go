@@ -70,6 +70,68 @@ func targets(g *onnx.Graph) []target {
 	return out
 }
 
+// residualAdds lists the Add nodes Rewrite quantizes both inputs of (as ONNX Runtime's QDQ
+// quantizer does for Add): two float activations, at least one the output of a quantized
+// Conv (ts), and no constant (a bias Add stays float). An Add's output is quantized where
+// its readers quantize it (a Conv, or another such Add). Only Adds after Convs are taken:
+// the kernel fuses the QDQ around them into the int8 convolution's sum post-op
+// (kernel/graph/quant.go, fuseQDQAdd), while quantizing a transformer's residual Adds
+// would only add rounding and reference-path steps.
+func residualAdds(g *onnx.Graph, ts []target) []*onnx.Node {
+	conv := map[string]bool{}
+	for _, t := range ts {
+		if t.node.OpType == "Conv" {
+			for _, o := range t.node.Outputs {
+				conv[o] = true
+			}
+		}
+	}
+	var out []*onnx.Node
+	for _, n := range g.Nodes {
+		if n.OpType != "Add" || n.Domain != "" && n.Domain != "ai.onnx" || len(n.Inputs) != 2 || n.Inputs[0] == n.Inputs[1] {
+			continue
+		}
+		if g.Initializers[n.Inputs[0]] != nil || g.Initializers[n.Inputs[1]] != nil {
+			continue
+		}
+		if conv[n.Inputs[0]] || conv[n.Inputs[1]] {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// activations lists the activation tensors Rewrite quantizes, each once, in graph order:
+// the targets' inputs and the residual Adds' inputs.
+func activations(g *onnx.Graph, ts []target) []string {
+	var out []string
+	seen := map[string]bool{}
+	addOne := func(name string) {
+		if !seen[name] {
+			seen[name] = true
+			out = append(out, name)
+		}
+	}
+	adds := map[*onnx.Node]bool{}
+	for _, n := range residualAdds(g, ts) {
+		adds[n] = true
+	}
+	node := map[*onnx.Node]string{}
+	for _, t := range ts {
+		node[t.node] = t.act
+	}
+	for _, n := range g.Nodes {
+		if a, ok := node[n]; ok {
+			addOne(a)
+		}
+		if adds[n] {
+			addOne(n.Inputs[0])
+			addOne(n.Inputs[1])
+		}
+	}
+	return out
+}
+
 func attrInt(n *onnx.Node, name string) int64 {
 	if a := n.Attrs[name]; a != nil {
 		return a.I
@@ -100,15 +162,10 @@ func CalibrationModel(m *onnx.Model) (*onnx.Model, *Observer, error) {
 		isOut[o.Name] = true
 	}
 	ob := &Observer{ranges: Ranges{}}
-	seen := map[string]bool{}
-	for _, t := range ts {
-		if seen[t.act] {
-			continue
-		}
-		seen[t.act] = true
-		ob.names = append(ob.names, t.act)
-		if !isOut[t.act] {
-			g.Outputs = append(g.Outputs, onnx.ValueInfo{Name: t.act, DType: onnx.Float})
+	for _, a := range activations(m.Graph, ts) {
+		ob.names = append(ob.names, a)
+		if !isOut[a] {
+			g.Outputs = append(g.Outputs, onnx.ValueInfo{Name: a, DType: onnx.Float})
 		}
 	}
 	cm := *m
@@ -226,8 +283,9 @@ func weightParams(w *onnx.Tensor, axis int) (q []int64, scales []float32) {
 // Rewrite returns a QDQ copy of m: every Conv, Gemm and MatMul with constant weights reads
 // DequantizeLinear(int8 weights, per-output-channel scales, zero points 0) and
 // DequantizeLinear(QuantizeLinear(activation)) with the activation's uint8 per-tensor scale
-// and zero point from ranges. Biases stay float. The result is a standard ONNX model
-// (opset >= 13) that any QDQ-aware runtime loads.
+// and zero point from ranges; so do both inputs of the residual Adds after Convs
+// (residualAdds). Biases stay float. The result is a standard ONNX model (opset >= 13) that
+// any QDQ-aware runtime loads.
 func Rewrite(m *onnx.Model, ranges Ranges) (*onnx.Model, error) {
 	if m == nil || m.Graph == nil {
 		return nil, errors.New("quantize: no model graph")
@@ -277,22 +335,55 @@ func Rewrite(m *onnx.Model, ranges Ranges) (*onnx.Model, error) {
 	actDQ := map[string]string{}            // activation -> its DequantizeLinear output
 	wDQ := map[string]string{}              // weight (and axis) -> its DequantizeLinear output
 	rewritten := map[*onnx.Node][]string{}
-	for _, t := range ts {
-		r, ok := ranges[t.act]
-		if !ok {
-			return nil, fmt.Errorf("quantize: no calibrated range for %s (input of node %s)", t.act, t.node.Name)
+	// actFor returns the DequantizeLinear(QuantizeLinear(act)) output that node n (the
+	// first reader in graph order makes it) reads.
+	actFor := func(act string, n *onnx.Node) (string, error) {
+		if xdq, ok := actDQ[act]; ok {
+			return xdq, nil
 		}
-		xdq, ok := actDQ[t.act]
+		r, ok := ranges[act]
 		if !ok {
-			s, z := ActivationParams(r)
-			sn := add(t.act+"_scale", &onnx.Tensor{DType: onnx.Float, Dims: []int64{}, F32: []float32{s}})
-			zn := add(t.act+"_zero_point", &onnx.Tensor{DType: onnx.Uint8, Dims: []int64{}, I64: []int64{int64(z)}})
-			q := fresh(t.act + "_quantized")
-			xdq = fresh(t.act + "_dequantized")
-			before[t.node] = append(before[t.node],
-				&onnx.Node{Name: fresh(t.act + "_QuantizeLinear"), OpType: "QuantizeLinear", Inputs: []string{t.act, sn, zn}, Outputs: []string{q}, Attrs: map[string]*onnx.Attribute{}},
-				&onnx.Node{Name: fresh(t.act + "_DequantizeLinear"), OpType: "DequantizeLinear", Inputs: []string{q, sn, zn}, Outputs: []string{xdq}, Attrs: map[string]*onnx.Attribute{}})
-			actDQ[t.act] = xdq
+			return "", fmt.Errorf("quantize: no calibrated range for %s (input of node %s)", act, n.Name)
+		}
+		s, z := ActivationParams(r)
+		sn := add(act+"_scale", &onnx.Tensor{DType: onnx.Float, Dims: []int64{}, F32: []float32{s}})
+		zn := add(act+"_zero_point", &onnx.Tensor{DType: onnx.Uint8, Dims: []int64{}, I64: []int64{int64(z)}})
+		q := fresh(act + "_quantized")
+		xdq := fresh(act + "_dequantized")
+		before[n] = append(before[n],
+			&onnx.Node{Name: fresh(act + "_QuantizeLinear"), OpType: "QuantizeLinear", Inputs: []string{act, sn, zn}, Outputs: []string{q}, Attrs: map[string]*onnx.Attribute{}},
+			&onnx.Node{Name: fresh(act + "_DequantizeLinear"), OpType: "DequantizeLinear", Inputs: []string{q, sn, zn}, Outputs: []string{xdq}, Attrs: map[string]*onnx.Attribute{}})
+		actDQ[act] = xdq
+		return xdq, nil
+	}
+	byNode := map[*onnx.Node]target{}
+	for _, t := range ts {
+		byNode[t.node] = t
+	}
+	adds := map[*onnx.Node]bool{}
+	for _, n := range residualAdds(m.Graph, ts) {
+		adds[n] = true
+	}
+	for _, n := range m.Graph.Nodes {
+		if adds[n] {
+			a, err := actFor(n.Inputs[0], n)
+			if err != nil {
+				return nil, err
+			}
+			b, err := actFor(n.Inputs[1], n)
+			if err != nil {
+				return nil, err
+			}
+			rewritten[n] = []string{a, b}
+			continue
+		}
+		t, ok := byNode[n]
+		if !ok {
+			continue
+		}
+		xdq, err := actFor(t.act, n)
+		if err != nil {
+			return nil, err
 		}
 		key := fmt.Sprintf("%s/%d", t.weight, t.axis)
 		wdq, ok := wDQ[key]

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"idunno/kernel"
+	"idunno/kernel/graph"
 	"idunno/kernel/onnx"
 	"idunno/kernel/zoo"
 	"idunno/sched/dataset"
@@ -172,5 +173,114 @@ func TestActivationParams(t *testing.T) {
 		if lo > min(r.Min, 0)+s/2 || hi < max(r.Max, 0)-s/2 {
 			t.Errorf("%v: scale %v zero %d covers [%v, %v]", r, s, z, lo, hi)
 		}
+	}
+}
+
+// TestResNetInt8 trains the zoo's ResNet-18 (residual blocks with BatchNormalization, which
+// the exporter-like graph keeps and the compiler folds) for one epoch on 4,000 Fashion-MNIST
+// images resized to 32x32, quantizes it with 256 calibration images, and checks on 1,000
+// test images TestLeNetInt8's bounds: top-1 agreement with the float model of at least 98%
+// and accuracy within 1.5 points. Both inputs of every residual Add read Q/DQ (residualAdds),
+// the compiled graph fuses each such Add into an int8 convolution (no Add or QuantizeLinear
+// left), and two runs give the same bytes.
+func TestResNetInt8(t *testing.T) {
+	pre := dataset.Preprocess{Scale: 1.0 / 255, Resize: [2]int{32, 32}}
+	trainX, trainY := fashion(t, "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", 4000)
+	testX, testY := fashion(t, "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", 1000)
+	m, err := zoo.Build("resnet18", zoo.Options{InputShape: []int64{1, 32, 32}, Classes: 10, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := train.Config{
+		Plan:      train.Plan{Samples: trainX.Len(), Batch: 32, Shards: 1, Epochs: 1, Seed: 1},
+		LR:        0.01,
+		Optimizer: kernel.Optimizer{Kind: "sgd", Momentum: 0.9},
+		Schedule:  train.Schedule{Kind: "constant"},
+		Threads:   2,
+	}
+	fm, _, err := train.Local(context.Background(), m, cfg, train.Data{Images: trainX, Labels: trainY, Prep: pre}, nil, train.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var batches [][]*onnx.Tensor
+	for from := 0; from < 256; from += 64 {
+		b, err := dataset.Batch(trainX, from, from+64, pre, []int64{-1, 1, 32, 32})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Name = "input"
+		batches = append(batches, []*onnx.Tensor{b})
+	}
+	ranges, err := Calibrate(fm, batches, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qm, err := Rewrite(fm, ranges)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qm, err = onnx.Decode(onnx.Encode(qm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	producer := map[string]string{}
+	for _, n := range qm.Graph.Nodes {
+		for _, o := range n.Outputs {
+			producer[o] = n.OpType
+		}
+	}
+	adds := 0
+	for _, n := range qm.Graph.Nodes {
+		if n.OpType == "Add" {
+			adds++
+			if producer[n.Inputs[0]] != "DequantizeLinear" || producer[n.Inputs[1]] != "DequantizeLinear" {
+				t.Errorf("Add %s reads %s and %s, want two DequantizeLinear outputs", n.Name, producer[n.Inputs[0]], producer[n.Inputs[1]])
+			}
+		}
+	}
+	if adds != 8 {
+		t.Errorf("%d Adds, want ResNet-18's 8 residual ones", adds)
+	}
+	g, err := graph.Compile(qm, map[string][]int64{"input": {2, 1, 32, 32}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range g.Nodes {
+		if n.OpType == "Add" || n.OpType == "QuantizeLinear" {
+			t.Errorf("compiled int8 graph keeps %s %s", n.OpType, n.Name)
+		}
+	}
+	a, err := Compare(fm, qm, testX, testY, pre, 250, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d test images: float %.2f%%, int8 %.2f%%, same top-1 %.2f%%, max |diff| %.3g",
+		a.Samples, 100*a.FloatTop1, 100*a.QuantTop1, 100*a.SameTop1, a.MaxAbsDiff)
+	if a.FloatTop1 < 0.6 {
+		t.Fatalf("float model at %.2f%%: training failed", 100*a.FloatTop1)
+	}
+	if a.SameTop1 < 0.98 || math.Abs(a.QuantTop1-a.FloatTop1) > 0.015 {
+		t.Errorf("int8 agreement %.4f (want >= 0.98), accuracy change %.4f (want within 0.015)", a.SameTop1, a.QuantTop1-a.FloatTop1)
+	}
+	km, err := kernel.LoadModel(qm, kernel.Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer km.Close()
+	x, err := dataset.Batch(testX, 0, 32, pre, []int64{-1, 1, 32, 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first []byte
+	for i := 0; i < 2; i++ {
+		out, err := km.Run([]*onnx.Tensor{x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := onnx.EncodeTensor(out[0])
+		if i == 1 && !bytes.Equal(b, first) {
+			t.Fatal("two int8 runs gave different bytes")
+		}
+		first = b
 	}
 }

@@ -129,6 +129,7 @@ func compileOpts(m *onnx.Model, shapes map[string][]int64, consts map[string]*on
 		}
 		c.fusePostOps()
 		c.splitSlicedLinears()
+		c.fuseQDQAdd()
 		c.chainQDQ()
 	}
 	c.pruneDead()

@@ -28,11 +28,23 @@ const (
 	qdqYScale  = "idunno.qdq_y_scale"  // AttrFloat
 	qdqYZero   = "idunno.qdq_y_zero"   // AttrInt
 	qdqYSigned = "idunno.qdq_y_signed" // AttrInt
+	// set by fuseQDQAdd on an int8 Conv whose output went through Q/DQ into a residual Add
+	// now fused as its "sum:" post-op (its first): the output is rounded through that
+	// quantization (o), and the summand is read through its own (s)
+	qdqOScale  = "idunno.qdq_o_scale"  // AttrFloat
+	qdqOZero   = "idunno.qdq_o_zero"   // AttrInt
+	qdqOSigned = "idunno.qdq_o_signed" // AttrInt
+	qdqSScale  = "idunno.qdq_s_scale"  // AttrFloat
+	qdqSZero   = "idunno.qdq_s_zero"   // AttrInt
+	qdqSSigned = "idunno.qdq_s_signed" // AttrInt
 )
 
 // QDQAttrs lists the attributes fuseQDQ and chainQDQ set (for the kernel's lowering).
-var QDQAttrs = struct{ Weights, WScales, XScale, XZero, XSigned, YScale, YZero, YSigned string }{
-	qdqWeights, qdqWScales, qdqXScale, qdqXZero, qdqXSigned, qdqYScale, qdqYZero, qdqYSigned}
+var QDQAttrs = struct {
+	Weights, WScales, XScale, XZero, XSigned, YScale, YZero, YSigned string
+	OScale, OZero, OSigned, SScale, SZero, SSigned                   string
+}{qdqWeights, qdqWScales, qdqXScale, qdqXZero, qdqXSigned, qdqYScale, qdqYZero, qdqYSigned,
+	qdqOScale, qdqOZero, qdqOSigned, qdqSScale, qdqSZero, qdqSSigned}
 
 // dqSource remembers the integer tensor behind a folded DequantizeLinear of a constant.
 type dqSource struct {
@@ -572,43 +584,61 @@ func (c *compiler) chainQDQ() {
 		if ix.dead[n] || n.OpType != "Conv" || n.Attrs[qdqWeights] == nil || n.Attrs[qdqYScale] != nil || len(n.Outputs) != 1 {
 			continue
 		}
-		if a := n.Attrs[postOpsAttr]; a != nil && !activationsOnly(a.Strings) {
+		if a := n.Attrs[postOpsAttr]; a != nil && !activationsOnly(a.Strings) && n.Attrs[qdqSScale] == nil {
+			continue
+		}
+		if len(postOpsOf(n)) >= 7 || hasPrefix(postOpsOf(n), "hard_sigmoid") {
+			// no room for the requantizing linear post-op, or a linear one before it (oneDNN
+			// runs HardSigmoid as linear + clip; 2.6 applies a second linear post-op with
+			// the first one's scale)
 			continue
 		}
 		y := n.Outputs[0]
 		if c.outputs[y] || len(ix.readers[y]) == 0 {
 			continue
 		}
-		var first *onnx.Node
-		convs, ok := c.int8Readers(ix, y, true)
-		for _, r := range convs {
-			if first == nil {
-				first = r
-				continue
-			}
-			for _, k := range []string{qdqXScale, qdqXZero, qdqXSigned} {
-				if a, b := first.Attrs[k], r.Attrs[k]; a.F != b.F || a.I != b.I {
-					ok = false
-				}
-			}
+		qs, ok := c.int8Readers(ix, y, true)
+		for _, q := range qs {
+			ok = ok && q == qs[0]
 		}
-		if !ok || first == nil {
-			continue
+		if !ok || len(qs) == 0 || (n.Attrs[qdqSSigned] != nil && n.Attrs[qdqSSigned].I != qs[0].signed) {
+			continue // (an 8-bit summand is overwritten with the output: the same type)
 		}
-		for _, k := range [][2]string{{qdqXScale, qdqYScale}, {qdqXZero, qdqYZero}, {qdqXSigned, qdqYSigned}} {
-			a := *first.Attrs[k[0]]
-			a.Name = k[1]
-			n.Attrs[k[1]] = &a
-		}
+		n.Attrs[qdqYScale] = &onnx.Attribute{Name: qdqYScale, Type: onnx.AttrFloat, F: qs[0].scale}
+		n.Attrs[qdqYZero] = &onnx.Attribute{Name: qdqYZero, Type: onnx.AttrInt, I: qs[0].zero}
+		n.Attrs[qdqYSigned] = &onnx.Attribute{Name: qdqYSigned, Type: onnx.AttrInt, I: qs[0].signed}
 	}
 }
 
-// int8Readers returns the nodes reading y when every one is an int8 Conv reading it as its
-// input 0 only; with throughPool, a MaxPool reading y (one output, not a graph output) may
+// qparam is one per-tensor 8-bit quantization of a value.
+type qparam struct {
+	scale        float32
+	zero, signed int64
+}
+
+func hasPrefix(posts []string, p string) bool {
+	for _, s := range posts {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func postOpsOf(n *onnx.Node) []string {
+	if a := n.Attrs[postOpsAttr]; a != nil {
+		return a.Strings
+	}
+	return nil
+}
+
+// int8Readers returns how the nodes reading y quantize it when every one is an int8 Conv
+// reading it as its input 0 only, or an int8 Conv reading it only as its quantized summand
+// (fuseQDQAdd); with throughPool, a MaxPool reading y (one output, not a graph output) may
 // stand for its own readers, which must then be such Convs: max pooling commutes with
 // quantization (monotone), so the kernel pools the 8-bit values.
-func (c *compiler) int8Readers(ix *graphIndex, y string, throughPool bool) ([]*onnx.Node, bool) {
-	var out []*onnx.Node
+func (c *compiler) int8Readers(ix *graphIndex, y string, throughPool bool) ([]qparam, bool) {
+	var out []qparam
 	for r, slots := range ix.readers[y] {
 		if throughPool && r.OpType == "MaxPool" && slots == 1 && (len(r.Outputs) == 1 || r.Outputs[1] == "") &&
 			!c.outputs[r.Outputs[0]] && os.Getenv(Int8PoolEnv) != "0" {
@@ -619,12 +649,150 @@ func (c *compiler) int8Readers(ix *graphIndex, y string, throughPool bool) ([]*o
 			out = append(out, more...)
 			continue
 		}
-		if slots != 1 || r.OpType != "Conv" || r.Attrs[qdqWeights] == nil || r.Inputs[0] != y {
+		if slots != 1 || r.OpType != "Conv" || r.Attrs[qdqWeights] == nil {
 			return nil, false
 		}
-		out = append(out, r)
+		if r.Inputs[0] == y {
+			out = append(out, qparam{r.Attrs[qdqXScale].F, r.Attrs[qdqXZero].I, r.Attrs[qdqXSigned].I})
+			continue
+		}
+		if r.Attrs[qdqSScale] == nil || !hasSum(r, y) {
+			return nil, false
+		}
+		out = append(out, qparam{r.Attrs[qdqSScale].F, r.Attrs[qdqSZero].I, r.Attrs[qdqSSigned].I})
 	}
 	return out, true
+}
+
+func hasSum(n *onnx.Node, y string) bool {
+	for _, p := range postOpsOf(n) {
+		if p == "sum:"+y {
+			return true
+		}
+	}
+	return false
+}
+
+// Int8AddEnv names the environment variable that, set to 0, turns fuseQDQAdd off (A/B):
+// the Q/DQ around residual Adds then run on the reference path.
+const Int8AddEnv = "IDK_INT8_ADD"
+
+// fuseQDQAdd fuses Add(DQ(Q(a)), DQ(Q(b))), with a the output of an int8 Conv without
+// post-ops read only through that Q/DQ and b computed before the Conv (same dims), into the
+// Conv: its output is rounded through a's quantization (qdq_o_*: round and saturate as
+// oneDNN post-ops), then b is added as its "sum:" post-op read through b's quantization
+// (qdq_s_*: the kernel adds b's 8-bit values with their scale and zero point), and a ReLU
+// after the Add follows (it commutes with the kernel's scaling, as other activations would
+// not; oneDNN 2.6 also mixes up two linear post-ops in one convolution). When both inputs are such Convs the later one takes the Add (the
+// other's output is then its summand: ResNet's downsampling blocks). chainQDQ may then let
+// the Conv write 8 bits, so that a residual stream stays 8-bit between blocks. The values
+// equal the reference path's up to float rounding (a tie may round one step apart).
+func (c *compiler) fuseQDQAdd() {
+	if os.Getenv(Int8AddEnv) == "0" {
+		return
+	}
+	ix := c.index()
+	type side struct {
+		v     string
+		q, dq *onnx.Node
+		p     qparam
+		conv  *onnx.Node // the int8 Conv producing v, read only through q and dq by the Add
+	}
+	for _, add := range c.nodes {
+		if ix.dead[add] || add.OpType != "Add" || len(add.Inputs) != 2 || len(add.Outputs) != 1 || add.Inputs[0] == add.Inputs[1] {
+			continue
+		}
+		var sides [2]side
+		ok := true
+		for i, in := range add.Inputs {
+			dq := ix.producer[in]
+			if dq == nil || dq.OpType != "DequantizeLinear" || c.consts[in] != nil {
+				ok = false
+				break
+			}
+			q := ix.producer[dq.Inputs[0]]
+			if q == nil || q.OpType != "QuantizeLinear" {
+				ok = false
+				break
+			}
+			s, z, sg, good := c.sameTensorParams(q, dq)
+			if !good {
+				ok = false
+				break
+			}
+			sd := side{v: q.Inputs[0], q: q, dq: dq, p: qparam{s, z, sg}}
+			p := ix.producer[sd.v]
+			if p != nil && p.OpType == "Conv" && p.Attrs[qdqWeights] != nil && p.Attrs[qdqOScale] == nil && len(p.Outputs) == 1 &&
+				len(postOpsOf(p)) == 0 && !c.outputs[sd.v] && ix.onlyReader(sd.v) == q &&
+				!c.outputs[in] && !c.outputs[dq.Inputs[0]] && ix.onlyReader(dq.Inputs[0]) == dq && ix.onlyReader(in) == add {
+				sd.conv = p
+			}
+			sides[i] = sd
+		}
+		if !ok {
+			continue
+		}
+		m := -1 // the side whose Conv takes the Add
+		for i, sd := range sides {
+			o := sides[1-i]
+			if sd.conv == nil || o.v == sd.v || c.consts[o.v] != nil {
+				continue
+			}
+			if p := ix.producer[o.v]; p != nil && ix.pos[p] >= ix.pos[sd.conv] {
+				continue
+			}
+			vd, od, ad := c.vals[sd.v], c.vals[o.v], c.vals[add.Outputs[0]]
+			if vd == nil || od == nil || ad == nil || od.DType != onnx.Float || !dimsEqual(vd.Dims, od.Dims) || !dimsEqual(vd.Dims, ad.Dims) {
+				continue
+			}
+			if m < 0 || ix.pos[sd.conv] > ix.pos[sides[m].conv] {
+				m = i
+			}
+		}
+		if m < 0 {
+			continue
+		}
+		main, other, conv := sides[m], sides[1-m], sides[m].conv
+		posts := []string{"sum:" + other.v}
+		set := func(name string, f float32, i int64, isInt bool) {
+			if isInt {
+				conv.Attrs[name] = &onnx.Attribute{Name: name, Type: onnx.AttrInt, I: i}
+			} else {
+				conv.Attrs[name] = &onnx.Attribute{Name: name, Type: onnx.AttrFloat, F: f}
+			}
+		}
+		set(qdqOScale, main.p.scale, 0, false)
+		set(qdqOZero, 0, main.p.zero, true)
+		set(qdqOSigned, 0, main.p.signed, true)
+		set(qdqSScale, other.p.scale, 0, false)
+		set(qdqSZero, 0, other.p.zero, true)
+		set(qdqSSigned, 0, other.p.signed, true)
+		ix.kill(main.q)
+		ix.kill(main.dq)
+		ix.kill(add)
+		// the summand's Q/DQ served the Add alone unless a reader of x kept its own
+		if o := other.dq.Outputs[0]; ix.uses(o) == 0 && !c.outputs[o] {
+			ix.kill(other.dq)
+			if o := other.q.Outputs[0]; ix.uses(o) == 0 && !c.outputs[o] {
+				ix.kill(other.q)
+			}
+		}
+		ix.addReader(other.v, conv)
+		for _, v := range []string{main.v, main.q.Outputs[0], main.dq.Outputs[0]} {
+			delete(c.vals, v)
+		}
+		conv.Outputs[0] = add.Outputs[0]
+		ix.producer[conv.Outputs[0]] = conv
+		if out, next := conv.Outputs[0], ix.onlyReader(conv.Outputs[0]); !c.outputs[out] && next != nil && next.OpType == "Relu" {
+			posts = append(posts, "relu")
+			ix.kill(next)
+			delete(c.vals, out)
+			conv.Outputs[0] = next.Outputs[0]
+			ix.producer[conv.Outputs[0]] = conv
+		}
+		conv.Attrs[postOpsAttr] = &onnx.Attribute{Name: postOpsAttr, Type: onnx.AttrStrings, Strings: posts}
+	}
+	c.compact(ix)
 }
 
 // Int8PoolEnv names the environment variable that, set to 0, stops chainQDQ from chaining

@@ -166,10 +166,15 @@ typedef enum {
      * s32 accumulation). in: x (f32), w (constant i8, ONNX's (O, I/group, k...)), w_scales
      * (constant f32 [O]), [bias (constant f32 [O])]. The kernel quantizes x as QUANTIZE with x_scale and
      * x_zero_point (u8, or s8 when x_signed), then y = x_scale * w_scales[o] * sum((xq - zp) * w)
-     * + bias[o], in f32. i: as CONV, then x_zero_point, x_signed. f: x_scale. Post-ops allowed.
-     * With i: ..., y_zero_point, y_signed and f: x_scale, y_scale, y is written already quantized
-     * with those (8 bits in the chosen layout, its declared type staying f32): then only QCONV
-     * ops with that x_scale, x_zero_point and x_signed may read y, and it takes no sum post-op. */
+     * + bias[o], in f32. i: as CONV, then x_zero_point, x_signed, y_q, y_zero_point, y_signed,
+     * o_q, o_zero_point, o_signed, s_q, s_zero_point, s_signed. f: x_scale, y_scale, o_scale,
+     * s_scale. Post-ops allowed. With y_q (1), y is written already quantized with y's scale
+     * and zero point (8 bits in the chosen layout, its declared type staying f32): then only
+     * QCONV ops with that x_scale, x_zero_point and x_signed (or as their summand, s_*) may
+     * read y. With o_q and s_q (both or neither; then the post-ops are a sum and at most a
+     * ReLU), the value is first rounded through QUANTIZE and DEQUANTIZE with o's scale and
+     * zero point, and the summand is added as DEQUANTIZE(QUANTIZE(summand)) with s's: ONNX
+     * QDQ around a residual Add. */
     IDK_OP_QCONV = 66,
     /* Matrix product of an 8-bit quantized input with int8 weights (oneDNN's int8 matmul).
      * in: x (f32, rank >= 2, read as rows of its last dim K), w (constant i8 [K, N]), w_scales
