@@ -2822,6 +2822,41 @@ static void row_strides(const idk_tensor_t *x, int64_t *st) {
     }
 }
 
+/* channels_last_transpose lowers a 4-D f32 Transpose between channels-first and
+ * channels-last (ConvNeXt's permutes around each block's LayerNorm and Linear layers, and
+ * its stem's and downsamplings' LayerNorm2d) without a copy of its own:
+ * - perm (0,2,3,1): the output, plain, is the input stored nhwc; an input held in another
+ *   layout (a depthwise convolution's nChw16c) is reordered into it in one oneDNN reorder,
+ *   not two (to plain, then the transpose);
+ * - perm (0,3,1,2): the output is the input's plain buffer seen as nhwc (no step); its
+ *   readers (ConvNeXt: the layer scale's Mul, the residual Add, the next depthwise
+ *   convolution's reorder to nChw16c) take that layout, and a reader that needs it plain
+ *   gets the reorder the transpose did before.
+ * Not for constants or graph inputs (the output would share their buffer). Returns 1 if
+ * lowered, 0 if not its case, -1 on error. IDK_CL_TRANSPOSE=0 keeps the copies. */
+static int channels_last_transpose(idk_plan_t *p, const idk_op_t *op) {
+    const idk_tensor_t *x = T(0), *o = OUT;
+    if (env_off("IDK_CL_TRANSPOSE") || o->ndims != 4 || o->dtype != IDK_F32 || x->cdata || x->is_in ||
+        idk_tensor_volume(o) == 0 || op->ia[0] != 0)
+        return 0;
+    int toward = op->ia[1] == 2 && op->ia[2] == 3 && op->ia[3] == 1;
+    int back = op->ia[1] == 3 && op->ia[2] == 1 && op->ia[3] == 2;
+    if (!toward && !back) return 0;
+    dnnl_dims_t d;
+    dnnl_memory_desc_t nhwc;
+    int b;
+    if (toward) {
+        for (int i = 0; i < 4; i++) d[i] = x->dims[i];
+        dnnl_memory_desc_init_by_tag(&nhwc, 4, d, dnnl_f32, dnnl_nhwc);
+        if (idk_get_view(p, op->in[0], &nhwc, &b) != 0) return -1;
+        return idk_set_output(p, op->out[0], NULL, 1, b) == 0 ? 1 : -1;
+    }
+    for (int i = 0; i < 4; i++) d[i] = o->dims[i];
+    dnnl_memory_desc_init_by_tag(&nhwc, 4, d, dnnl_f32, dnnl_nhwc);
+    if (idk_get_plain(p, op->in[0], &b) != 0) return -1;
+    return idk_set_output(p, op->out[0], &nhwc, 0, b) == 0 ? 1 : -1;
+}
+
 static idk_status_t lower_transpose(idk_plan_t *p, const idk_op_t *op) {
     const idk_tensor_t *x = T(0), *o = OUT;
     /* a permutation that only moves dims of size 1 keeps the bytes in order: its buffer
@@ -2834,6 +2869,8 @@ static idk_status_t lower_transpose(idk_plan_t *p, const idk_op_t *op) {
         last = op->ia[i];
     }
     if (same) return lower_reshape(p, op);
+    int cl = channels_last_transpose(p, op);
+    if (cl != 0) return cl > 0 ? IDK_OK : IDK_ERR_DNNL;
     int64_t xs[IDK_MAX_DIMS], st[IDK_MAX_DIMS];
     row_strides(x, xs);
     for (int i = 0; i < o->ndims; i++) st[i] = xs[op->ia[i]];
