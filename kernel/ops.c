@@ -853,6 +853,190 @@ static int is_nhwc(idk_plan_t *p, int tid, dnnl_data_type_t dt) {
     return dnnl_memory_desc_equal(&v->md, &nhwc);
 }
 
+/* ---- grouped 3x3 convolutions of 4 or 8 channels a group, on nChw16c ---- */
+
+/* GCONV_R: output pixels of a row held in registers at once. */
+#define GCONV_R 8
+
+/* gconv_row computes output pixels ow0 .. ow0 + R - 1 of row oh of one 16-channel block (xb:
+ * the block's input planes, IH x IW x 16; wb: its weights, [kh][kw][j][16], lane l the block's
+ * output channel l, j the input channel within its group; y: the output row). A lane's group
+ * holds CG channels, lanes l - l % CG to l - l % CG + CG - 1 of the same block, so input
+ * channel j of lane l's group is lane l - l % CG + j of the input vector: one permute
+ * (idx[j]) gives all 16 lanes their operand, and each input column is permuted once for the
+ * up to three taps that read it. Every output sums bias, then kh, kw, j in that order, whatever
+ * thread computes it. S, CG, R and edge (columns may fall in the padding) are constants at
+ * each call site below. */
+static inline __attribute__((always_inline, target("avx512f"))) void
+gconv_row(const float *xb, const float *wb, const __m512i *idx, __m512 bias, float *y, int64_t IH, int64_t IW,
+          int64_t oh, int64_t ow0, const int S, const int CG, const int R, const int edge, int relu) {
+    __m512 acc[GCONV_R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) acc[r] = bias;
+    for (int kh = 0; kh < 3; kh++) {
+        int64_t ih = oh * S - 1 + kh;
+        if (ih < 0 || ih >= IH) continue;
+        const float *row = xb + ih * IW * 16;
+        int64_t iw0 = ow0 * S - 1;
+        const float *wk = wb + kh * 3 * CG * 16;
+#pragma GCC unroll 32
+        for (int c = 0; c < (R - 1) * S + 3; c++) {
+            if (edge && (iw0 + c < 0 || iw0 + c >= IW)) continue;
+            __m512 v = _mm512_loadu_ps(row + (iw0 + c) * 16);
+#pragma GCC unroll 8
+            for (int j = 0; j < CG; j++) {
+                __m512 sj = _mm512_permutexvar_ps(idx[j], v);
+#pragma GCC unroll 3
+                for (int kw = 0; kw < 3; kw++) {
+                    int d = c - kw;
+                    if (d >= 0 && d % S == 0 && d / S < R)
+                        acc[d / S] = _mm512_fmadd_ps(sj, _mm512_loadu_ps(wk + (kw * CG + j) * 16), acc[d / S]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        _mm512_storeu_ps(y + (ow0 + r) * 16, relu ? _mm512_max_ps(acc[r], _mm512_setzero_ps()) : acc[r]);
+}
+
+/* gconv_line computes one output row of one block, in register blocks of GCONV_R pixels and
+ * a narrower last one. */
+static inline __attribute__((always_inline, target("avx512f"))) void
+gconv_line(const float *xb, const float *wb, const __m512i *idx, __m512 bias, float *y, int64_t IH, int64_t IW,
+           int64_t OW, int64_t oh, const int S, const int CG, int relu) {
+    int64_t ow0 = 0;
+    for (; ow0 + GCONV_R <= OW; ow0 += GCONV_R) {
+        /* interior blocks read no padding column */
+        if (ow0 * S - 1 >= 0 && (ow0 + GCONV_R - 1) * S + 1 < IW)
+            gconv_row(xb, wb, idx, bias, y, IH, IW, oh, ow0, S, CG, GCONV_R, 0, relu);
+        else
+            gconv_row(xb, wb, idx, bias, y, IH, IW, oh, ow0, S, CG, GCONV_R, 1, relu);
+    }
+    switch (OW - ow0) {
+    case 1: gconv_row(xb, wb, idx, bias, y, IH, IW, oh, ow0, S, CG, 1, 1, relu); break;
+    case 2: gconv_row(xb, wb, idx, bias, y, IH, IW, oh, ow0, S, CG, 2, 1, relu); break;
+    case 3: gconv_row(xb, wb, idx, bias, y, IH, IW, oh, ow0, S, CG, 3, 1, relu); break;
+    case 4: gconv_row(xb, wb, idx, bias, y, IH, IW, oh, ow0, S, CG, 4, 1, relu); break;
+    case 5: gconv_row(xb, wb, idx, bias, y, IH, IW, oh, ow0, S, CG, 5, 1, relu); break;
+    case 6: gconv_row(xb, wb, idx, bias, y, IH, IW, oh, ow0, S, CG, 6, 1, relu); break;
+    case 7: gconv_row(xb, wb, idx, bias, y, IH, IW, oh, ow0, S, CG, 7, 1, relu); break;
+    default: break;
+    }
+}
+
+#define GCONV_LINE_FN(S, CG)                                                                                          \
+    static __attribute__((target("avx512f"))) void gconv_line_s##S##_g##CG(                                          \
+        const float *xb, const float *wb, const __m512i *idx, __m512 bias, float *y, int64_t IH, int64_t IW,          \
+        int64_t OW, int64_t oh, int relu) {                                                                           \
+        gconv_line(xb, wb, idx, bias, y, IH, IW, OW, oh, S, CG, relu);                                                \
+    }
+GCONV_LINE_FN(1, 4)
+GCONV_LINE_FN(2, 4)
+GCONV_LINE_FN(1, 8)
+GCONV_LINE_FN(2, 8)
+
+/* fn_gconv runs a grouped 3x3 convolution (pads 1 at the top and left, stride 1 or 2) whose
+ * groups hold CG = 4 or 8 input and as many output channels, input and output on nChw16c
+ * (bufs: x, w as gconv_row reads it, bias or -1, y; n1 = N, n2 = 16-channel blocks, n3 = CG;
+ * extra: IH, IW, OH, OW, stride; alg: a ReLU after). The output rows of every image and block
+ * split across the threads. */
+static __attribute__((target("avx512f"))) idk_status_t fn_gconv(idk_plan_t *p, idk_step_t *s) {
+    const float *x = idk_buf_ptr(p, s->bufs[0]), *w = idk_buf_ptr(p, s->bufs[1]);
+    const float *bias = s->bufs[2] >= 0 ? idk_buf_ptr(p, s->bufs[2]) : NULL;
+    float *y = idk_buf_ptr(p, s->bufs[3]);
+    int64_t N = s->n1, CB = s->n2, CG = s->n3, IH = s->extra[0], IW = s->extra[1], OH = s->extra[2],
+            OW = s->extra[3], S = s->extra[4];
+    int relu = s->alg & 1, nth = s->one_thread ? 1 : p->threads;
+    __m512i idx[8];
+    for (int j = 0; j < CG; j++) {
+        int32_t l[16];
+        for (int i = 0; i < 16; i++) l[i] = i - i % (int)CG + j;
+        idx[j] = _mm512_loadu_si512(l);
+    }
+    void (*line)(const float *, const float *, const __m512i *, __m512, float *, int64_t, int64_t, int64_t, int64_t,
+                 int) = S == 1 ? (CG == 4 ? gconv_line_s1_g4 : gconv_line_s1_g8)
+                               : (CG == 4 ? gconv_line_s2_g4 : gconv_line_s2_g8);
+#pragma omp parallel for num_threads(nth) schedule(static)
+    for (int64_t r = 0; r < N * CB * OH; r++) {
+        int64_t oh = r % OH, nb = r / OH, cb = nb % CB;
+        __m512 bv = bias ? _mm512_loadu_ps(bias + cb * 16) : _mm512_setzero_ps();
+        line(x + nb * IH * IW * 16, w + cb * 9 * CG * 16, idx, bv, y + (nb * OH + oh) * OW * 16, IH, IW, OW, oh, relu);
+    }
+    return IDK_OK;
+}
+
+/* lower_gconv lowers a grouped 3x3 convolution with 4 or 8 channels a group in and out
+ * (ResNeXt-50's first two stages: 32 groups of 4 and 8) to fn_gconv on nChw16c, the layout
+ * of the 1x1 convolutions on either side. oneDNN 2.6 has jit kernels for these groups only
+ * on nChw4c and nChw8c, so they cost a reorder of the activations before and after besides
+ * (benchmarks/README.md, helper h12w). Constant weights, channels a multiple of 16, pads 1
+ * at the top and left, dilation 1, stride 1 or 2 (both axes), at most a ReLU after, fp32 on
+ * AVX-512; IDK_GCONV=0 keeps oneDNN's. Returns IDK_ERR_UNSUPPORTED, having added nothing,
+ * where it does not apply. */
+static idk_status_t lower_gconv(idk_plan_t *p, const idk_op_t *op) {
+    const idk_tensor_t *x = T(0), *w = T(1), *o = OUT;
+    if (p->prec != IDK_F32 || x->ndims != 4 || op->ni != 10 || env_off("IDK_GCONV") ||
+        !__builtin_cpu_supports("avx512f"))
+        return IDK_ERR_UNSUPPORTED;
+    /* ia: spatial rank, strides, dilations, pads begin, pads end, group */
+    const int64_t *ia = op->ia;
+    int64_t C = x->dims[1], g = ia[9], cg = w->dims[1], st = ia[1];
+    if (g < 2 || (cg != 4 && cg != 8) || w->dims[0] != C || C % 16 || w->dims[2] != 3 || w->dims[3] != 3 ||
+        !w->cdata || (st != 1 && st != 2) || ia[2] != st || ia[3] != 1 || ia[4] != 1 || ia[5] != 1 || ia[6] != 1)
+        return IDK_ERR_UNSUPPORTED;
+    int relu = 0;
+    for (int i = 0; i < op->npost; i++) {
+        const idk_post_t *q = &op->post[i];
+        if (q->kind != IDK_POST_ELTWISE || q->alg != IDK_ELT_RELU || q->alpha != 0 || relu) return IDK_ERR_UNSUPPORTED;
+        relu = 1;
+    }
+    /* the ONNX weights (C, CG, 3, 3) seen as (C/16, 16/CG, CG, CG, 3, 3), re-laid out once
+     * as [C/16][3][3][CG (input j)][16/CG][CG (output)] */
+    int64_t wd[6] = {C / 16, 16 / cg, cg, cg, 3, 3};
+    dnnl_dims_t wdd, wst;
+    for (int i = 0; i < 6; i++) wdd[i] = wd[i];
+    wst[2] = 1;
+    wst[1] = cg;
+    wst[3] = 16;
+    wst[5] = 16 * cg;
+    wst[4] = 16 * cg * 3;
+    wst[0] = 16 * cg * 9;
+    dnnl_memory_desc_t plain6, wmd, xmd, ymd;
+    dims_md(&plain6, 6, wd);
+    if (dnnl_memory_desc_init_by_strides(&wmd, 6, wdd, dnnl_f32, wst) != dnnl_success)
+        return idk_fail(p, IDK_ERR_DNNL, "op %d: grouped conv weights layout", p->cur_op);
+    dnnl_dims_t d;
+    for (int i = 0; i < 4; i++) d[i] = x->dims[i];
+    dnnl_memory_desc_init_by_tag(&xmd, 4, d, dnnl_f32, dnnl_nChw16c);
+    for (int i = 0; i < 4; i++) d[i] = o->dims[i];
+    dnnl_memory_desc_init_by_tag(&ymd, 4, d, dnnl_f32, dnnl_nChw16c);
+    int xb, wb, cb = -1, yb;
+    if (first_view(p, op->in[1], &plain6) != 0 || idk_get_view(p, op->in[1], &wmd, &wb) != 0 ||
+        idk_get_view(p, op->in[0], &xmd, &xb) != 0 || (op->nin == 3 && idk_get_plain(p, op->in[2], &cb) != 0) ||
+        (yb = new_out(p, op->out[0], &ymd)) < 0)
+        return p->err[0] ? IDK_ERR_DNNL : idk_fail(p, IDK_ERR_NOMEM, "op %d: grouped conv buffers", p->cur_op);
+    idk_step_t *s = idk_new_step(p);
+    if (!s || !(s->extra = calloc(5, sizeof(int64_t))))
+        return idk_fail(p, IDK_ERR_NOMEM, "op %d: grouped conv step", p->cur_op);
+    s->fn = fn_gconv;
+    s->nb = 4;
+    s->bufs[0] = xb;
+    s->bufs[1] = wb;
+    s->bufs[2] = cb;
+    s->bufs[3] = yb;
+    s->n1 = x->dims[0];
+    s->n2 = C / 16;
+    s->n3 = cg;
+    s->extra[0] = x->dims[2];
+    s->extra[1] = x->dims[3];
+    s->extra[2] = o->dims[2];
+    s->extra[3] = o->dims[3];
+    s->extra[4] = st;
+    s->alg = relu;
+    return IDK_OK;
+}
+
 static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
     const idk_tensor_t *x = T(0), *w = T(1), *o = OUT;
     int nd = x->ndims, S = nd - 2;
@@ -864,6 +1048,10 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
         dl[i] = ia[1 + S + i] - 1;
         pb[i] = ia[1 + 2 * S + i];
         pe[i] = ia[1 + 3 * S + i];
+    }
+    if (g > 1 && nd == 4) {
+        idk_status_t gr = lower_gconv(p, op);
+        if (gr != IDK_ERR_UNSUPPORTED) return gr;
     }
     dnnl_memory_desc_t src, wei, bias, dst;
     dnnl_data_type_t dt = compute_dt(p);
@@ -2638,6 +2826,41 @@ static void row_strides(const idk_tensor_t *x, int64_t *st) {
     }
 }
 
+/* channels_last_transpose lowers a 4-D f32 Transpose between channels-first and
+ * channels-last (ConvNeXt's permutes around each block's LayerNorm and Linear layers, and
+ * its stem's and downsamplings' LayerNorm2d) without a copy of its own:
+ * - perm (0,2,3,1): the output, plain, is the input stored nhwc; an input held in another
+ *   layout (a depthwise convolution's nChw16c) is reordered into it in one oneDNN reorder,
+ *   not two (to plain, then the transpose);
+ * - perm (0,3,1,2): the output is the input's plain buffer seen as nhwc (no step); its
+ *   readers (ConvNeXt: the layer scale's Mul, the residual Add, the next depthwise
+ *   convolution's reorder to nChw16c) take that layout, and a reader that needs it plain
+ *   gets the reorder the transpose did before.
+ * Not for constants or graph inputs (the output would share their buffer). Returns 1 if
+ * lowered, 0 if not its case, -1 on error. IDK_CL_TRANSPOSE=0 keeps the copies. */
+static int channels_last_transpose(idk_plan_t *p, const idk_op_t *op) {
+    const idk_tensor_t *x = T(0), *o = OUT;
+    if (env_off("IDK_CL_TRANSPOSE") || o->ndims != 4 || o->dtype != IDK_F32 || x->cdata || x->is_in ||
+        idk_tensor_volume(o) == 0 || op->ia[0] != 0)
+        return 0;
+    int toward = op->ia[1] == 2 && op->ia[2] == 3 && op->ia[3] == 1;
+    int back = op->ia[1] == 3 && op->ia[2] == 1 && op->ia[3] == 2;
+    if (!toward && !back) return 0;
+    dnnl_dims_t d;
+    dnnl_memory_desc_t nhwc;
+    int b;
+    if (toward) {
+        for (int i = 0; i < 4; i++) d[i] = x->dims[i];
+        dnnl_memory_desc_init_by_tag(&nhwc, 4, d, dnnl_f32, dnnl_nhwc);
+        if (idk_get_view(p, op->in[0], &nhwc, &b) != 0) return -1;
+        return idk_set_output(p, op->out[0], NULL, 1, b) == 0 ? 1 : -1;
+    }
+    for (int i = 0; i < 4; i++) d[i] = o->dims[i];
+    dnnl_memory_desc_init_by_tag(&nhwc, 4, d, dnnl_f32, dnnl_nhwc);
+    if (idk_get_plain(p, op->in[0], &b) != 0) return -1;
+    return idk_set_output(p, op->out[0], &nhwc, 0, b) == 0 ? 1 : -1;
+}
+
 static idk_status_t lower_transpose(idk_plan_t *p, const idk_op_t *op) {
     const idk_tensor_t *x = T(0), *o = OUT;
     /* a permutation that only moves dims of size 1 keeps the bytes in order: its buffer
@@ -2650,6 +2873,8 @@ static idk_status_t lower_transpose(idk_plan_t *p, const idk_op_t *op) {
         last = op->ia[i];
     }
     if (same) return lower_reshape(p, op);
+    int cl = channels_last_transpose(p, op);
+    if (cl != 0) return cl > 0 ? IDK_OK : IDK_ERR_DNNL;
     int64_t xs[IDK_MAX_DIMS], st[IDK_MAX_DIMS];
     row_strides(x, xs);
     for (int i = 0; i < o->ndims; i++) st[i] = xs[op->ia[i]];

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""lineup.py: IDunno's and ONNX Runtime's per-layer times side by side, batch 1.
+"""lineup.py: IDunno's and ONNX Runtime's per-layer times side by side (batch 1 unless --batch).
 
 Runs, alternately for ROUNDS rounds of SECONDS each, `idunno bench kernel` with
 IDK_PROFILE=2 (every plan step's fastest run, with shapes) and bin/ortprof (ORT's per-node
@@ -11,7 +11,7 @@ what other load disturbs least. ORT's fused nodes (Conv with its Add and Relu) a
 (convolution post-ops) match one to one on convolutional networks; other ops are summed per
 ORT op type at the end.
 
-usage: python3 benchmarks/ort/lineup.py --model resnet50 [--threads 2] [--rounds 3]
+usage: python3 benchmarks/ort/lineup.py --model resnet50 [--batch 1] [--threads 2] [--rounds 3]
        [--seconds 3] [--csv out.csv] [--env IDK_X=1 ...]
 (make bin/idunno bin/libidunno_kernel.so bin/ortprof first; the models are the ones
 benchmarks/ort exports to ~/.cache/idunno/ortbench.)
@@ -50,6 +50,7 @@ def ours_ops(path):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--model', required=True)
+    ap.add_argument('--batch', type=int, default=1)
     ap.add_argument('--threads', type=int, default=2)
     ap.add_argument('--rounds', type=int, default=3)
     ap.add_argument('--seconds', type=float, default=3)
@@ -64,11 +65,11 @@ def main():
     ort = collections.defaultdict(list)
     info = {}
     for r in range(a.rounds):
-        out = subprocess.run([os.path.join(ROOT, 'bin', 'ortprof'), ORTLIB, model, '1', str(size), str(a.threads),
+        out = subprocess.run([os.path.join(ROOT, 'bin', 'ortprof'), ORTLIB, model, str(a.batch), str(size), str(a.threads),
                               str(a.seconds), os.path.join(tmp, 'ort%d' % r)], capture_output=True, text=True, check=True)
         print('round %d ort  %s' % (r + 1, out.stdout.strip()), file=sys.stderr)
         with open(os.path.join(tmp, 'ours%d.txt' % r), 'w') as f:
-            out = subprocess.run([os.path.join(ROOT, 'bin', 'idunno'), 'bench', 'kernel', '--model', model, '--batch', '1',
+            out = subprocess.run([os.path.join(ROOT, 'bin', 'idunno'), 'bench', 'kernel', '--model', model, '--batch', str(a.batch),
                                   '--threads', str(a.threads), '--seconds', str(a.seconds), '--json'],
                                  stdout=subprocess.PIPE, stderr=f, text=True, env=env, check=True)
         res = json.loads(out.stdout)
