@@ -852,24 +852,27 @@ static int is_tag(idk_plan_t *p, int tid, dnnl_data_type_t dt, dnnl_format_tag_t
  * convolution reading it in nhwc needs no reorder. */
 static int is_nhwc(idk_plan_t *p, int tid, dnnl_data_type_t dt) { return is_tag(p, tid, dt, dnnl_nhwc); }
 
-/* s2_blocked: a dense 3x3 stride-2 convolution at batch 1 with at least 14x14 outputs
- * reading an nChw16c tensor (the first of a ResNet stage, after the blocked Winograd stage
- * before it) runs oneDNN's jit kernel on nChw16c instead of brgconv on nhwc. On nhwc it cost
- * a reorder of its input, put the 1x1 expansion after it on nhwc too, and the blocked
- * projection shortcut then reordered that expansion's output to sum into it: two reorders
- * a stage. The jit kernel itself is slower than brgconv at 7x7 outputs and on large
- * convolutions (Wide ResNet-50-2's, 462M multiply-adds: 3.3 -> 3.6-3.8 ms), by more than
- * the reorders cost, so only up to 2^27 multiply-adds (ResNet-50's 116M, ResNet-18's 58M;
- * benchmarks/README.md, helper h12s). Only for padded convolutions that halve the size (a
+/* s2_blocked: a dense 3x3 stride-2 convolution at batch 1 with at least 14x14 outputs and
+ * as many input as output channels reading an nChw16c tensor (a ResNet bottleneck's, first
+ * in its stage, after the blocked Winograd stage before it) runs oneDNN's jit kernel on
+ * nChw16c instead of brgconv on nhwc. On nhwc it cost a reorder of its input, put the 1x1
+ * expansion after it on nhwc too, and the blocked projection shortcut then reordered that
+ * expansion's output to sum into it: two reorders a stage. The jit kernel itself is slower
+ * than brgconv at 7x7 outputs and on large convolutions (Wide ResNet-50-2's, 462M
+ * multiply-adds: 3.3 -> 3.6-3.8 ms) by more than the reorders cost, so only up to 2^27
+ * multiply-adds (ResNet-50's 116M); and ResNet-18's
+ * 64->128 and 128->256 ones, read by a Winograd convolution and not a 1x1, lost 0.1 ms each
+ * (benchmarks/README.md, helper h12s). Only for padded convolutions that halve the size (a
  * ResNet's), where it was measured: Inception-v3's unpadded 35x35 -> 17x17 ones keep
  * brgconv, whose layout the blocks after them follow. IDK_S2_BLOCKED=0 keeps brgconv. */
 static int s2_blocked(idk_plan_t *p, const idk_op_t *op, const idk_tensor_t *x, const idk_tensor_t *w,
                       const idk_tensor_t *o, const dnnl_dims_t st, dnnl_data_type_t dt) {
-    int64_t g = op->ia[1 + 4 * 2];
-    return g == 1 && x->dims[0] == 1 && op->ia[3] == 1 && op->ia[4] == 1 && w->dims[2] == 3 && w->dims[3] == 3 && st[0] == 2 && st[1] == 2 &&
-           o->dims[2] * o->dims[3] >= 14 * 14 && x->dims[2] == 2 * o->dims[2] && x->dims[3] == 2 * o->dims[3] &&
-           o->dims[1] * x->dims[1] * 9 * o->dims[2] * o->dims[3] <= ((int64_t)1 << 27) && x->dims[1] % 16 == 0 && o->dims[1] % 16 == 0 && is_tag(p, op->in[0], dt, dnnl_nChw16c) &&
-           !env_off("IDK_S2_BLOCKED");
+    const int64_t *ia = op->ia; /* 2-D: strides ia[1..2], dilations ia[3..4], group ia[9] */
+    int64_t macs = o->dims[1] * x->dims[1] * 9 * o->dims[2] * o->dims[3];
+    return ia[9] == 1 && x->dims[0] == 1 && w->dims[2] == 3 && w->dims[3] == 3 && st[0] == 2 && st[1] == 2 &&
+           ia[3] == 1 && ia[4] == 1 && x->dims[1] == o->dims[1] && x->dims[1] % 16 == 0 &&
+           x->dims[2] == 2 * o->dims[2] && x->dims[3] == 2 * o->dims[3] && o->dims[2] * o->dims[3] >= 14 * 14 &&
+           macs <= ((int64_t)1 << 27) && is_tag(p, op->in[0], dt, dnnl_nChw16c) && !env_off("IDK_S2_BLOCKED");
 }
 
 static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
