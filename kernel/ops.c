@@ -860,11 +860,11 @@ static int is_nhwc(idk_plan_t *p, int tid, dnnl_data_type_t dt) { return is_tag(
  * expansion's output to sum into it: two reorders a stage. The jit kernel itself is slower
  * than brgconv at 7x7 outputs and on large convolutions (Wide ResNet-50-2's, 462M
  * multiply-adds: 3.3 -> 3.6-3.8 ms) by more than the reorders cost, so only up to 2^27
- * multiply-adds (ResNet-50's 116M); and ResNet-18's
- * 64->128 and 128->256 ones, read by a Winograd convolution and not a 1x1, lost 0.1 ms each
- * (benchmarks/README.md, helper h12s). Only for padded convolutions that halve the size (a
- * ResNet's), where it was measured: Inception-v3's unpadded 35x35 -> 17x17 ones keep
- * brgconv, whose layout the blocks after them follow. IDK_S2_BLOCKED=0 keeps brgconv. */
+ * multiply-adds (ResNet-50's 116M); and ResNet-18's 64->128 and 128->256 ones, read by a
+ * Winograd convolution and not a 1x1, lost 0.1 ms each (benchmarks/README.md, helper h12s).
+ * Only for padded convolutions that halve the size (a ResNet's), where it was measured:
+ * Inception-v3's unpadded 35x35 -> 17x17 ones keep brgconv, whose layout the blocks after
+ * them follow. IDK_S2_BLOCKED=0 keeps brgconv. */
 static int s2_blocked(idk_plan_t *p, const idk_op_t *op, const idk_tensor_t *x, const idk_tensor_t *w,
                       const idk_tensor_t *o, const dnnl_dims_t st, dnnl_data_type_t dt) {
     const int64_t *ia = op->ia; /* 2-D: strides ia[1..2], dilations ia[3..4], group ia[9] */
@@ -939,6 +939,8 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
      *   input channels at 145-148 output pixels a side, Inception-v3's stem at batch >= 2);
      *   and where the F(2x2) kernel blocks its GEMMs poorly at batch 1, F(4x4) or a
      *   direct convolution instead (wino_f2_blocks_poorly, Inception-v3's stem at batch 1);
+     * - a ResNet bottleneck's stride-2 3x3 convolution at batch 1 reading nChw16c stays on
+     *   nChw16c (s2_blocked: no reorder before it or into the projection's sum after it);
      * - every other convolution lets oneDNN choose (format any: nhwc and its brgemm
      *   kernels), which runs dense 3x3 convolutions 1.3-2x faster than the nChw16c jit
      *   kernel at batch 1 and 8 on AVX-512 (ResNet-18 batch 1: 29-33 against 21-23 images
