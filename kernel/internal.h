@@ -90,6 +90,7 @@ typedef struct idk_step {
     int one_thread;       /* a tiny op's step: created and run with one OpenMP thread (idk_op_tiny) */
     int64_t prof_ns;      /* IDK_PROFILE: time spent in it over all runs */
     int64_t prof_min_ns;  /* IDK_PROFILE: its fastest run (robust to other load) */
+    int64_t prof_last_ns, prof_best_ns; /* IDK_PROFILE: its time in the last run, in the fastest run */
 } idk_step_t;
 
 typedef struct idk_train idk_train_t;

@@ -840,17 +840,43 @@ static int from_nhwc_stem(const idk_plan_t *p, int tid) {
     return 0;
 }
 
-/* is_nhwc: tensor tid (4-D) is stored first in nhwc of type dt (a brgemm convolution's
- * output), so a convolution reading it in nhwc needs no reorder. */
-static int is_nhwc(idk_plan_t *p, int tid, dnnl_data_type_t dt) {
+/* is_tag: tensor tid (4-D) is stored first in layout tag of type dt. */
+static int is_tag(idk_plan_t *p, int tid, dnnl_data_type_t dt, dnnl_format_tag_t tag) {
     const idk_tensor_t *t = &p->t[tid];
     idk_view_t *v;
-    dnnl_memory_desc_t nhwc;
+    dnnl_memory_desc_t md;
     dnnl_dims_t d;
     if (t->ndims != 4 || idk_primary(p, tid, &v) != 0) return 0;
     for (int i = 0; i < 4; i++) d[i] = t->dims[i];
-    dnnl_memory_desc_init_by_tag(&nhwc, 4, d, dt, dnnl_nhwc);
-    return dnnl_memory_desc_equal(&v->md, &nhwc);
+    dnnl_memory_desc_init_by_tag(&md, 4, d, dt, tag);
+    return dnnl_memory_desc_equal(&v->md, &md);
+}
+
+/* is_nhwc: tensor tid is stored first in nhwc (a brgemm convolution's output), so a
+ * convolution reading it in nhwc needs no reorder. */
+static int is_nhwc(idk_plan_t *p, int tid, dnnl_data_type_t dt) { return is_tag(p, tid, dt, dnnl_nhwc); }
+
+/* s2_blocked: a dense 3x3 stride-2 convolution at batch 1 with at least 14x14 outputs and
+ * as many input as output channels reading an nChw16c tensor (a ResNet bottleneck's, first
+ * in its stage, after the blocked Winograd stage before it) runs oneDNN's jit kernel on
+ * nChw16c instead of brgconv on nhwc. On nhwc it cost a reorder of its input, put the 1x1
+ * expansion after it on nhwc too, and the blocked projection shortcut then reordered that
+ * expansion's output to sum into it: two reorders a stage. The jit kernel itself is slower
+ * than brgconv at 7x7 outputs and on large convolutions (Wide ResNet-50-2's, 462M
+ * multiply-adds: 3.3 -> 3.6-3.8 ms) by more than the reorders cost, so only up to 2^27
+ * multiply-adds (ResNet-50's 116M); and ResNet-18's 64->128 and 128->256 ones, read by a
+ * Winograd convolution and not a 1x1, lost 0.1 ms each (benchmarks/README.md, helper h12s).
+ * Only for padded convolutions that halve the size (a ResNet's), where it was measured:
+ * Inception-v3's unpadded 35x35 -> 17x17 ones keep brgconv, whose layout the blocks after
+ * them follow. IDK_S2_BLOCKED=0 keeps brgconv. */
+static int s2_blocked(idk_plan_t *p, const idk_op_t *op, const idk_tensor_t *x, const idk_tensor_t *w,
+                      const idk_tensor_t *o, const dnnl_dims_t st, dnnl_data_type_t dt) {
+    const int64_t *ia = op->ia; /* 2-D: strides ia[1..2], dilations ia[3..4], group ia[9] */
+    int64_t macs = o->dims[1] * x->dims[1] * 9 * o->dims[2] * o->dims[3];
+    return ia[9] == 1 && x->dims[0] == 1 && w->dims[2] == 3 && w->dims[3] == 3 && st[0] == 2 && st[1] == 2 &&
+           ia[3] == 1 && ia[4] == 1 && x->dims[1] == o->dims[1] && x->dims[1] % 16 == 0 &&
+           x->dims[2] == 2 * o->dims[2] && x->dims[3] == 2 * o->dims[3] && o->dims[2] * o->dims[3] >= 14 * 14 &&
+           macs <= ((int64_t)1 << 27) && is_tag(p, op->in[0], dt, dnnl_nChw16c) && !env_off("IDK_S2_BLOCKED");
 }
 
 /* ---- grouped 3x3 convolutions of 4 or 8 channels a group, on nChw16c ---- */
@@ -1105,6 +1131,8 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
      *   input channels at 145-148 output pixels a side, Inception-v3's stem at batch >= 2);
      *   and where the F(2x2) kernel blocks its GEMMs poorly at batch 1, F(4x4) or a
      *   direct convolution instead (wino_f2_blocks_poorly, Inception-v3's stem at batch 1);
+     * - a ResNet bottleneck's stride-2 3x3 convolution at batch 1 reading nChw16c stays on
+     *   nChw16c (s2_blocked: no reorder before it or into the projection's sum after it);
      * - every other convolution lets oneDNN choose (format any: nhwc and its brgemm
      *   kernels), which runs dense 3x3 convolutions 1.3-2x faster than the nChw16c jit
      *   kernel at batch 1 and 8 on AVX-512 (ResNet-18 batch 1: 29-33 against 21-23 images
@@ -1138,6 +1166,8 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
             blocked = w->dims[1] == 1 && o->dims[0] * o->dims[2] * o->dims[3] > dwmax &&
                       !(p->dense_kxk && o->dims[2] * o->dims[3] < minsp && !env_off("IDK_DW_FOLLOW") &&
                         is_nhwc(p, op->in[0], dt));
+        } else if (s2_blocked(p, op, x, w, o, st, dt)) {
+            blocked = 1;
         } else if (x->dims[1] < 8) {
             blocked = !p->dense_kxk;
             if (blocked && w->dims[2] == 7 && w->dims[3] == 7 && !env_off("IDK_STEM_NHWC")) {
