@@ -109,6 +109,19 @@ func TestTextModelInt8(t *testing.T) {
 	if floatMatMuls != 2*6+1 || qdqMatMuls != floatMatMuls {
 		t.Errorf("%d of %d MatMuls with constant weights are QDQ; want all of 2 layers x 6 + the head", qdqMatMuls, floatMatMuls)
 	}
+	test, err := Batches(fm, Data{Arrays: textArrays(2, 16, vocab, length)}, 16, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkNearFloat(t, fm, qm, test[0], 16, 15)
+}
+
+// checkNearFloat runs in through the float model fm and twice through its int8 rewrite qm
+// (the same bytes both times), and fails unless the int8 logits are within 0.05 of the
+// largest float logit (relative) and at least minSame of the rows of classes logits have
+// the float top-1.
+func checkNearFloat(t *testing.T, fm, qm *onnx.Model, in []*onnx.Tensor, classes, minSame int) {
+	t.Helper()
 	f, err := kernel.LoadModel(fm, kernel.Options{Threads: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -119,18 +132,14 @@ func TestTextModelInt8(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	test, err := Batches(fm, Data{Arrays: textArrays(2, 16, vocab, length)}, 16, 16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := f.Run(test[0])
+	ref, err := f.Run(in)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var first []byte
 	var got []*onnx.Tensor
 	for i := 0; i < 2; i++ {
-		if got, err = q.Run(test[0]); err != nil {
+		if got, err = q.Run(in); err != nil {
 			t.Fatal(err)
 		}
 		b := onnx.EncodeTensor(got[0])
@@ -144,15 +153,16 @@ func TestTextModelInt8(t *testing.T) {
 		scale = max(scale, math.Abs(float64(v)))
 		diff = max(diff, math.Abs(float64(v-got[0].F32[i])))
 	}
+	rows := len(ref[0].F32) / classes
 	same := 0
-	for i := 0; i < 16; i++ {
-		if argmax(ref[0].F32[i*16:(i+1)*16]) == argmax(got[0].F32[i*16:(i+1)*16]) {
+	for i := 0; i < rows; i++ {
+		if argmax(ref[0].F32[i*classes:(i+1)*classes]) == argmax(got[0].F32[i*classes:(i+1)*classes]) {
 			same++
 		}
 	}
-	t.Logf("int8 against float: max |diff| %.4g at max |logit| %.4g (%.3f relative), same top-1 %d of 16", diff, scale, diff/scale, same)
-	if scale == 0 || diff/scale > 0.05 || same < 15 {
-		t.Errorf("int8 logits differ by %.4g at scale %.4g (want within 0.05 relative), same top-1 %d of 16 (want >= 15)", diff, scale, same)
+	t.Logf("int8 against float: max |diff| %.4g at max |logit| %.4g (%.3f relative), same top-1 %d of %d", diff, scale, diff/scale, same, rows)
+	if scale == 0 || diff/scale > 0.05 || same < minSame {
+		t.Errorf("int8 logits differ by %.4g at scale %.4g (want within 0.05 relative), same top-1 %d of %d (want >= %d)", diff, scale, same, rows, minSame)
 	}
 }
 
@@ -325,47 +335,7 @@ func TestMixedInputsInt8(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := kernel.LoadModel(fm, kernel.Options{Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	q, err := kernel.LoadModel(qm, kernel.Options{Threads: 2, Precision: kernel.INT8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	ref, err := f.Run(test[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	var first []byte
-	var got []*onnx.Tensor
-	for i := 0; i < 2; i++ {
-		if got, err = q.Run(test[0]); err != nil {
-			t.Fatal(err)
-		}
-		b := onnx.EncodeTensor(got[0])
-		if i == 1 && !bytes.Equal(b, first) {
-			t.Fatal("two int8 runs gave different bytes")
-		}
-		first = b
-	}
-	var scale, diff float64
-	for i, v := range ref[0].F32 {
-		scale = max(scale, math.Abs(float64(v)))
-		diff = max(diff, math.Abs(float64(v-got[0].F32[i])))
-	}
-	same := 0
-	for i := 0; i < 32; i++ {
-		if argmax(ref[0].F32[i*4:(i+1)*4]) == argmax(got[0].F32[i*4:(i+1)*4]) {
-			same++
-		}
-	}
-	t.Logf("int8 against float: max |diff| %.4g at max |logit| %.4g (%.3f relative), same top-1 %d of 32", diff, scale, diff/scale, same)
-	if scale == 0 || diff/scale > 0.05 || same < 30 {
-		t.Errorf("int8 logits differ by %.4g at scale %.4g (want within 0.05 relative), same top-1 %d of 32 (want >= 30)", diff, scale, same)
-	}
+	checkNearFloat(t, fm, qm, test[0], 4, 30)
 }
 
 // testView is n samples of a dataset from sample from.

@@ -62,9 +62,22 @@ func fashion(t *testing.T, images, labels string, n int) (dataset.Dataset, []int
 // QDQ file round-trips, and that int8 results are the same bytes twice.
 func TestLeNetInt8(t *testing.T) {
 	pre := dataset.Preprocess{Scale: 1.0 / 255}
-	trainX, trainY := fashion(t, "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", 12000)
-	testX, testY := fashion(t, "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", 2000)
-	m, err := zoo.Build("lenet5", zoo.Options{InputShape: []int64{1, 28, 28}, Classes: 10, Seed: 1})
+	fm, qm, testX, testY := trainQuantize(t, "lenet5", []int64{1, 28, 28}, pre, 12000, 2000, 128, 512)
+	if !kernel.IsQuantized(qm) || kernel.IsQuantized(fm) {
+		t.Fatalf("IsQuantized: float %v, quantized %v", kernel.IsQuantized(fm), kernel.IsQuantized(qm))
+	}
+	checkInt8Accuracy(t, fm, qm, testX, testY, pre, []int64{-1, 1, 28, 28}, 64)
+}
+
+// trainQuantize trains the zoo model name (input shape in) for one epoch on the first
+// trainN Fashion-MNIST training images, calibrates it on the first calibN of them in
+// batches of cb, and returns the float model, its QDQ rewrite as a reader of the written
+// file gets it, and the first testN test images with their labels.
+func trainQuantize(t *testing.T, name string, in []int64, pre dataset.Preprocess, trainN, testN, cb, calibN int) (fm, qm *onnx.Model, testX dataset.Dataset, testY []int64) {
+	t.Helper()
+	trainX, trainY := fashion(t, "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", trainN)
+	testX, testY = fashion(t, "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", testN)
+	m, err := zoo.Build(name, zoo.Options{InputShape: in, Classes: 10, Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,13 +88,13 @@ func TestLeNetInt8(t *testing.T) {
 		Schedule:  train.Schedule{Kind: "constant"},
 		Threads:   2,
 	}
-	fm, _, err := train.Local(context.Background(), m, cfg, train.Data{Images: trainX, Labels: trainY, Prep: pre}, nil, train.Hooks{})
+	fm, _, err = train.Local(context.Background(), m, cfg, train.Data{Images: trainX, Labels: trainY, Prep: pre}, nil, train.Hooks{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var batches [][]*onnx.Tensor
-	for from := 0; from < 512; from += 128 {
-		b, err := dataset.Batch(trainX, from, from+128, pre, []int64{-1, 1, 28, 28})
+	for from := 0; from < calibN; from += cb {
+		b, err := dataset.Batch(trainX, from, from+cb, pre, append([]int64{-1}, in...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,17 +105,23 @@ func TestLeNetInt8(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	qm, err := Rewrite(fm, ranges)
+	qm, err = Rewrite(fm, ranges)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !kernel.IsQuantized(qm) || kernel.IsQuantized(fm) {
-		t.Fatalf("IsQuantized: float %v, quantized %v", kernel.IsQuantized(fm), kernel.IsQuantized(qm))
-	}
-	qm, err = onnx.Decode(onnx.Encode(qm)) // what a reader of the written file gets
+	qm, err = onnx.Decode(onnx.Encode(qm))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return fm, qm, testX, testY
+}
+
+// checkInt8Accuracy checks the int8 model against the float one on the test images: top-1
+// agreement of at least 98% and accuracy within 1.5 points (the float model must have
+// learnt: at least 60%), and that two int8 runs of the first batch images give the same
+// bytes.
+func checkInt8Accuracy(t *testing.T, fm, qm *onnx.Model, testX dataset.Dataset, testY []int64, pre dataset.Preprocess, shape []int64, batch int) {
+	t.Helper()
 	a, err := Compare(fm, qm, testX, testY, pre, 250, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +140,7 @@ func TestLeNetInt8(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer km.Close()
-	x, err := dataset.Batch(testX, 0, 64, pre, []int64{-1, 1, 28, 28})
+	x, err := dataset.Batch(testX, 0, batch, pre, shape)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,44 +204,7 @@ func TestActivationParams(t *testing.T) {
 // left), and two runs give the same bytes.
 func TestResNetInt8(t *testing.T) {
 	pre := dataset.Preprocess{Scale: 1.0 / 255, Resize: [2]int{32, 32}}
-	trainX, trainY := fashion(t, "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", 4000)
-	testX, testY := fashion(t, "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", 1000)
-	m, err := zoo.Build("resnet18", zoo.Options{InputShape: []int64{1, 32, 32}, Classes: 10, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := train.Config{
-		Plan:      train.Plan{Samples: trainX.Len(), Batch: 32, Shards: 1, Epochs: 1, Seed: 1},
-		LR:        0.01,
-		Optimizer: kernel.Optimizer{Kind: "sgd", Momentum: 0.9},
-		Schedule:  train.Schedule{Kind: "constant"},
-		Threads:   2,
-	}
-	fm, _, err := train.Local(context.Background(), m, cfg, train.Data{Images: trainX, Labels: trainY, Prep: pre}, nil, train.Hooks{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var batches [][]*onnx.Tensor
-	for from := 0; from < 256; from += 64 {
-		b, err := dataset.Batch(trainX, from, from+64, pre, []int64{-1, 1, 32, 32})
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.Name = "input"
-		batches = append(batches, []*onnx.Tensor{b})
-	}
-	ranges, err := Calibrate(fm, batches, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	qm, err := Rewrite(fm, ranges)
-	if err != nil {
-		t.Fatal(err)
-	}
-	qm, err = onnx.Decode(onnx.Encode(qm))
-	if err != nil {
-		t.Fatal(err)
-	}
+	fm, qm, testX, testY := trainQuantize(t, "resnet18", []int64{1, 32, 32}, pre, 4000, 1000, 64, 256)
 	producer := map[string]string{}
 	for _, n := range qm.Graph.Nodes {
 		for _, o := range n.Outputs {
@@ -250,37 +232,5 @@ func TestResNetInt8(t *testing.T) {
 			t.Errorf("compiled int8 graph keeps %s %s", n.OpType, n.Name)
 		}
 	}
-	a, err := Compare(fm, qm, testX, testY, pre, 250, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%d test images: float %.2f%%, int8 %.2f%%, same top-1 %.2f%%, max |diff| %.3g",
-		a.Samples, 100*a.FloatTop1, 100*a.QuantTop1, 100*a.SameTop1, a.MaxAbsDiff)
-	if a.FloatTop1 < 0.6 {
-		t.Fatalf("float model at %.2f%%: training failed", 100*a.FloatTop1)
-	}
-	if a.SameTop1 < 0.98 || math.Abs(a.QuantTop1-a.FloatTop1) > 0.015 {
-		t.Errorf("int8 agreement %.4f (want >= 0.98), accuracy change %.4f (want within 0.015)", a.SameTop1, a.QuantTop1-a.FloatTop1)
-	}
-	km, err := kernel.LoadModel(qm, kernel.Options{Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer km.Close()
-	x, err := dataset.Batch(testX, 0, 32, pre, []int64{-1, 1, 32, 32})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var first []byte
-	for i := 0; i < 2; i++ {
-		out, err := km.Run([]*onnx.Tensor{x})
-		if err != nil {
-			t.Fatal(err)
-		}
-		b := onnx.EncodeTensor(out[0])
-		if i == 1 && !bytes.Equal(b, first) {
-			t.Fatal("two int8 runs gave different bytes")
-		}
-		first = b
-	}
+	checkInt8Accuracy(t, fm, qm, testX, testY, pre, []int64{-1, 1, 32, 32}, 32)
 }
