@@ -67,18 +67,7 @@ func TestDepthwiseFollowsNHWC(t *testing.T) {
 	}
 	m := &onnx.Model{IRVersion: 8, Opset: 13, Opsets: map[string]int64{"": 13}, Graph: g}
 	x := seededInput([]int64{1, 16, hw, hw}, 34)
-	run := func() ([]float32, int32) {
-		md, err := LoadModel(m, Options{Threads: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer md.Close()
-		out, err := md.Run([]*onnx.Tensor{x})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out[0].F32, planSteps(t, md)
-	}
+	run := func() ([]float32, int32) { return runSteps(t, m, x) }
 	setCEnv(t, "IDK_DW_FOLLOW", "0")
 	off, offSteps := run()
 	setCEnv(t, "IDK_DW_FOLLOW", "")
