@@ -139,8 +139,8 @@ func TestQDQConvInt8MatchesReference(t *testing.T) {
 // checkMatchesReference loads m on two threads, checks that want of its nodes of the given
 // types run in int8 (and none in its reference model), runs x twice (same bytes) and fails
 // unless the int8 path is within 1e-4 of the output's largest magnitude of the reference
-// path (float products on dequantized values).
-func checkMatchesReference(t *testing.T, what string, m *onnx.Model, x *onnx.Tensor, want int, types ...string) {
+// path (float products on dequantized values). It returns the number of steps of m's plan.
+func checkMatchesReference(t *testing.T, what string, m *onnx.Model, x *onnx.Tensor, want int, types ...string) int32 {
 	t.Helper()
 	fast, err := LoadModel(m, Options{Threads: 2})
 	if err != nil {
@@ -162,6 +162,7 @@ func checkMatchesReference(t *testing.T, what string, m *onnx.Model, x *onnx.Ten
 	if err != nil {
 		t.Fatal(err)
 	}
+	steps := planSteps(t, fast)
 	again, err := fast.Run([]*onnx.Tensor{x})
 	if err != nil {
 		t.Fatal(err)
@@ -182,11 +183,7 @@ func checkMatchesReference(t *testing.T, what string, m *onnx.Model, x *onnx.Ten
 		t.Errorf("%s: int8 path differs from the reference by %g (largest output %g)", what, worst, big)
 	}
 	t.Logf("%s: largest difference %g of %g", what, worst, big)
-}
-
-// int8Convs compiles the model for these input dims and counts the Conv nodes marked for int8.
-func (m *Model) int8Convs(t *testing.T, dims []int64) int {
-	return m.int8Nodes(t, dims, "Conv")
+	return steps
 }
 
 // int8Nodes compiles the model for these input dims and counts the nodes of the given types
@@ -647,43 +644,7 @@ func TestQDQSharedQuantize(t *testing.T) {
 		for i := range x.F32 {
 			x.F32[i] = float32(rng.NormFloat64())
 		}
-		fast, err := LoadModel(m, Options{Threads: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer fast.Close()
-		if n := fast.int8Convs(t, dims); n != 2 {
-			t.Fatalf("split %v: %d int8 convolutions, want 2", split, n)
-		}
-		ref, err := LoadModel(referenceQDQ(t, m), Options{Threads: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ref.Close()
-		got, err := fast.Run([]*onnx.Tensor{x})
-		if err != nil {
-			t.Fatal(err)
-		}
-		steps[split] = planSteps(t, fast)
-		again, err := fast.Run([]*onnx.Tensor{x})
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := ref.Run([]*onnx.Tensor{x})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var big, worst float64
-		for i, w := range want[0].F32 {
-			big = math.Max(big, math.Abs(float64(w)))
-			worst = math.Max(worst, math.Abs(float64(got[0].F32[i]-w)))
-			if math.Float32bits(got[0].F32[i]) != math.Float32bits(again[0].F32[i]) {
-				t.Fatalf("split %v: value %d differs between two runs", split, i)
-			}
-		}
-		if worst > 1e-4*big {
-			t.Errorf("split %v: int8 path differs from the reference by %g (largest output %g)", split, worst, big)
-		}
+		steps[split] = checkMatchesReference(t, fmt.Sprintf("split %v", split), m, x, 2, "Conv")
 	}
 	if steps[true] != steps[false]+1 {
 		t.Errorf("plan steps: %d with one shared quantized input, %d with two; want one fewer", steps[false], steps[true])
@@ -761,48 +722,10 @@ func TestQDQSlowAMXEltwise(t *testing.T) {
 	for i := range x.F32 {
 		x.F32[i] = float32(rng.NormFloat64())
 	}
-	run := func(m *onnx.Model) []float32 {
-		k, err := LoadModel(m, Options{Threads: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer k.Close()
-		got, err := k.Run([]*onnx.Tensor{x})
-		if err != nil {
-			t.Fatal(err)
-		}
-		again, err := k.Run([]*onnx.Tensor{x})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range got[0].F32 {
-			if math.Float32bits(got[0].F32[i]) != math.Float32bits(again[0].F32[i]) {
-				t.Fatalf("value %d differs between two runs", i)
-			}
-		}
-		return got[0].F32
-	}
-	want := run(referenceQDQ(t, m))
+	want, _ := runInt8Twice(t, referenceQDQ(t, m), x, "IDK_INT8_AMX_ELTWISE", "1")
 	for _, env := range []string{"1", "0"} {
-		t.Setenv("IDK_INT8_AMX_ELTWISE", env)
-		got := run(m)
-		var big, worst float64
-		for _, w := range want {
-			big = math.Max(big, math.Abs(float64(w)))
-		}
-		off := 0
-		for i, w := range want {
-			d := math.Abs(float64(got[i] - w))
-			worst = math.Max(worst, d)
-			if d > 1e-4*big {
-				off++
-			}
-		}
-		if worst > 0.02*big || off > len(got)/100 {
-			t.Errorf("IDK_INT8_AMX_ELTWISE=%s: differs from the reference path by up to %g (largest output %g), %d of %d values beyond 1e-4 of it",
-				env, worst, big, off, len(got))
-		}
-		t.Logf("IDK_INT8_AMX_ELTWISE=%s: largest difference %g of %g, %d of %d values beyond 1e-4 of it", env, worst, big, off, len(got))
+		got, _ := runInt8Twice(t, m, x, "IDK_INT8_AMX_ELTWISE", env)
+		checkInt8Near(t, "IDK_INT8_AMX_ELTWISE="+env, got, "reference", want)
 	}
 }
 
