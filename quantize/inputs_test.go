@@ -61,18 +61,7 @@ func TestTextModelInt8(t *testing.T) {
 	if len(batches) != 4 || len(batches[0]) != 2 || batches[0][0].Name != "ids" || batches[0][1].Dims[0] != 8 {
 		t.Fatalf("batches: %d of %d inputs", len(batches), len(batches[0]))
 	}
-	ranges, err := Calibrate(fm, batches, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	qm, err := Rewrite(fm, ranges)
-	if err != nil {
-		t.Fatal(err)
-	}
-	qm, err = onnx.Decode(onnx.Encode(qm))
-	if err != nil {
-		t.Fatal(err)
-	}
+	qm := quantizeDecoded(t, fm, batches)
 	var floatMatMuls, qdqMatMuls int
 	for _, n := range fm.Graph.Nodes {
 		if (n.OpType == "MatMul" || n.OpType == "Gemm") && fm.Graph.Initializers[n.Inputs[1]] != nil {
@@ -297,24 +286,8 @@ func TestMixedInputsInt8(t *testing.T) {
 		batches[0][1].DType != onnx.Int64 || batches[0][0].Dims[0] != 16 {
 		t.Fatalf("batches: %d, first %v", len(batches), batches[0])
 	}
-	ranges, err := Calibrate(fm, batches, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	qm, err := Rewrite(fm, ranges)
-	if err != nil {
-		t.Fatal(err)
-	}
-	qm, err = onnx.Decode(onnx.Encode(qm))
-	if err != nil {
-		t.Fatal(err)
-	}
-	producer := map[string]string{}
-	for _, n := range qm.Graph.Nodes {
-		for _, o := range n.Outputs {
-			producer[o] = n.OpType
-		}
-	}
+	qm := quantizeDecoded(t, fm, batches)
+	producer := producers(qm)
 	for _, n := range qm.Graph.Nodes {
 		switch n.OpType {
 		case "Conv", "Gemm":

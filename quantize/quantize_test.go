@@ -101,11 +101,18 @@ func trainQuantize(t *testing.T, name string, in []int64, pre dataset.Preprocess
 		b.Name = "input"
 		batches = append(batches, []*onnx.Tensor{b})
 	}
+	return fm, quantizeDecoded(t, fm, batches), testX, testY
+}
+
+// quantizeDecoded calibrates fm on batches, rewrites it with Q/DQ and returns the model as
+// a reader of the written file gets it.
+func quantizeDecoded(t *testing.T, fm *onnx.Model, batches [][]*onnx.Tensor) *onnx.Model {
+	t.Helper()
 	ranges, err := Calibrate(fm, batches, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	qm, err = Rewrite(fm, ranges)
+	qm, err := Rewrite(fm, ranges)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +120,18 @@ func trainQuantize(t *testing.T, name string, in []int64, pre dataset.Preprocess
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fm, qm, testX, testY
+	return qm
+}
+
+// producers maps every tensor m's nodes write to the writer's op type.
+func producers(m *onnx.Model) map[string]string {
+	out := map[string]string{}
+	for _, n := range m.Graph.Nodes {
+		for _, o := range n.Outputs {
+			out[o] = n.OpType
+		}
+	}
+	return out
 }
 
 // checkInt8Accuracy checks the int8 model against the float one on the test images: top-1
@@ -205,12 +223,7 @@ func TestActivationParams(t *testing.T) {
 func TestResNetInt8(t *testing.T) {
 	pre := dataset.Preprocess{Scale: 1.0 / 255, Resize: [2]int{32, 32}}
 	fm, qm, testX, testY := trainQuantize(t, "resnet18", []int64{1, 32, 32}, pre, 4000, 1000, 64, 256)
-	producer := map[string]string{}
-	for _, n := range qm.Graph.Nodes {
-		for _, o := range n.Outputs {
-			producer[o] = n.OpType
-		}
-	}
+	producer := producers(qm)
 	adds := 0
 	for _, n := range qm.Graph.Nodes {
 		if n.OpType == "Add" {
