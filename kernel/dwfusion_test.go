@@ -2,30 +2,27 @@ package kernel
 
 import (
 	"math"
+	"os"
 	"testing"
-
-	"github.com/ebitengine/purego"
 
 	"idunno/kernel/onnx"
 	"idunno/kernel/zoo"
 )
 
-// setCEnv sets (or with value "", unsets) a variable in the C environment, which the kernel
-// library reads when it compiles a plan; os.Setenv does not reach it without cgo.
+// setCEnv sets (or with value "", unsets) a variable the kernel library reads with C's getenv
+// when it compiles a plan. Without cgo, purego's runtime shim forwards os.Setenv and
+// os.Unsetenv to libc, so the C side sees the change (TestOpenMPSpinCountSet checks that
+// path). Unlike t.Setenv it can unset, which the switches' defaults need.
 func setCEnv(t *testing.T, name, value string) {
 	t.Helper()
-	libc, err := purego.Dlopen("libc.so.6", purego.RTLD_NOW|purego.RTLD_GLOBAL)
-	if err != nil {
-		t.Skipf("libc: %v", err)
-	}
-	var setenv func(name, value string, overwrite int32) int32
-	var unsetenv func(name string) int32
-	purego.RegisterLibFunc(&setenv, libc, "setenv")
-	purego.RegisterLibFunc(&unsetenv, libc, "unsetenv")
+	var err error
 	if value == "" {
-		unsetenv(name)
+		err = os.Unsetenv(name)
 	} else {
-		setenv(name, value, 1)
+		err = os.Setenv(name, value)
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
