@@ -59,6 +59,8 @@ def main():
     a = ap.parse_args()
     model = os.path.expanduser('~/.cache/idunno/ortbench/%s.onnx' % a.model)
     size = 299 if 'inception_v3' in a.model else 224
+    if a.model == 'transformer_encoder':  # token ids and a mask, 128 long (bench.js's textInputs)
+        size = 'ids128'
     env = dict(os.environ, IDK_PROFILE='2', **dict(e.split('=', 1) for e in a.env))
     tmp = tempfile.mkdtemp(prefix='lineup-')
     best = collections.OrderedDict()

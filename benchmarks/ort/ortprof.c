@@ -16,7 +16,8 @@
  *
  * usage: ortprof LIBONNXRUNTIME.so MODEL.onnx BATCH SIZE THREADS SECONDS [PREFIX]
  * (SIZE: the image side, 224, or 299 for inception_v3; the input is "input", the output
- * "output", as benchmarks/ort/export.py names them.)
+ * "output", as benchmarks/ort/export.py names them. SIZE "idsL", e.g. ids128: a text model's
+ * two int64 inputs "ids" and "mask", BATCH x L, all 1s, as bench.js feeds them.)
  *
  * Build: make bin/ortprof. No header of ORT is needed: OrtApi is a table of function
  * pointers that ORT only appends to, and the entries used are called by their index in
@@ -89,10 +90,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ortprof: ORT %s has no API version 20\n", get_base()->version());
         return 1;
     }
-    int batch = atoi(argv[3]), size = atoi(argv[4]), threads = atoi(argv[5]);
+    int text = argv[4][0] == 'i';
+    int batch = atoi(argv[3]), size = atoi(argv[4] + (text ? 3 : 0)), threads = atoi(argv[5]);
     double seconds = atof(argv[6]);
     const char *prefix = argc > 7 ? argv[7] : NULL;
-    void *env, *opt, *sess, *mem, *in;
+    void *env, *opt, *sess, *mem, *in[2];
     check(((status_t(*)(int, const char *, void **))api[CREATE_ENV])(3, "ortprof", &env), "CreateEnv");
     check(((status_t(*)(void **))api[CREATE_SESSION_OPTIONS])(&opt), "CreateSessionOptions");
     check(((status_t(*)(void *, int))api[SET_EXECUTION_MODE])(opt, 0), "SetSessionExecutionMode");
@@ -103,21 +105,30 @@ int main(int argc, char **argv) {
     check(((status_t(*)(void *, const char *, void *, void **))api[CREATE_SESSION])(env, argv[2], opt, &sess),
           "CreateSession");
     check(((status_t(*)(int, int, void **))api[CREATE_CPU_MEMORY_INFO])(1, 0, &mem), "CreateCpuMemoryInfo");
-    size_t n = (size_t)batch * 3 * (size_t)size * (size_t)size;
+    size_t n = text ? (size_t)batch * (size_t)size : (size_t)batch * 3 * (size_t)size * (size_t)size;
     float *data = malloc(n * sizeof *data);
-    if (!data) return 1;
+    int64_t *ids = malloc(n * sizeof *ids);
+    if (!data || !ids) return 1;
     uint32_t s = 0x9e3779b9u; /* bench.js's xorshift */
     for (size_t i = 0; i < n; i++) {
         s ^= s << 13;
         s ^= s >> 17;
         s ^= s << 5;
         data[i] = (float)(s / 4294967296.0);
+        ids[i] = 1;
     }
-    int64_t shape[4] = {batch, 3, size, size};
-    check(((status_t(*)(void *, void *, size_t, const int64_t *, size_t, int, void **))api[CREATE_TENSOR_WITH_DATA])(
-              mem, data, n * sizeof *data, shape, 4, 1 /* float */, &in),
-          "CreateTensorWithDataAsOrtValue");
-    const char *in_names[1] = {"input"}, *out_names[1] = {"output"};
+    status_t (*tensor)(void *, void *, size_t, const int64_t *, size_t, int, void **) =
+        (status_t(*)(void *, void *, size_t, const int64_t *, size_t, int, void **))api[CREATE_TENSOR_WITH_DATA];
+    int64_t shape[4] = {batch, 3, size, size}, tshape[2] = {batch, size};
+    if (text) {
+        for (int i = 0; i < 2; i++)
+            check(tensor(mem, ids, n * sizeof *ids, tshape, 2, 7 /* int64 */, &in[i]), "CreateTensorWithDataAsOrtValue");
+    } else {
+        check(tensor(mem, data, n * sizeof *data, shape, 4, 1 /* float */, &in[0]), "CreateTensorWithDataAsOrtValue");
+    }
+    const char *img_names[1] = {"input"}, *text_names[2] = {"ids", "mask"}, *out_names[1] = {"output"};
+    const char *const *in_names = text ? text_names : img_names;
+    size_t nin = text ? 2 : 1;
     status_t (*run)(void *, void *, const char *const *, void *const *, size_t, const char *const *, size_t, void **) =
         (status_t(*)(void *, void *, const char *const *, void *const *, size_t, const char *const *, size_t, void **))api[RUN];
     size_t cap = 1024, runs = 0;
@@ -126,7 +137,7 @@ int main(int argc, char **argv) {
     for (int warm = 2; warm >= 0;) {
         double t0 = now_ms();
         void *out = NULL;
-        check(run(sess, NULL, in_names, &in, 1, out_names, 1, &out), "Run");
+        check(run(sess, NULL, in_names, in, nin, out_names, 1, &out), "Run");
         double ms = now_ms() - t0;
         ((void (*)(void *))api[RELEASE_VALUE])(out);
         if (warm > 0) {
@@ -141,8 +152,9 @@ int main(int argc, char **argv) {
     printf("{\"min_ms\":%.3f,\"p50_ms\":%.3f,\"runs\":%zu,\"batch\":%d,\"threads\":%d}\n", lat[0], lat[runs / 2], runs,
            batch, threads);
     ((void (*)(void *))api[RELEASE_SESSION])(sess); /* writes the profile */
-    ((void (*)(void *))api[RELEASE_VALUE])(in);
+    for (size_t i = 0; i < nin; i++) ((void (*)(void *))api[RELEASE_VALUE])(in[i]);
     free(lat);
     free(data);
+    free(ids);
     return 0;
 }
