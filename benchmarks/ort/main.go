@@ -3,7 +3,8 @@
 //
 // For every model it exports (export.py, cached) and every batch, it runs `idunno bench kernel`
 // at each precision asked for and ONNX Runtime's CPU execution provider (bench.js, fp32),
-// alternating the two for --rounds rounds so load changes hit both alike, and prints each
+// alternating the two for --rounds rounds so load changes hit both alike (with --min-runs,
+// runs after the first round last long enough for that many batches of the slower), and prints each
 // system's best round and the ratios: throughput, minimum batch latency (the least disturbed
 // run on a shared machine), images per CPU-second, and IDunno's fraction of its precision's
 // peak per CPU-second (fp32: FMA; bf16 and int8: AMX where oneDNN uses it). It writes OUT/ort.csv and
@@ -54,8 +55,9 @@ func main() {
 	threads := flag.Int("threads", 2, "threads for both")
 	seconds := flag.Float64("seconds", 5, "seconds per run")
 	rounds := flag.Int("rounds", 2, "alternating rounds per configuration")
+	minRuns := flag.Int("min-runs", 0, "after the first round, lengthen each run to at least this many batches of the slower system (0: --seconds only)")
 	flag.Parse()
-	if err := run(*bin, *out, *cache, split(*models), split(*batches), split(*precisions), *threads, *seconds, *rounds); err != nil {
+	if err := run(*bin, *out, *cache, split(*models), split(*batches), split(*precisions), *threads, *seconds, *rounds, *minRuns); err != nil {
 		fmt.Fprintln(os.Stderr, "ort:", err)
 		os.Exit(1)
 	}
@@ -87,7 +89,7 @@ func split(s string) []string {
 	return r
 }
 
-func run(bin, out, cache string, models, batches, precs []string, threads int, seconds float64, rounds int) error {
+func run(bin, out, cache string, models, batches, precs []string, threads int, seconds float64, rounds, minRuns int) error {
 	here, err := filepath.Abs("benchmarks/ort")
 	if err != nil {
 		return err
@@ -156,11 +158,12 @@ func run(bin, out, cache string, models, batches, precs []string, threads int, s
 			ort := result{}
 			best := map[string]result{}
 			failed := map[string]bool{}
+			secs := seconds
 			for r := 0; r < rounds; r++ {
 				// alternate which system goes first
 				steps := []func() error{
 					func() error {
-						o, err := ortRun(here, path, inputs, batch, threads, seconds)
+						o, err := ortRun(here, path, inputs, batch, threads, secs)
 						if err == nil {
 							ort = better(ort, o)
 						}
@@ -171,7 +174,7 @@ func run(bin, out, cache string, models, batches, precs []string, threads int, s
 							if files[pr] == "" || failed[pr] {
 								continue
 							}
-							o, err := idunnoRun(bin, files[pr], pr, batch, threads, seconds)
+							o, err := idunnoRun(bin, files[pr], pr, batch, threads, secs)
 							if err != nil {
 								// one precision failing does not stop the others
 								fmt.Printf("skip %s batch %d %s: %v\n", name, batch, pr, err)
@@ -191,6 +194,9 @@ func run(bin, out, cache string, models, batches, precs []string, threads int, s
 						fmt.Fprintf(os.Stderr, "ort: %s batch %d: %v\n", name, batch, err)
 					}
 				}
+				// a run of a few seconds holds only one or two batches of the biggest models,
+				// too few for a minimum: both systems' later runs last minRuns of the slower's
+				secs = max(secs, float64(minRuns)*slowest(ort, best)/1000)
 			}
 			load := loadAvg()
 			for pi, pr := range precs {
@@ -237,6 +243,15 @@ func run(bin, out, cache string, models, batches, precs []string, threads int, s
 		return c.Save(filepath.Join(out, "ort_ratio.png"))
 	}
 	return nil
+}
+
+// slowest is the largest minimum batch latency (ms) among ORT's and each precision's best.
+func slowest(ort result, best map[string]result) float64 {
+	ms := ort.Minms
+	for _, b := range best {
+		ms = max(ms, b.Minms)
+	}
+	return ms
 }
 
 // better keeps the run with the lower minimum latency, and the highest throughputs seen.
