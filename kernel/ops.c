@@ -1390,6 +1390,18 @@ static idk_status_t lower_pool(idk_plan_t *p, const idk_op_t *op) {
     dnnl_alg_kind_t alg = ia[0] == IDK_POOL_MAX ? dnnl_pooling_max
                           : ia[0] == IDK_POOL_AVG_INCLUDE_PAD ? dnnl_pooling_avg_include_padding
                                                               : dnnl_pooling_avg_exclude_padding;
+    int ident = 1;
+    for (int i = 0; i < S; i++) ident = ident && k[i] == 1 && st[i] == 1 && pb[i] == 0 && pe[i] == 0;
+    if (ident && !env_off("IDK_POOL_IDENT")) {
+        /* a 1x1 window at stride 1 (AlexNet's and VGG's adaptive average pool at its input's
+         * own size): the output is the input, in its layout, as a Reshape's is */
+        idk_view_t *v;
+        if (idk_primary(p, op->in[0], &v) != 0) return IDK_ERR_DNNL;
+        dnnl_memory_desc_t md = v->md;
+        if (idk_set_output(p, op->out[0], &md, v->plain, v->buf) != 0)
+            return idk_fail(p, IDK_ERR_INVALID, "op %d: output written twice", p->cur_op);
+        return IDK_OK;
+    }
     return pool_prim(p, op, alg, k, st, dl, pb, pe, 0);
 }
 

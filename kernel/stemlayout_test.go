@@ -94,3 +94,30 @@ func TestStemBlocked(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolIdentity: an AveragePool or MaxPool with a 1x1 window at stride 1 (AlexNet's and
+// VGG's adaptive average pool at its input's size) adds no step: its output is its input
+// (IDK_POOL_IDENT=0 runs the pooling primitive). The output has the same bits as the
+// primitive's (an average over one value is that value), one step fewer for each pool.
+func TestPoolIdentity(t *testing.T) {
+	for _, op := range []string{"AveragePool", "MaxPool"} {
+		m, x := stemModel(32, 3, 1, 1, false, 3)
+		g := m.Graph
+		g.Nodes[len(g.Nodes)-1].Outputs = []string{"r"}
+		g.Nodes = append(g.Nodes, &onnx.Node{Name: "id", OpType: op, Inputs: []string{"r"}, Outputs: []string{"y0"},
+			Attrs: map[string]*onnx.Attribute{"kernel_shape": {Name: "kernel_shape", Type: onnx.AttrInts, Ints: []int64{1, 1}}}},
+			&onnx.Node{Name: "flat", OpType: "Flatten", Inputs: []string{"y0"}, Outputs: []string{"y"}})
+		setCEnv(t, "IDK_POOL_IDENT", "0")
+		off, offSteps := runSteps(t, m, x)
+		setCEnv(t, "IDK_POOL_IDENT", "")
+		on, onSteps := runSteps(t, m, x)
+		if offSteps-onSteps != 1 {
+			t.Fatalf("%s: %d steps, %d with IDK_POOL_IDENT=0: want 1 fewer", op, onSteps, offSteps)
+		}
+		for i := range on {
+			if math.Float32bits(on[i]) != math.Float32bits(off[i]) {
+				t.Fatalf("%s: output %d: %v, and %v with the pooling primitive", op, i, on[i], off[i])
+			}
+		}
+	}
+}
