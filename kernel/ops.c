@@ -1120,7 +1120,8 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
      *   convolutions are all 1x1, depthwise or grouped (MobileNet, MnasNet, EfficientNet-B0,
      *   ShuffleNet, RegNet: their 1x1 jit kernels on nChw16c), else nhwc; a 7x7 one is nhwc
      *   in both (ResNeXt's stem; from_nhwc_stem sends the 1x1 convolutions after it back to
-     *   nChw16c);
+     *   nChw16c); a stride-1 or overlapping stride-4 one is nChw16c in dense networks too
+     *   (stem_blocked: VGG's, AlexNet's);
      * - a dense 3x3 stride-1 convolution (channels multiples of 16) with at least 14x14
      *   outputs at batch 1, 7x7 from 512 input channels (28x28 in networks with depthwise
      *   convolutions), from one 4x4
