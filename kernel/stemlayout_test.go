@@ -56,8 +56,9 @@ func stemModel(size, k, s, pad int64, pool bool, k2 int64) (*onnx.Model, *onnx.T
 // IDK_STEM_BLOCKED=0 keeps brgconv on nhwc). On two threads the output agrees with the
 // switch-off plan's to 1e-5 of the largest (other kernels, another summation order) and a
 // second run gives the same bytes. The VGG-like graph's Winograd 3x3 after the stem reads
-// nChw16c, so its plan loses the input's and the stem output's reorders (2 steps); the
-// AlexNet-like one trades the input's reorder for one after the pool (as many steps). A
+// nChw16c, so its plan loses the input's and the stem output's reorders (2 steps), and so
+// does an 11x11/4 stem's with one after it; AlexNet's, with its max pool and 5x5 convolution
+// (brgconv, nhwc) after it, trades the input's reorder for one after the pool (as many). A
 // ResNet's 7x7 stride-2 stem is left alone: the same bits and steps with the switch off.
 func TestStemBlocked(t *testing.T) {
 	for _, c := range []struct {
@@ -70,6 +71,7 @@ func TestStemBlocked(t *testing.T) {
 	}{
 		{"vgg 3x3/1", 32, 3, 1, 1, false, 3, 2, false},
 		{"alexnet 11x11/4", 67, 11, 4, 2, true, 5, 0, false},
+		{"alexnet 11x11/4, Winograd after", 67, 11, 4, 2, false, 3, 2, false},
 		{"resnet 7x7/2", 64, 7, 2, 3, true, 3, 0, true},
 	} {
 		m, x := stemModel(c.size, c.k, c.s, c.p, c.pool, c.k2)
