@@ -879,6 +879,18 @@ static int s2_blocked(idk_plan_t *p, const idk_op_t *op, const idk_tensor_t *x, 
            macs <= ((int64_t)1 << 27) && is_tag(p, op->in[0], dt, dnnl_nChw16c) && !env_off("IDK_S2_BLOCKED");
 }
 
+/* stem_blocked says whether a dense network's first convolution (fewer than 8 input
+ * channels) reads its nchw input straight into nChw16c (oneDNN's jit kernel) instead of
+ * brgconv on nhwc, which also costs a reorder of the input: a stride-1 stem (VGG's 3x3)
+ * and an overlapping stride-4 one (AlexNet's 11x11), where the jit kernel is 8-27% faster
+ * alone and the layers after them gain or stay level. Not a ResNet's, GoogLeNet's or
+ * Inception-v3's stride-2 stems, where the convolutions after them lost what the stem
+ * gained. IDK_STEM_BLOCKED=0 keeps brgconv. */
+static int stem_blocked(const idk_tensor_t *w, const dnnl_dims_t st) {
+    int s1 = st[0] == 1 && st[1] == 1, s4 = st[0] >= 4 && st[1] >= 4 && w->dims[2] > st[0] && w->dims[3] > st[1];
+    return (s1 || s4) && !env_off("IDK_STEM_BLOCKED");
+}
+
 /* ---- grouped 3x3 convolutions of 4 or 8 channels a group, on nChw16c ---- */
 
 /* GCONV_R: output pixels of a row held in registers at once. */
@@ -1108,7 +1120,8 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
      *   convolutions are all 1x1, depthwise or grouped (MobileNet, MnasNet, EfficientNet-B0,
      *   ShuffleNet, RegNet: their 1x1 jit kernels on nChw16c), else nhwc; a 7x7 one is nhwc
      *   in both (ResNeXt's stem; from_nhwc_stem sends the 1x1 convolutions after it back to
-     *   nChw16c);
+     *   nChw16c); a stride-1 or overlapping stride-4 one is nChw16c in dense networks too
+     *   (stem_blocked: VGG's, AlexNet's);
      * - a dense 3x3 stride-1 convolution (channels multiples of 16) with at least 14x14
      *   outputs at batch 1, 7x7 from 512 input channels (28x28 in networks with depthwise
      *   convolutions), from one 4x4
@@ -1169,7 +1182,7 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
         } else if (s2_blocked(p, op, x, w, o, st, dt)) {
             blocked = 1;
         } else if (x->dims[1] < 8) {
-            blocked = !p->dense_kxk;
+            blocked = !p->dense_kxk || stem_blocked(w, st);
             if (blocked && w->dims[2] == 7 && w->dims[3] == 7 && !env_off("IDK_STEM_NHWC")) {
                 /* a ResNet stem's 7x7 (ResNeXt's: no dense kxk after it) runs brgconv on nhwc
                  * and the 1x1 convolutions after it return to nChw16c (from_nhwc_stem) */
@@ -1378,6 +1391,18 @@ static idk_status_t lower_pool(idk_plan_t *p, const idk_op_t *op) {
     dnnl_alg_kind_t alg = ia[0] == IDK_POOL_MAX ? dnnl_pooling_max
                           : ia[0] == IDK_POOL_AVG_INCLUDE_PAD ? dnnl_pooling_avg_include_padding
                                                               : dnnl_pooling_avg_exclude_padding;
+    int ident = 1;
+    for (int i = 0; i < S; i++) ident = ident && k[i] == 1 && st[i] == 1 && pb[i] == 0 && pe[i] == 0;
+    if (ident && !env_off("IDK_POOL_IDENT")) {
+        /* a 1x1 window at stride 1 (AlexNet's and VGG's adaptive average pool at its input's
+         * own size): the output is the input, in its layout, as a Reshape's is */
+        idk_view_t *v;
+        if (idk_primary(p, op->in[0], &v) != 0) return IDK_ERR_DNNL;
+        dnnl_memory_desc_t md = v->md;
+        if (idk_set_output(p, op->out[0], &md, v->plain, v->buf) != 0)
+            return idk_fail(p, IDK_ERR_INVALID, "op %d: output written twice", p->cur_op);
+        return IDK_OK;
+    }
     return pool_prim(p, op, alg, k, st, dl, pb, pe, 0);
 }
 
