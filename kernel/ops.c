@@ -309,6 +309,7 @@ idk_status_t idk_check_op(idk_plan_t *p, const idk_op_t *op) {
     case IDK_OP_TOPK:
     case IDK_OP_RESIZE:
     case IDK_OP_MASKED_SOFTMAX: return idk_check_modern(p, op);
+    case IDK_OP_ATTENTION: return idk_check_attention(p, op);
     }
     return bad(p, "unknown op kind");
 }
@@ -3345,6 +3346,7 @@ idk_status_t idk_lower_op(idk_plan_t *p, int opi) {
     case IDK_OP_TOPK:
     case IDK_OP_RESIZE:
     case IDK_OP_MASKED_SOFTMAX: return idk_lower_modern(p, op);
+    case IDK_OP_ATTENTION: return idk_lower_attention(p, op);
     }
     return idk_fail(p, IDK_ERR_INVALID, "op %d: unknown kind %d", opi, op->kind);
 }
