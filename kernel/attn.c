@@ -26,7 +26,6 @@
 
 #define ATT_QB 16 /* query rows a work item */
 #define ATT_R 4   /* query rows a register tile */
-#define ATT_SC 64 /* keys a panel of the product with V */
 
 /* s->extra: these sizes and strides (in floats), then for each batch-head the offsets of
  * its Q, Kt, V, Y and mask */
@@ -46,8 +45,8 @@ static int64_t ws_floats(const int64_t *a) {
 
 /* ---- AVX-512 ---- */
 
-/* exp512 is ops_modern.c's soft_exp on 16 lanes (with fused multiply-adds): below -80,
- * exactly 0. */
+/* exp512 is ops_modern.c's soft_exp on 16 lanes (fused multiply-adds, the power of 2 by
+ * scalef): below -80, exactly 0. */
 static inline __attribute__((always_inline, target("avx512f"))) __m512 exp512(__m512 x) {
     __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-80.0f), _CMP_GE_OQ);
     x = _mm512_max_ps(x, _mm512_set1_ps(-80.0f));
@@ -61,13 +60,12 @@ static inline __attribute__((always_inline, target("avx512f"))) __m512 exp512(__
     q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(0.5f));
     q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.0f));
     q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.0f));
-    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_maskz_mul_ps(keep, q, _mm512_castsi512_ps(e));
+    return _mm512_maskz_scalef_ps(keep, q, n);
 }
 
 /* qk_tile: sc[r][16 NV columns] = scale * sum over c of q[r][c] kp[c][...], R rows. */
 static inline __attribute__((always_inline, target("avx512f"))) void
-qk_tile(const float *q, int64_t D, const float *kp, int64_t Sp, float *sc, float scale, const int R, const int NV) {
+qk_tile(const float *const *q, int64_t D, const float *kp, int64_t Sp, float *sc, float scale, const int R, const int NV) {
     __m512 acc[ATT_R][4];
     for (int r = 0; r < R; r++)
         for (int j = 0; j < NV; j++) acc[r][j] = _mm512_setzero_ps();
@@ -75,7 +73,7 @@ qk_tile(const float *q, int64_t D, const float *kp, int64_t Sp, float *sc, float
         __m512 kv[4];
         for (int j = 0; j < NV; j++) kv[j] = _mm512_load_ps(kp + c * Sp + 16 * j);
         for (int r = 0; r < R; r++) {
-            __m512 b = _mm512_set1_ps(q[r * D + c]);
+            __m512 b = _mm512_set1_ps(q[r][c]);
             for (int j = 0; j < NV; j++) acc[r][j] = _mm512_fmadd_ps(b, kv[j], acc[r][j]);
         }
     }
@@ -84,35 +82,40 @@ qk_tile(const float *q, int64_t D, const float *kp, int64_t Sp, float *sc, float
         for (int j = 0; j < NV; j++) _mm512_store_ps(sc + r * Sp + 16 * j, _mm512_mul_ps(acc[r][j], sv));
 }
 
-/* pv_tile: o[r][16 NV columns] (+)= sum over s in [s0, s1) of pr[r][s] vp[s][...], R rows:
- * the sum starts from o's values unless s0 is 0, and is multiplied by inv[r] when s1 is S. */
+/* pv_tile: o[r][16 NV columns] = inv[r] * sum over s < S of pr[r][s] v[s][...] (v's rows
+ * vs apart), R rows. */
 static inline __attribute__((always_inline, target("avx512f"))) void
-pv_tile(const float *pr, int64_t Sp, const float *vp, int64_t DVp, int64_t s0, int64_t s1, int64_t S, const float *inv,
-        float *o, const int R, const int NV) {
+pv_tile(const float *pr, int64_t Sp, const float *v, int64_t vs, int64_t S, const float *inv, float *const *o, int64_t col,
+        const int R, const int NV) {
     __m512 acc[ATT_R][4];
     for (int r = 0; r < R; r++)
-        for (int j = 0; j < NV; j++) acc[r][j] = s0 ? _mm512_load_ps(o + r * DVp + 16 * j) : _mm512_setzero_ps();
-    for (int64_t s = s0; s < s1; s++) {
+        for (int j = 0; j < NV; j++) acc[r][j] = _mm512_setzero_ps();
+    for (int64_t s = 0; s < S; s++) {
         __m512 vv[4];
-        for (int j = 0; j < NV; j++) vv[j] = _mm512_load_ps(vp + s * DVp + 16 * j);
+        for (int j = 0; j < NV; j++) vv[j] = _mm512_loadu_ps(v + s * vs + 16 * j);
         for (int r = 0; r < R; r++) {
             __m512 b = _mm512_set1_ps(pr[r * Sp + s]);
             for (int j = 0; j < NV; j++) acc[r][j] = _mm512_fmadd_ps(b, vv[j], acc[r][j]);
         }
     }
     for (int r = 0; r < R; r++)
-        for (int j = 0; j < NV; j++) {
-            __m512 x = s1 == S ? _mm512_mul_ps(acc[r][j], _mm512_set1_ps(inv[r])) : acc[r][j];
-            _mm512_store_ps(o + r * DVp + 16 * j, x);
-        }
+        for (int j = 0; j < NV; j++) _mm512_storeu_ps(o[r] + col + 16 * j, _mm512_mul_ps(acc[r][j], _mm512_set1_ps(inv[r])));
 }
 
-#define TILE_NV(fn, nv, ...)                                                                                           \
+/* TILE calls fn(..., R, NV) with R rows (1 to ATT_R) and NV vectors (1 to 4) as constants. */
+#define TILE_NV(fn, R, nv, ...)                                                                                        \
     switch (nv) {                                                                                                      \
-    case 1: fn(__VA_ARGS__, 1); break;                                                                                 \
-    case 2: fn(__VA_ARGS__, 2); break;                                                                                 \
-    case 3: fn(__VA_ARGS__, 3); break;                                                                                 \
-    default: fn(__VA_ARGS__, 4); break;                                                                                \
+    case 1: fn(__VA_ARGS__, R, 1); break;                                                                              \
+    case 2: fn(__VA_ARGS__, R, 2); break;                                                                              \
+    case 3: fn(__VA_ARGS__, R, 3); break;                                                                              \
+    default: fn(__VA_ARGS__, R, 4); break;                                                                             \
+    }
+#define TILE(fn, r, nv, ...)                                                                                           \
+    switch (r) {                                                                                                       \
+    case 1: TILE_NV(fn, 1, nv, __VA_ARGS__) break;                                                                     \
+    case 2: TILE_NV(fn, 2, nv, __VA_ARGS__) break;                                                                     \
+    case 3: TILE_NV(fn, 3, nv, __VA_ARGS__) break;                                                                     \
+    default: TILE_NV(fn, 4, nv, __VA_ARGS__) break;                                                                    \
     }
 
 /* softmax_rows512: row r of sc (S scores, mask added) becomes its exps (max subtracted);
@@ -146,47 +149,41 @@ softmax_row512(float *x, int64_t S, const float *m, int64_t mc, float *inv) {
     *inv = 1.0f / _mm512_reduce_add_ps(sum);
 }
 
-/* block512 computes output rows [i0, i0 + nr) of one batch-head from packed kp, vp. */
+/* block512 computes output rows [i0, i0 + nr) of one batch-head from packed kp and v (vp
+ * packed, or V itself when its rows are contiguous and a multiple of 16 long). */
 static __attribute__((target("avx512f"))) void block512(const int64_t *a, const float *q, const float *kp,
-                                                       const float *vp, const float *mask, float *y, int64_t i0,
-                                                       int nr, float scale, float *qb, float *sc, float *ob) {
+                                                       const float *v, int64_t vs, const float *mask, float *y,
+                                                       int64_t i0, int nr, float scale, float *qb, float *sc,
+                                                       float *ob) {
     int64_t S = a[A_S], D = a[A_D], DV = a[A_DV], Sp = up16(S), DVp = up16(DV);
     int nvk = (int)(Sp / 16), nvv = (int)(DVp / 16);
-    /* the Q block, contiguous; rows past nr are zeros (computed and dropped) */
-    int nrp = (nr + ATT_R - 1) / ATT_R * ATT_R;
-    for (int r = 0; r < nrp; r++) {
-        const float *qr = q + (i0 + r) * a[A_QR];
-        if (r >= nr)
-            memset(qb + r * D, 0, (size_t)D * sizeof(float));
-        else if (a[A_QC] == 1)
-            memcpy(qb + r * D, qr, (size_t)D * sizeof(float));
-        else
-            for (int64_t c = 0; c < D; c++) qb[r * D + c] = qr[c * a[A_QC]];
+    /* the block's rows of Q, of the output: in place, or through qb and ob */
+    const float *qr[ATT_QB];
+    float *orow[ATT_QB];
+    int ydirect = a[A_YC] == 1 && DV % 16 == 0;
+    for (int r = 0; r < nr; r++) {
+        qr[r] = q + (i0 + r) * a[A_QR];
+        if (a[A_QC] != 1) {
+            for (int64_t c = 0; c < D; c++) qb[r * D + c] = qr[r][c * a[A_QC]];
+            qr[r] = qb + r * D;
+        }
+        orow[r] = ydirect ? y + (i0 + r) * a[A_YR] : ob + r * DVp;
     }
-    /* a panel of 64 columns of kp (or 64 rows of vp) stays in L1 while every row tile reads it */
+    /* a panel of 64 columns of kp stays in L1 while every row tile reads it */
     for (int j = 0; j < nvk; j += 4)
-        for (int r = 0; r < nrp; r += ATT_R)
-            TILE_NV(qk_tile, nvk - j, qb + r * D, D, kp + 16 * j, Sp, sc + r * Sp + 16 * j, scale, ATT_R)
+        for (int r = 0; r < nr; r += ATT_R)
+            TILE(qk_tile, nr - r, nvk - j, qr + r, D, kp + 16 * j, Sp, sc + r * Sp + 16 * j, scale)
     float inv[ATT_QB];
     for (int r = 0; r < nr; r++)
         softmax_row512(sc + r * Sp, S, mask ? mask + (i0 + r) * a[A_MR] : NULL, a[A_MC], &inv[r]);
-    for (int r = nr; r < nrp; r++) {
-        memset(sc + r * Sp, 0, (size_t)S * sizeof(float));
-        inv[r] = 0;
-    }
-    for (int64_t s0 = 0; s0 < S; s0 += ATT_SC) {
-        int64_t s1 = s0 + ATT_SC < S ? s0 + ATT_SC : S;
-        for (int r = 0; r < nrp; r += ATT_R)
-            for (int j = 0; j < nvv; j += 4)
-                TILE_NV(pv_tile, nvv - j, sc + r * Sp, Sp, vp + 16 * j, DVp, s0, s1, S, inv + r, ob + r * DVp + 16 * j, ATT_R)
-    }
-    for (int r = 0; r < nr; r++) {
-        float *yr = y + (i0 + r) * a[A_YR];
-        if (a[A_YC] == 1)
-            memcpy(yr, ob + r * DVp, (size_t)DV * sizeof(float));
-        else
+    for (int r = 0; r < nr; r += ATT_R)
+        for (int j = 0; j < nvv; j += 4)
+            TILE(pv_tile, nr - r, nvv - j, sc + r * Sp, Sp, v + 16 * j, vs, S, inv + r, orow + r, 16 * j)
+    if (!ydirect)
+        for (int r = 0; r < nr; r++) {
+            float *yr = y + (i0 + r) * a[A_YR];
             for (int64_t c = 0; c < DV; c++) yr[c * a[A_YC]] = ob[r * DVp + c];
-    }
+        }
 }
 
 /* ---- without AVX-512: the same steps, one row at a time ---- */
@@ -232,7 +229,7 @@ static __attribute__((target("avx512f"))) void pack_k512(const int64_t *a, const
 }
 
 /* pack_kv: kp[c][s] = Kt[c][s] and vp[s][c] = V[s][c], zero-padded to 16 floats a row. */
-static void pack_kv(const int64_t *a, const float *k, const float *v, float *kp, float *vp, int gather) {
+static void pack_kv(const int64_t *a, const float *k, const float *v, float *kp, float *vp, int gather, int vdirect) {
     int64_t S = a[A_S], D = a[A_D], DV = a[A_DV], Sp = up16(S), DVp = up16(DV);
     int64_t kd = a[A_KD], ks = a[A_KS], vs = a[A_VS], vd = a[A_VD];
     if (gather)
@@ -248,7 +245,7 @@ static void pack_kv(const int64_t *a, const float *k, const float *v, float *kp,
             for (int64_t s = 0; s < S; s++) kp[c * Sp + s] = k[c * kd + s * ks];
     if (!gather)
         for (int64_t c = 0; c < D; c++) memset(kp + c * Sp + S, 0, (size_t)(Sp - S) * sizeof(float));
-    for (int64_t s = 0; s < S; s++) {
+    for (int64_t s = 0; s < S && !vdirect; s++) {
         float *vr = vp + s * DVp;
         if (vd == 1)
             memcpy(vr, v + s * vs, (size_t)DV * sizeof(float));
@@ -273,6 +270,8 @@ static idk_status_t fn_attention(idk_plan_t *p, idk_step_t *s) {
     int avx512 = !s->alg;
     /* gathered K: its rows contiguous and their offsets fit the gather's 32-bit indices */
     int gather = avx512 && a[A_KD] == 1 && a[A_KS] * 15 < INT32_MAX;
+    /* V read in place: its rows contiguous, whole vectors */
+    int vdirect = avx512 && a[A_VD] == 1 && a[A_DV] % 16 == 0;
     float scale = s->fv;
     int64_t Sp = up16(a[A_S]), DVp = up16(a[A_DV]);
 #pragma omp parallel num_threads(nth)
@@ -285,13 +284,14 @@ static idk_status_t fn_attention(idk_plan_t *p, idk_step_t *s) {
             int64_t b = it / nblk, i0 = (it % nblk) * ATT_QB;
             const int64_t *o = off + 5 * b;
             if (b != cur) {
-                pack_kv(a, k + o[1], v + o[2], kp, vp, gather);
+                pack_kv(a, k + o[1], v + o[2], kp, vp, gather, vdirect);
                 cur = b;
             }
             int nr = (int)(L - i0 < ATT_QB ? L - i0 : ATT_QB);
             const float *mb = mask ? mask + o[4] : NULL;
             if (avx512)
-                block512(a, q + o[0], kp, vp, mb, y + o[3], i0, nr, scale, qb, sc, ob);
+                block512(a, q + o[0], kp, vdirect ? v + o[2] : vp, vdirect ? a[A_VS] : DVp, mb, y + o[3], i0, nr, scale,
+                         qb, sc, ob);
             else
                 block_generic(a, q + o[0], kp, vp, mb, y + o[3], i0, nr, scale, sc, ob);
         }

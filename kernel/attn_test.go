@@ -13,7 +13,8 @@ import (
 // with N = batch x heads, read as (N, L, d), (N, d, L), (N, L, d) through Transposes and
 // the output written back as (L, N, d); in the "bert" layout they are (B, L, H, d), read
 // as (B, H, L, d), (B, H, d, L), (B, H, L, d), the output (B, L, H, d), with an optional
-// additive mask (B, 1, 1, L). The compiler fuses it into one attention node whose
+// additive mask (B, 1, 1, L); in the "plain" layout q and v are (N, L, d) and k is
+// already Kt, (N, d, L), with no Transposes. The compiler fuses it into one attention node whose
 // Transposes the lowering absorbs.
 func attnModel(layout string, dims []int64, masked bool, scale float32) *onnx.Model {
 	vi := func(name string, d ...int64) onnx.ValueInfo {
@@ -38,6 +39,10 @@ func attnModel(layout string, dims []int64, masked bool, scale float32) *onnx.Mo
 		node("MatMul", []string{"qs", "kt"}, "s"),
 	}
 	inputs := []onnx.ValueInfo{vi("q", dims...), vi("k", dims...), vi("v", dims...)}
+	if layout == "plain" { // no Transposes: kt given as (N, d, L)
+		nodes = []*onnx.Node{node("Mul", []string{"q", "c"}, "qs"), node("MatMul", []string{"qs", "k"}, "s")}
+		inputs[1] = vi("k", dims[0], dims[2], dims[1])
+	}
 	scores := "s"
 	if masked {
 		nodes = append(nodes, node("Add", []string{"s", "mask"}, "sm"))
@@ -46,7 +51,11 @@ func attnModel(layout string, dims []int64, masked bool, scale float32) *onnx.Mo
 	}
 	sm := node("Softmax", []string{scores}, "p")
 	sm.Attrs["axis"] = &onnx.Attribute{Name: "axis", Type: onnx.AttrInt, I: -1}
-	nodes = append(nodes, sm, node("MatMul", []string{"p", "vt"}, "o"), node("Transpose", []string{"o"}, "y", py...))
+	if layout == "plain" {
+		nodes = append(nodes, sm, node("MatMul", []string{"p", "v"}, "y"))
+	} else {
+		nodes = append(nodes, sm, node("MatMul", []string{"p", "vt"}, "o"), node("Transpose", []string{"o"}, "y", py...))
+	}
 	return &onnx.Model{IRVersion: 8, Opset: 13, Opsets: map[string]int64{"": 13}, Graph: &onnx.Graph{
 		Name: "attention", Inputs: inputs, Nodes: nodes,
 		Outputs:      []onnx.ValueInfo{{Name: "y", DType: onnx.Float}},
@@ -59,12 +68,19 @@ func attnReference(layout string, dims []int64, ins []*onnx.Tensor, scale float6
 	var nb, L, d int64
 	var at func(x []float32, b, i, c int64) float64 // element (batch-head b, row i, column c)
 	var yidx func(b, i, c int64) int64
-	if layout == "bert" {
+	atk := func(x []float32, b, j, c int64) float64 { return at(x, b, j, c) }
+	switch layout {
+	case "plain":
+		nb, L, d = dims[0], dims[1], dims[2]
+		at = func(x []float32, b, i, c int64) float64 { return float64(x[(b*L+i)*d+c]) }
+		atk = func(x []float32, b, j, c int64) float64 { return float64(x[(b*d+c)*L+j]) }
+		yidx = func(b, i, c int64) int64 { return (b*L+i)*d + c }
+	case "bert":
 		B, H := dims[0], dims[2]
 		nb, L, d = B*H, dims[1], dims[3]
 		at = func(x []float32, b, i, c int64) float64 { return float64(x[((b/H*L+i)*H+b%H)*d+c]) }
 		yidx = func(b, i, c int64) int64 { return ((b/H*L+i)*H+b%H)*d + c }
-	} else {
+	default:
 		L, nb, d = dims[0], dims[1], dims[2]
 		at = func(x []float32, b, i, c int64) float64 { return float64(x[(i*nb+b)*d+c]) }
 		yidx = func(b, i, c int64) int64 { return (i*nb+b)*d + c }
@@ -77,7 +93,7 @@ func attnReference(layout string, dims []int64, ins []*onnx.Tensor, scale float6
 			for j := int64(0); j < L; j++ {
 				var acc float64
 				for c := int64(0); c < d; c++ {
-					acc += at(ins[0].F32, b, i, c) * at(ins[1].F32, b, j, c)
+					acc += at(ins[0].F32, b, i, c) * atk(ins[1].F32, b, j, c)
 				}
 				s[j] = acc * scale
 				if len(ins) == 4 {
@@ -104,7 +120,8 @@ func attnReference(layout string, dims []int64, ins []*onnx.Tensor, scale float6
 
 // TestFusedAttention: attn.c's one-step attention (IDK_OP_ATTENTION) on ViT's shapes (L
 // 197, 12 heads of 64, batch 1 and 3), the encoder's (L 128, 8 heads of 64, with and
-// without a padding mask) and odd lengths (1, 7, 50, 257): on 1 and 2 threads, the output
+// without a padding mask), odd lengths (1, 7, 50, 257) and head sizes not a multiple of
+// 16 (V and the output through packed copies), a Kt stored (d, L): on 1 and 2 threads, the output
 // is within 2e-6 of the largest of a float64 evaluation (the old three-step path,
 // IDK_ATTN_FUSED=0, is held to the same bound), the plan has two steps fewer than the
 // old one (the scores product and the softmax: the switch took effect), a second run
@@ -123,11 +140,16 @@ func TestFusedAttention(t *testing.T) {
 		{"mha", []int64{7, 2, 8}, false},
 		{"bert", []int64{2, 50, 3, 24}, true},
 		{"mha", []int64{257, 2, 40}, false},
+		{"plain", []int64{3, 33, 32}, false},
 	}
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("%s%v/mask=%v", c.layout, c.dims, c.masked), func(t *testing.T) {
 			scale := float32(1 / math.Sqrt(float64(c.dims[len(c.dims)-1])))
-			ins := []*onnx.Tensor{sinTensor(1, c.dims...), sinTensor(2, c.dims...), sinTensor(3, c.dims...)}
+			kd := c.dims
+			if c.layout == "plain" {
+				kd = []int64{c.dims[0], c.dims[2], c.dims[1]}
+			}
+			ins := []*onnx.Tensor{sinTensor(1, c.dims...), sinTensor(2, kd...), sinTensor(3, c.dims...)}
 			for _, x := range ins {
 				for i := range x.F32 { // scores of a few units: a softmax neither flat nor one-hot
 					x.F32[i] *= 1.5
