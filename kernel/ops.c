@@ -614,6 +614,10 @@ int idk_op_tiny(const idk_plan_t *p, const idk_op_t *op) {
         flop = 2 * (double)idk_tensor_volume(o) * k;
     } else if (op->kind == IDK_OP_MATMUL && op->nin >= 2 && T(0)->ndims >= 1) {
         flop = 2 * (double)idk_tensor_volume(o) * (double)T(0)->dims[T(0)->ndims - 1];
+    } else if (op->kind == IDK_OP_ATTENTION && op->nin >= 3 && op->ni == 4 * o->ndims) {
+        /* the two products, 2 S (L d + L dv) a batch-head: S is kt's last logical dim */
+        double S = (double)T(1)->dims[op->ia[2 * o->ndims - 1]];
+        flop = 2 * S * ((double)idk_tensor_volume(T(0)) + (double)idk_tensor_volume(o));
     }
     return flop <= maxflop && bytes <= maxbytes;
 }
