@@ -27,7 +27,18 @@ int main(int argc, char **argv) {
     a[A_QR] = H * D; a[A_QC] = 1; a[A_KD] = 1; a[A_KS] = H * D; a[A_VS] = H * D; a[A_VD] = 1; a[A_YR] = H * D; a[A_YC] = 1;
     for (int h = 0; h < H; h++) for (int k = 0; k < 4; k++) a[A_NP + 5 * h + k] = h * D;
     double best = 1e9;
+    static float junk[3 << 20];
+    int cold = getenv("COLD") != NULL;
     for (int it = 0; it < 200; it++) {
+        if (cold) {
+#pragma omp parallel for num_threads(nth)
+            for (int j = 0; j < (3 << 20); j++) junk[j] += 1.0f;
+            /* the inputs rewritten as the producing matmul would: rows split over the threads */
+#pragma omp parallel for num_threads(nth)
+            for (int64_t r = 0; r < L; r++)
+                for (int i = 0; i < 3; i++)
+                    for (int64_t j = 0; j < H * D; j++) bufs[i][r * H * D + j] += 0.0f;
+        }
         double t0 = now();
         fn_attention(&pl, &st);
         double t = now() - t0;
