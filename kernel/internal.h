@@ -183,5 +183,8 @@ int idk_block_reorder(idk_plan_t *p, const dnnl_memory_desc_t *src, int sb, cons
 /* TopK, Resize (ops_modern.c) */
 idk_status_t idk_check_modern(idk_plan_t *p, const idk_op_t *op);
 idk_status_t idk_lower_modern(idk_plan_t *p, const idk_op_t *op);
+/* fused attention (attn.c) */
+idk_status_t idk_check_attention(idk_plan_t *p, const idk_op_t *op);
+idk_status_t idk_lower_attention(idk_plan_t *p, const idk_op_t *op);
 
 #endif

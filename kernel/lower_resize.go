@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"math"
+	"os"
 
 	"idunno/kernel/graph"
 	"idunno/kernel/onnx"
@@ -14,12 +15,18 @@ const (
 	opTopK          = 40
 	opResize        = 41
 	opMaskedSoftmax = 42
+	opAttention     = 43 // attn.c
 )
 
-// lowerAttention lowers a fused attention node (graph.AttentionOp) in three steps: the
-// scores Q Kt with the scale as the oneDNN matmul's alpha, the mask add and softmax in
-// one C pass (oneDNN's softmax when there is no mask), and the product with V. A mask of
-// lower rank is viewed with leading 1s.
+// AttnFusedEnv names the switch that, set to 0, lowers fused attention nodes in three steps
+// (two products and a softmax) instead of attn.c's one (for A/B and tests).
+const AttnFusedEnv = "IDK_ATTN_FUSED"
+
+// lowerAttention lowers a fused attention node (graph.AttentionOp) to one attn.c step
+// (opAttention: Q, Kt and V read, the output written, through the permutations absorbed
+// around it) or, with IDK_ATTN_FUSED=0, in three steps: the scores Q Kt with the scale as
+// the oneDNN matmul's alpha, the mask add and softmax in one C pass (oneDNN's softmax when
+// there is no mask), and the product with V. A mask of lower rank is viewed with leading 1s.
 func (b *builder) lowerAttention(n *onnx.Node) error {
 	qd, err := b.dims(n.Inputs[0])
 	if err != nil {
@@ -39,6 +46,14 @@ func (b *builder) lowerAttention(n *onnx.Node) error {
 			return err
 		}
 	}
+	if len(ids) == 4 {
+		if ids[3], err = b.rankedMask(ids[3], n.Inputs[3], r); err != nil {
+			return err
+		}
+	}
+	if os.Getenv(AttnFusedEnv) != "0" {
+		return b.fusedAttention(n, ids, r)
+	}
 	sd := append(append([]int64(nil), qd[:r-1]...), kd[r-1])
 	scores, err := b.temp(sd)
 	if err != nil {
@@ -52,21 +67,7 @@ func (b *builder) lowerAttention(n *onnx.Node) error {
 		return err
 	}
 	if len(ids) == 4 {
-		md, err := b.dims(n.Inputs[3])
-		if err != nil {
-			return err
-		}
-		mask := ids[3]
-		if len(md) < r {
-			full := make([]int64, r-len(md), r)
-			for k := range full {
-				full[k] = 1
-			}
-			if mask, err = b.reshaped(mask, append(full, md...)); err != nil {
-				return err
-			}
-		}
-		if err := b.op(opMaskedSoftmax, []int32{scores, mask}, []int32{probs}, nil, nil); err != nil {
+		if err := b.op(opMaskedSoftmax, []int32{scores, ids[3]}, []int32{probs}, nil, nil); err != nil {
 			return err
 		}
 	} else if err := b.op(opSoftmax, []int32{scores}, []int32{probs}, []int64{int64(r - 1), 0}, nil); err != nil {
@@ -77,6 +78,57 @@ func (b *builder) lowerAttention(n *onnx.Node) error {
 		return err
 	}
 	return b.permMatMulFrom(probs, n.Inputs[2], y, pout, r)
+}
+
+// rankedMask is the mask (the graph value name, tensor id) viewed at rank r, with leading 1s.
+func (b *builder) rankedMask(id int32, name string, r int) (int32, error) {
+	md, err := b.dims(name)
+	if err != nil || len(md) >= r {
+		return id, err
+	}
+	full := make([]int64, r-len(md), r)
+	for k := range full {
+		full[k] = 1
+	}
+	return b.reshaped(id, append(full, md...))
+}
+
+// fusedAttention adds the opAttention step of node n (ids: its inputs' tensors, 0 where
+// read through an absorbed permutation; the mask at rank r).
+func (b *builder) fusedAttention(n *onnx.Node, ids []int32, r int) error {
+	ia := make([]int64, 0, 4*r)
+	identity := func() {
+		for i := 0; i < r; i++ {
+			ia = append(ia, int64(i))
+		}
+	}
+	in := append([]int32(nil), ids...)
+	for k := 0; k < 3; k++ {
+		pr, ok := b.permIn[n.Inputs[k]]
+		if !ok {
+			identity()
+			continue
+		}
+		id, err := b.in(pr.name)
+		if err != nil {
+			return err
+		}
+		in[k] = id
+		ia = append(ia, pr.perm...)
+	}
+	y, pout, err := b.outFor(n)
+	if err != nil {
+		return err
+	}
+	if pout != nil {
+		if y, err = b.out(pout.name); err != nil {
+			return err
+		}
+		ia = append(ia, pout.perm...)
+	} else {
+		identity()
+	}
+	return b.op(opAttention, in, []int32{y}, ia, []float32{attrFloat(n, "scale", 1)})
 }
 
 func (b *builder) lowerTopK(n *onnx.Node) error {

@@ -309,6 +309,7 @@ idk_status_t idk_check_op(idk_plan_t *p, const idk_op_t *op) {
     case IDK_OP_TOPK:
     case IDK_OP_RESIZE:
     case IDK_OP_MASKED_SOFTMAX: return idk_check_modern(p, op);
+    case IDK_OP_ATTENTION: return idk_check_attention(p, op);
     }
     return bad(p, "unknown op kind");
 }
@@ -613,6 +614,10 @@ int idk_op_tiny(const idk_plan_t *p, const idk_op_t *op) {
         flop = 2 * (double)idk_tensor_volume(o) * k;
     } else if (op->kind == IDK_OP_MATMUL && op->nin >= 2 && T(0)->ndims >= 1) {
         flop = 2 * (double)idk_tensor_volume(o) * (double)T(0)->dims[T(0)->ndims - 1];
+    } else if (op->kind == IDK_OP_ATTENTION && op->nin >= 3 && op->ni == 4 * o->ndims) {
+        /* the two products, 2 S (L d + L dv) a batch-head: S is kt's last logical dim */
+        double S = (double)T(1)->dims[op->ia[2 * o->ndims - 1]];
+        flop = 2 * S * ((double)idk_tensor_volume(T(0)) + (double)idk_tensor_volume(o));
     }
     return flop <= maxflop && bytes <= maxbytes;
 }
@@ -3370,6 +3375,7 @@ idk_status_t idk_lower_op(idk_plan_t *p, int opi) {
     case IDK_OP_TOPK:
     case IDK_OP_RESIZE:
     case IDK_OP_MASKED_SOFTMAX: return idk_lower_modern(p, op);
+    case IDK_OP_ATTENTION: return idk_lower_attention(p, op);
     }
     return idk_fail(p, IDK_ERR_INVALID, "op %d: unknown kind %d", opi, op->kind);
 }

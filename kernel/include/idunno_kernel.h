@@ -154,6 +154,12 @@ typedef enum {
     /* in: x (f32, rank >= 2), mask (f32, that rank, each dim 1 or x's). Output: softmax over
      * the last axis of x + mask (below -80 after the row maximum: exactly 0). */
     IDK_OP_MASKED_SOFTMAX = 42,
+    /* (attn.c) in: q, kt, v, [mask] (f32, rank r = y's). Output: y. i: four permutations of r
+     * (q, kt, v read through them as (…, L, d), (…, d, S), (…, S, dv), equal batch dims; y
+     * written through the last, as IDK_OP_MATMUL's perm_y), f: scale. y = softmax(scale Q Kt
+     * + mask) V, the softmax over the last axis (below -80 after the row maximum: exactly 0);
+     * the mask (…, L, S), each dim 1 or full. */
+    IDK_OP_ATTENTION = 43,
     /* ---- int8 (kernel/quant.c); numbered from 64 to stay clear of new float ops ---- */
     /* ONNX QuantizeLinear. in: x (f32), scale (f32: 1 value, or 1-D along axis), [zero_point
      * (i64, the scale's dims)]. Output i64 (8-bit values carried as int64): saturate(
