@@ -32,14 +32,7 @@ func planSteps(t *testing.T, m *Model) int32 {
 func TestDepthwiseFollowsNHWC(t *testing.T) {
 	const c, hw = 64, 24
 	init := map[string]*onnx.Tensor{}
-	weight := func(name string, dims []int64, seed uint64) {
-		w := seededInput(dims, seed)
-		for i := range w.F32 {
-			w.F32[i] = (w.F32[i] - 0.5) / 4
-		}
-		w.Name = name
-		init[name] = w
-	}
+	weight := func(name string, dims []int64, seed uint64) { addWeight(init, name, dims, seed, 4) }
 	weight("w1", []int64{c, 16, 3, 3}, 31)
 	weight("wd", []int64{c, 1, 3, 3}, 32)
 	weight("w2", []int64{16, c, 1, 1}, 33)

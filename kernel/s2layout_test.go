@@ -14,14 +14,7 @@ import (
 // joins, then a Relu.
 func s2BlockModel(mid int64) *onnx.Model {
 	init := map[string]*onnx.Tensor{}
-	weight := func(name string, dims []int64, seed uint64) {
-		w := seededInput(dims, seed)
-		for i := range w.F32 {
-			w.F32[i] = (w.F32[i] - 0.5) / 8
-		}
-		w.Name = name
-		init[name] = w
-	}
+	weight := func(name string, dims []int64, seed uint64) { addWeight(init, name, dims, seed, 8) }
 	weight("w0", []int64{64, 64, 3, 3}, 51)
 	weight("w1", []int64{128, 64, 1, 1}, 52)
 	weight("w2", []int64{mid, 128, 3, 3}, 53)

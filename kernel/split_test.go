@@ -36,6 +36,16 @@ func seededInput(dims []int64, seed uint64) *onnx.Tensor {
 	return t
 }
 
+// addWeight puts a seeded weight of dims, centred on 0 and divided by div, into init.
+func addWeight(init map[string]*onnx.Tensor, name string, dims []int64, seed uint64, div float32) {
+	w := seededInput(dims, seed)
+	for i := range w.F32 {
+		w.F32[i] = (w.F32[i] - 0.5) / div
+	}
+	w.Name = name
+	init[name] = w
+}
+
 // TestSplitBatch: on two threads, a batch of B >= 2 runs as two sub-batches on one
 // thread each; the output bytes are the same on every run, and close to the whole batch's
 // on one plan (IDK_SPLIT=0) and to a one-thread model's.

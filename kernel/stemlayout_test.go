@@ -12,14 +12,7 @@ import (
 // pool, and a dense convolution to 32 channels (kernel k2, padding (k2-1)/2) with a Relu.
 func stemModel(size, k, s, pad int64, pool bool, k2 int64) (*onnx.Model, *onnx.Tensor) {
 	init := map[string]*onnx.Tensor{}
-	weight := func(name string, dims []int64, seed uint64) {
-		w := seededInput(dims, seed)
-		for i := range w.F32 {
-			w.F32[i] = (w.F32[i] - 0.5) / 8
-		}
-		w.Name = name
-		init[name] = w
-	}
+	weight := func(name string, dims []int64, seed uint64) { addWeight(init, name, dims, seed, 8) }
 	weight("w0", []int64{16, 3, k, k}, 61)
 	weight("w1", []int64{32, 16, k2, k2}, 62)
 	ints := func(name string, v ...int64) *onnx.Attribute {
