@@ -1,7 +1,6 @@
 package kernel
 
 import (
-	"math"
 	"testing"
 
 	"idunno/kernel/onnx"
@@ -60,19 +59,5 @@ func TestDepthwiseFollowsNHWC(t *testing.T) {
 	}
 	m := &onnx.Model{IRVersion: 8, Opset: 13, Opsets: map[string]int64{"": 13}, Graph: g}
 	x := seededInput([]int64{1, 16, hw, hw}, 34)
-	run := func() ([]float32, int32) { return runSteps(t, m, x) }
-	setCEnv(t, "IDK_DW_FOLLOW", "0")
-	off, offSteps := run()
-	setCEnv(t, "IDK_DW_FOLLOW", "")
-	out, steps := run()
-	again, _ := run()
-	checkClose(t, "dense, depthwise and 1x1 convolutions, nhwc against nChw16c depthwise (IDK_DW_FOLLOW=0)", off, out, 1e-5)
-	for i := range out {
-		if math.Float32bits(out[i]) != math.Float32bits(again[i]) {
-			t.Fatalf("output %d: %v, then %v on the same input", i, out[i], again[i])
-		}
-	}
-	if steps != offSteps-2 {
-		t.Fatalf("%d steps, %d with IDK_DW_FOLLOW=0: did the switch take effect?", steps, offSteps)
-	}
+	checkLayoutSwitch(t, "dense, depthwise and 1x1 convolutions", "IDK_DW_FOLLOW", m, x, 2, false)
 }

@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -65,6 +66,34 @@ func runSteps(t *testing.T, m *onnx.Model, x *onnx.Tensor) ([]float32, int32) {
 	return out[0].F32, planSteps(t, md)
 }
 
+// checkLayoutSwitch runs m on x on two threads with the C switch env set to "0", then
+// twice with it unset, and checks what every layout test needs: the plan with the switch
+// on has `fewer` steps fewer than with it off (the switch took effect; 0 where the rule
+// does not apply), its output agrees with the switch-off plan's to 1e-5 of the largest
+// (other kernels sum in another order), a second run gives the same bytes, and, when same
+// is set, the output has the switch-off plan's very bits (the plan did not change). what
+// names the case.
+func checkLayoutSwitch(t *testing.T, what, env string, m *onnx.Model, x *onnx.Tensor, fewer int32, same bool) {
+	t.Helper()
+	setCEnv(t, env, "0")
+	off, offSteps := runSteps(t, m, x)
+	setCEnv(t, env, "")
+	on, onSteps := runSteps(t, m, x)
+	again, _ := runSteps(t, m, x)
+	if offSteps-onSteps != fewer {
+		t.Fatalf("%s: %d steps, %d with %s=0: want %d fewer", what, onSteps, offSteps, env, fewer)
+	}
+	checkClose(t, what+": switch on against "+env+"=0", off, on, 1e-5)
+	for i := range on {
+		if math.Float32bits(on[i]) != math.Float32bits(again[i]) {
+			t.Fatalf("%s: output %d: %v, then %v on the same input", what, i, on[i], again[i])
+		}
+		if same && math.Float32bits(on[i]) != math.Float32bits(off[i]) {
+			t.Fatalf("%s: output %d: %v, and %v with %s=0: its plan changed", what, i, on[i], off[i], env)
+		}
+	}
+}
+
 // TestS2Blocked: at batch 1, a ResNet bottleneck's stride-2 3x3 convolution (as many input
 // as output channels) reading an nChw16c tensor runs oneDNN's jit kernel on nChw16c
 // instead of brgconv on nhwc (s2_blocked in ops.c; IDK_S2_BLOCKED=0 keeps brgconv), which
@@ -80,23 +109,6 @@ func TestS2Blocked(t *testing.T) {
 		mid   int64
 		fewer int32
 	}{{128, 2}, {256, 0}} {
-		m := s2BlockModel(c.mid)
-		setCEnv(t, "IDK_S2_BLOCKED", "0")
-		off, offSteps := runSteps(t, m, x)
-		setCEnv(t, "IDK_S2_BLOCKED", "")
-		on, onSteps := runSteps(t, m, x)
-		again, _ := runSteps(t, m, x)
-		if offSteps-onSteps != c.fewer {
-			t.Fatalf("128->%d: %d steps, %d with IDK_S2_BLOCKED=0: want %d fewer", c.mid, onSteps, offSteps, c.fewer)
-		}
-		checkClose(t, "stride-2 convolution on nChw16c against nhwc", off, on, 1e-5)
-		for i := range on {
-			if math.Float32bits(on[i]) != math.Float32bits(again[i]) {
-				t.Fatalf("128->%d: output %d: %v, then %v on the same input", c.mid, i, on[i], again[i])
-			}
-			if c.fewer == 0 && math.Float32bits(on[i]) != math.Float32bits(off[i]) {
-				t.Fatalf("128->%d: output %d: %v, and %v with IDK_S2_BLOCKED=0: its plan changed", c.mid, i, on[i], off[i])
-			}
-		}
+		checkLayoutSwitch(t, fmt.Sprintf("128->%d", c.mid), "IDK_S2_BLOCKED", s2BlockModel(c.mid), x, c.fewer, c.fewer == 0)
 	}
 }

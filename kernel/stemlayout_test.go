@@ -68,25 +68,7 @@ func TestStemBlocked(t *testing.T) {
 		{"resnet 7x7/2", 64, 7, 2, 3, true, 3, 0, true},
 	} {
 		m, x := stemModel(c.size, c.k, c.s, c.p, c.pool, c.k2)
-		setCEnv(t, "IDK_STEM_BLOCKED", "0")
-		off, offSteps := runSteps(t, m, x)
-		setCEnv(t, "IDK_STEM_BLOCKED", "")
-		on, onSteps := runSteps(t, m, x)
-		again, _ := runSteps(t, m, x)
-		if offSteps-onSteps != c.fewer {
-			t.Fatalf("%s: %d steps, %d with IDK_STEM_BLOCKED=0: want %d fewer", c.name, onSteps, offSteps, c.fewer)
-		}
-		checkClose(t, c.name+": stem on nChw16c against nhwc", off, on, 1e-5)
-		differ := false
-		for i := range on {
-			if math.Float32bits(on[i]) != math.Float32bits(again[i]) {
-				t.Fatalf("%s: output %d: %v, then %v on the same input", c.name, i, on[i], again[i])
-			}
-			differ = differ || math.Float32bits(on[i]) != math.Float32bits(off[i])
-		}
-		if c.same && differ {
-			t.Fatalf("%s: the output changed with IDK_STEM_BLOCKED=0: its plan changed", c.name)
-		}
+		checkLayoutSwitch(t, c.name, "IDK_STEM_BLOCKED", m, x, c.fewer, c.same)
 	}
 }
 
