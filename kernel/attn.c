@@ -403,6 +403,8 @@ idk_status_t idk_lower_attention(idk_plan_t *p, const idk_op_t *op) {
     memcpy(s->bufs, b, sizeof b);
     s->n1 = nb;
     s->fv = op->fa[0];
-    s->alg = !__builtin_cpu_supports("avx512f");
+    /* alg 1: the plain-C blocks, on a CPU without AVX-512 or with IDK_ATTN_AVX512=0 (how the
+     * tests reach them on this one) */
+    s->alg = !__builtin_cpu_supports("avx512f") || env_off("IDK_ATTN_AVX512");
     return IDK_OK;
 }

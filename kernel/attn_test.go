@@ -125,7 +125,8 @@ func attnReference(layout string, dims []int64, ins []*onnx.Tensor, scale float6
 // is within 2e-6 of the largest of a float64 evaluation (the old three-step path,
 // IDK_ATTN_FUSED=0, is held to the same bound), the plan has two steps fewer than the
 // old one (the scores product and the softmax: the switch took effect), a second run
-// gives the same bytes and so does the other thread count.
+// gives the same bytes and so does the other thread count. The plain-C blocks a CPU
+// without AVX-512 runs (IDK_ATTN_AVX512=0) are held to the same bound.
 func TestFusedAttention(t *testing.T) {
 	cases := []struct {
 		layout string
@@ -205,6 +206,12 @@ func TestFusedAttention(t *testing.T) {
 			check("fused, 2 threads", two)
 			if !sameBits(one, two) {
 				t.Errorf("1 and 2 threads give other bytes")
+			}
+			t.Setenv("IDK_ATTN_AVX512", "0") // the plain-C blocks of a CPU without AVX-512
+			plain, plainSteps := run(2)
+			check("fused, plain C, 2 threads", plain)
+			if plainSteps != steps {
+				t.Errorf("plain-C fused plan: %d steps, the AVX-512 one %d", plainSteps, steps)
 			}
 			t.Setenv(AttnFusedEnv, "0")
 			old, oldSteps := run(2)
