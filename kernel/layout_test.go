@@ -193,3 +193,52 @@ func TestGemvSkipsZeroInputs(t *testing.T) {
 	}
 	setCEnv(t, "IDK_GEMV", "")
 }
+
+// TestGemvRows: a classifier of 2 to 4 rows (a split batch's sub-batch), ReLU then Gemm
+// (transB=1, bias), K and N not multiples of 16 and 64, runs on fn_gemv reading each weight
+// once for all its rows (gemv_rows_avx512 in ops.c): within 1e-5 of the largest of
+// oneDNN's matmul (IDK_GEMV_ROWS=0: one row only), not the same bits (the switch took effect), the same
+// bytes on a second run; every row the bytes of the one-row product of that row (a k kept
+// for another row adds +-0), and the generic code's bytes. 5 rows stay on oneDNN's matmul.
+// The batch is not split (IDK_SPLIT=0), so the rows reach one plan.
+func TestGemvRows(t *testing.T) {
+	t.Setenv(SplitEnv, "0")
+	const k, n = 1000, 77
+	c := newCatGraph("x", -1, k)
+	r := c.node("Relu", "x.relu", nil, "x")
+	y := c.node("Gemm", "fc", map[string]*onnx.Attribute{"transB": {Name: "transB", Type: onnx.AttrInt, I: 1}},
+		r, c.param("fc.w", n, k), c.param("fc.b", n))
+	c.outputs(y)
+	for m := int64(2); m <= 5; m++ {
+		x := seeded(20+uint64(m), m, k)
+		run := func() []float32 { return runCat(t, c, x)[0] }
+		off, out, again := switchedRuns(t, "IDK_GEMV_ROWS", run)
+		what := fmt.Sprintf("%d rows", m)
+		if m == 5 {
+			for i := range out {
+				if math.Float32bits(out[i]) != math.Float32bits(off[i]) {
+					t.Fatalf("%s: output %d: %v, and %v with IDK_GEMV_ROWS=0: the rule applied", what, i, out[i], off[i])
+				}
+			}
+			continue
+		}
+		checkSwitched(t, what+", fn_gemv against oneDNN's matmul (IDK_GEMV_ROWS=0)", off, out, again)
+		for row := int64(0); row < m; row++ {
+			one := &onnx.Tensor{DType: onnx.Float, Dims: []int64{1, k}, F32: x.F32[row*k : (row+1)*k]}
+			ref := runCat(t, c, one)[0]
+			for j := range ref {
+				if got := out[row*n+int64(j)]; math.Float32bits(got) != math.Float32bits(ref[j]) {
+					t.Fatalf("%s: row %d output %d: %v, and %v as a batch of 1", what, row, j, got, ref[j])
+				}
+			}
+		}
+		setCEnv(t, "IDK_GEMV_AVX512", "0")
+		generic := run()
+		setCEnv(t, "IDK_GEMV_AVX512", "")
+		for i := range out {
+			if math.Float32bits(generic[i]) != math.Float32bits(out[i]) {
+				t.Fatalf("%s: output %d: AVX-512 %v, generic code %v", what, i, out[i], generic[i])
+			}
+		}
+	}
+}
