@@ -2231,61 +2231,7 @@ __attribute__((target("avx512f"))) static void gemv_block_avx512(const float *w,
     gemv_finish(tot, bias, y, n0, N, relu);
 }
 
-/* GEMV_ROWS bounds the rows of a matrix product run as fn_gemv: a few rows (a classifier
- * on a split batch's sub-batch of 4) read the weights once for all of them, where oneDNN's
- * matmul at 4 rows on one thread took 3.7 times its one-row time (benchmarks/README.md,
- * helper h14a). IDK_GEMV_ROWS=0 or 1 keeps one row only. */
-#define GEMV_ROWS 4
-
-/* gemv_rows_avx512 is gemv_block_avx512 for m rows of x (row stride K) and y (row stride N)
- * at once, each row's sums in the same order as gemv_block_avx512 would make them: a k the
- * list keeps for another row adds a product of +-0 to a sum that is never -0, which leaves it
- * as it was, so every row has the bytes of its one-row product. */
-static inline __attribute__((always_inline, target("avx512f"))) void
-gemv_rows_avx512(const float *w, const float *x, int64_t K, const int64_t *ks, const int64_t *at, int64_t nc,
-                 const float *bias, float *y, int64_t N, int64_t n0, int relu, const int m) {
-    __m512 t[GEMV_ROWS][4];
-    for (int r = 0; r < m; r++)
-        for (int j = 0; j < 4; j++) t[r][j] = _mm512_setzero_ps();
-    for (int64_t c = 0; c < nc; c++) {
-        __m512 a[GEMV_ROWS][4];
-        for (int r = 0; r < m; r++)
-            for (int j = 0; j < 4; j++) a[r][j] = _mm512_setzero_ps();
-        for (int64_t i = at[c]; i < at[c + 1]; i++) {
-            const float *rw = w + ks[i] * GEMV_BLK, *q = w + ks[i + GEMV_AHEAD] * GEMV_BLK;
-            for (int j = 0; j < GEMV_BLK; j += 16) _mm_prefetch((const char *)(q + j), _MM_HINT_T0);
-            __m512 w0 = _mm512_load_ps(rw), w1 = _mm512_load_ps(rw + 16), w2 = _mm512_load_ps(rw + 32),
-                   w3 = _mm512_load_ps(rw + 48);
-            for (int r = 0; r < m; r++) {
-                __m512 xv = _mm512_set1_ps(x[r * K + ks[i]]);
-                a[r][0] = _mm512_add_ps(a[r][0], _mm512_mul_ps(w0, xv));
-                a[r][1] = _mm512_add_ps(a[r][1], _mm512_mul_ps(w1, xv));
-                a[r][2] = _mm512_add_ps(a[r][2], _mm512_mul_ps(w2, xv));
-                a[r][3] = _mm512_add_ps(a[r][3], _mm512_mul_ps(w3, xv));
-            }
-        }
-        for (int r = 0; r < m; r++)
-            for (int j = 0; j < 4; j++) t[r][j] = _mm512_add_ps(t[r][j], a[r][j]);
-    }
-    for (int r = 0; r < m; r++) {
-        float tot[GEMV_BLK];
-        for (int j = 0; j < 4; j++) _mm512_storeu_ps(tot + 16 * j, t[r][j]);
-        gemv_finish(tot, bias, y + r * N, n0, N, relu);
-    }
-}
-
-__attribute__((target("avx512f"))) static void gemv_block_rows(const float *w, const float *x, int64_t K, int64_t m,
-                                                              const int64_t *ks, const int64_t *at, int64_t nc,
-                                                              const float *bias, float *y, int64_t N, int64_t n0,
-                                                              int relu) {
-    switch (m) {
-    case 2: gemv_rows_avx512(w, x, K, ks, at, nc, bias, y, N, n0, relu, 2); break;
-    case 3: gemv_rows_avx512(w, x, K, ks, at, nc, bias, y, N, n0, relu, 3); break;
-    default: gemv_rows_avx512(w, x, K, ks, at, nc, bias, y, N, n0, relu, 4); break;
-    }
-}
-
-/* fn_gemv runs a matrix product of d[0] rows (up to GEMV_ROWS) against constant weights (n1 = N, n2 = K, n3 = K
+/* fn_gemv runs a one-row matrix product against constant weights (n1 = N, n2 = K, n3 = K
  * padded to 16; bufs: x, w in GEMV_BLK-row blocks, bias or -1, y; alg bit 0: ReLU after, bit
  * 1: every weight finite, bit 2: the generic code; extra: room for K + GEMV_AHEAD indices, then for the chunks'
  * starts), the blocks split across the threads. With finite weights it leaves out the k whose
@@ -2297,13 +2243,11 @@ static idk_status_t fn_gemv(idk_plan_t *p, idk_step_t *s) {
     const float *bias = s->bufs[2] >= 0 ? idk_buf_ptr(p, s->bufs[2]) : NULL;
     float *y = idk_buf_ptr(p, s->bufs[3]);
     int64_t N = s->n1, K = s->n2, Kp = s->n3, blocks = (N + GEMV_BLK - 1) / GEMV_BLK, nc = (K + GEMV_CHUNK - 1) / GEMV_CHUNK;
-    int64_t *ks = s->extra, *at = ks + K + GEMV_AHEAD, nk = 0, m = s->d[0] > 1 ? s->d[0] : 1; /* rows (lower_gemv) */
+    int64_t *ks = s->extra, *at = ks + K + GEMV_AHEAD, nk = 0;
     int relu = s->alg & 1, skip = s->alg & 2;
     for (int64_t k = 0; k < K; k++) {
         if (k % GEMV_CHUNK == 0) at[k / GEMV_CHUNK] = nk;
-        int keep = !skip;
-        for (int64_t r = 0; r < m && !keep; r++) keep = x[r * K + k] != 0;
-        if (keep) ks[nk++] = k;
+        if (!skip || x[k] != 0) ks[nk++] = k;
     }
     at[nc] = nk;
     for (int i = 0; i < GEMV_AHEAD; i++) ks[nk + i] = nk ? ks[nk - 1] : 0;
@@ -2311,35 +2255,25 @@ static idk_status_t fn_gemv(idk_plan_t *p, idk_step_t *s) {
 #pragma omp parallel for num_threads(nth) schedule(static)
     for (int64_t b = 0; b < blocks; b++) {
         const float *wb = w + b * Kp * GEMV_BLK;
-        if (avx512 && m > 1)
-            gemv_block_rows(wb, x, K, m, ks, at, nc, bias, y, N, b * GEMV_BLK, relu);
-        else if (avx512)
+        if (avx512)
             gemv_block_avx512(wb, x, ks, at, nc, bias, y, b * GEMV_BLK, N, relu);
         else
-            for (int64_t r = 0; r < m; r++)
-                gemv_block_generic(wb, x + r * K, ks, at, nc, bias, y + r * N, b * GEMV_BLK, N, relu);
+            gemv_block_generic(wb, x, ks, at, nc, bias, y, b * GEMV_BLK, N, relu);
     }
     return IDK_OK;
 }
 
-/* lower_gemv lowers a Linear layer at one row, or up to GEMV_ROWS (a classifier at batch 1 or
- * on a split batch's sub-batch: x M x K, constant
+/* lower_gemv lowers a Linear layer at one row (a classifier at batch 1: x 1 x K, constant
  * weights N x K as PyTorch exports them, Gemm transB=1; a bias; at most a ReLU after) to
  * fn_gemv, its weights re-laid out once into GEMV_BLK-row blocks (AB16b64a): memory-bound
  * (AlexNet's 9216->4096 layer reads 151 MB), it streams them faster than oneDNN's matmul
  * (brgemm on weights packed BA16a64b) and than dot products along the rows (see
  * benchmarks/README.md). IDK_GEMV=0 keeps oneDNN's. Returns IDK_ERR_UNSUPPORTED, having added
  * nothing, where it does not apply. */
-static int64_t gemv_rows(void) {
-    const char *e = getenv("IDK_GEMV_ROWS");
-    int64_t r = e && e[0] ? atoll(e) : GEMV_ROWS;
-    return r < 1 ? 1 : r > GEMV_ROWS ? GEMV_ROWS : r;
-}
-
 static idk_status_t lower_gemv(idk_plan_t *p, const idk_op_t *op) {
     const idk_tensor_t *a = T(0), *b = T(1), *o = OUT;
     if (env_off("IDK_GEMV") || p->prec != IDK_F32 || op->ni != 2 || op->ia[0] || !op->ia[1] || op->fa[0] != 1.0f ||
-        o->ndims != 2 || a->ndims != 2 || a->dims[0] < 1 || a->dims[0] > gemv_rows() || !b->cdata || b->dtype != IDK_F32 || b->ndims != 2 || b->dims[1] != a->dims[1] ||
+        o->ndims != 2 || a->dims[0] != 1 || !b->cdata || b->dtype != IDK_F32 || b->ndims != 2 || b->dims[1] != a->dims[1] ||
         b->dims[0] != o->dims[1])
         return IDK_ERR_UNSUPPORTED;
     int relu = 0;
@@ -2368,7 +2302,6 @@ static idk_status_t lower_gemv(idk_plan_t *p, const idk_op_t *op) {
     s->n1 = o->dims[1];
     s->n2 = a->dims[1];
     s->n3 = wmd.padded_dims[1];
-    s->d[0] = a->dims[0];
     if (!(s->extra = malloc(sizeof(int64_t) * (size_t)(s->n2 + GEMV_AHEAD + s->n2 / GEMV_CHUNK + 2))))
         return idk_fail(p, IDK_ERR_NOMEM, "op %d: gemv indices", p->cur_op);
     int finite = !env_off("IDK_GEMV_SKIP");
