@@ -982,12 +982,8 @@ GCONV_LINE_FN(2, 8)
 /* fn_gconv runs a grouped 3x3 convolution (pads 1 at the top and left, stride 1 or 2) whose
  * groups hold CG = 4 or 8 input and as many output channels, input and output on nChw16c
  * (bufs: x, w as gconv_row reads it, bias or -1, y; n1 = N, n2 = 16-channel blocks, n3 = CG;
- * extra: IH, IW, OH, OW, stride; alg: bit 0 a ReLU after, bit 1 a static split). The output
- * rows of every image and block split across the threads in chunks that each thread claims
- * as it finishes the last: on a shared VM one vCPU often runs far slower than the other for
- * hundreds of milliseconds, and a static half then holds the step (benchmarks/README.md,
- * helper h14c). A row is computed whole by one thread in one order, so the bytes do not
- * depend on which thread took it. */
+ * extra: IH, IW, OH, OW, stride; alg: a ReLU after). The output rows of every image and block
+ * split across the threads. */
 static __attribute__((target("avx512f"))) idk_status_t fn_gconv(idk_plan_t *p, idk_step_t *s) {
     const float *x = idk_buf_ptr(p, s->bufs[0]), *w = idk_buf_ptr(p, s->bufs[1]);
     const float *bias = s->bufs[2] >= 0 ? idk_buf_ptr(p, s->bufs[2]) : NULL;
@@ -1004,13 +1000,8 @@ static __attribute__((target("avx512f"))) idk_status_t fn_gconv(idk_plan_t *p, i
     void (*line)(const float *, const float *, const __m512i *, __m512, float *, int64_t, int64_t, int64_t, int64_t,
                  int) = S == 1 ? (CG == 4 ? gconv_line_s1_g4 : gconv_line_s1_g8)
                                : (CG == 4 ? gconv_line_s2_g4 : gconv_line_s2_g8);
-    int64_t rows = N * CB * OH;
-    /* about 16 chunks a thread: few enough claims to cost nothing, small enough to even out */
-    int chunk = (int)(rows / (16 * nth));
-    if (chunk < 1) chunk = 1;
-    if (s->alg & 2) chunk = (int)((rows + nth - 1) / nth);
-#pragma omp parallel for num_threads(nth) schedule(dynamic, chunk)
-    for (int64_t r = 0; r < rows; r++) {
+#pragma omp parallel for num_threads(nth) schedule(static)
+    for (int64_t r = 0; r < N * CB * OH; r++) {
         int64_t oh = r % OH, nb = r / OH, cb = nb % CB;
         __m512 bv = bias ? _mm512_loadu_ps(bias + cb * 16) : _mm512_setzero_ps();
         line(x + nb * IH * IW * 16, w + cb * 9 * CG * 16, idx, bv, y + (nb * OH + oh) * OW * 16, IH, IW, OW, oh, relu);
@@ -1085,8 +1076,7 @@ static idk_status_t lower_gconv(idk_plan_t *p, const idk_op_t *op) {
     s->extra[2] = o->dims[2];
     s->extra[3] = o->dims[3];
     s->extra[4] = st;
-    /* IDK_GCONV_DYNAMIC=0: the static halves of before (an A/B switch) */
-    s->alg = relu | (env_off("IDK_GCONV_DYNAMIC") ? 2 : 0);
+    s->alg = relu;
     return IDK_OK;
 }
 
