@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"fmt"
+	"math"
 	"testing"
 
 	"idunno/kernel/onnx"
@@ -52,6 +53,78 @@ func TestGroupedConvNChw16c(t *testing.T) {
 				checkSwitched(t, fmt.Sprintf("%dx%d batch %d output %d, fn_gconv against oneDNN's (IDK_GCONV=0)", hw, hw, n, i),
 					off[i], out[i], again[i])
 			}
+		}
+	}
+}
+
+// TestGroupedConvSplitAcrossThreads: fn_gconv splits its output rows across the threads,
+// and every row sums in one order whatever thread computes it, so the thread count must not
+// change the bytes. Three grouped convolutions straight after the input (only reorders
+// before them, no oneDNN convolution whose sums could depend on the thread count) on 1, 2
+// and 3 threads give the same bits, twice each, at 23x23 (rows ending in a narrow register
+// block, a row count that 2 and 3 do not divide) and 64x64.
+func TestGroupedConvSplitAcrossThreads(t *testing.T) {
+	for _, hw := range []int64{23, 64} {
+		c := newCatGraph("x", -1, 32, hw, hw)
+		ints := func(name string, v ...int64) *onnx.Attribute {
+			return &onnx.Attribute{Name: name, Type: onnx.AttrInts, Ints: v}
+		}
+		gconv := func(out, in string, width, stride int64, bias bool) string {
+			args := []string{in, c.param(out+".w", 32, width, 3, 3)}
+			if bias {
+				args = append(args, c.param(out+".b", 32))
+			}
+			return c.node("Conv", out, map[string]*onnx.Attribute{
+				"kernel_shape": ints("kernel_shape", 3, 3),
+				"pads":         ints("pads", 1, 1, 1, 1),
+				"strides":      ints("strides", stride, stride),
+				"group":        {Name: "group", Type: onnx.AttrInt, I: 32 / width},
+			}, args...)
+		}
+		g4 := c.node("Relu", "g4.relu", nil, gconv("g4", "x", 4, 1, true))
+		g8s := gconv("g8s", g4, 8, 2, true)
+		g8 := gconv("g8", g8s, 8, 1, false)
+		c.outputs(g4, g8s, g8)
+		x := seeded(17, 1, 32, hw, hw)
+		run := func(threads int) [][]float32 {
+			m, err := LoadModel(&onnx.Model{IRVersion: 8, Opset: 13, Graph: c.g}, Options{Threads: threads})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			var first [][]float32
+			for r := 0; r < 2; r++ {
+				out, err := m.Run([]*onnx.Tensor{x})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, o := range out {
+					if r == 0 {
+						first = append(first, o.F32)
+						continue
+					}
+					checkSameBits(t, fmt.Sprintf("%dx%d, %d threads, output %d, second run", hw, hw, threads, i), first[i], o.F32)
+				}
+			}
+			return first
+		}
+		want := run(1)
+		for _, th := range []int{2, 3} {
+			for i, o := range run(th) {
+				checkSameBits(t, fmt.Sprintf("%dx%d, %d threads against 1, output %d", hw, hw, th, i), want[i], o)
+			}
+		}
+	}
+}
+
+func checkSameBits(t *testing.T, what string, want, got []float32) {
+	t.Helper()
+	if len(want) != len(got) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	for i := range want {
+		if math.Float32bits(want[i]) != math.Float32bits(got[i]) {
+			t.Fatalf("%s: element %d: %v, want %v", what, i, got[i], want[i])
 		}
 	}
 }
