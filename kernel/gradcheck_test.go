@@ -837,6 +837,19 @@ func sameBits(a, b []float32) bool {
 	return true
 }
 
+// checkSameBits fails t, naming the first differing element, unless got has want's bits.
+func checkSameBits(t *testing.T, what string, want, got []float32) {
+	t.Helper()
+	if len(want) != len(got) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	for i := range want {
+		if math.Float32bits(want[i]) != math.Float32bits(got[i]) {
+			t.Fatalf("%s: element %d: %v, want %v", what, i, got[i], want[i])
+		}
+	}
+}
+
 // TestGradDropoutMasks: a Dropout on the input followed by Gemm, at batch 1, has weight
 // gradient dW[k][f] = dz[k] * x[f] * mask[f], so its zeros are exactly the mask's. The mask
 // must be the kernel's documented one (the reference's), the same with 1 and 2 threads

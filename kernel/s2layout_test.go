@@ -2,7 +2,6 @@ package kernel
 
 import (
 	"fmt"
-	"math"
 	"testing"
 
 	"idunno/kernel/onnx"
@@ -67,7 +66,7 @@ func runSteps(t *testing.T, m *onnx.Model, x *onnx.Tensor) ([]float32, int32) {
 }
 
 // checkLayoutSwitch runs m on x on two threads with the C switch env set to "0", then
-// twice with it unset, and checks what every layout test needs: the plan with the switch
+// twice with it empty (on), and checks what every layout test needs: the plan with the switch
 // on has `fewer` steps fewer than with it off (the switch took effect; 0 where the rule
 // does not apply), its output agrees with the switch-off plan's to 1e-5 of the largest
 // (other kernels sum in another order), a second run gives the same bytes, and, when same
@@ -75,22 +74,18 @@ func runSteps(t *testing.T, m *onnx.Model, x *onnx.Tensor) ([]float32, int32) {
 // names the case.
 func checkLayoutSwitch(t *testing.T, what, env string, m *onnx.Model, x *onnx.Tensor, fewer int32, same bool) {
 	t.Helper()
-	setCEnv(t, env, "0")
+	t.Setenv(env, "0")
 	off, offSteps := runSteps(t, m, x)
-	setCEnv(t, env, "")
+	t.Setenv(env, "") // restored when the test ends, whatever fails
 	on, onSteps := runSteps(t, m, x)
 	again, _ := runSteps(t, m, x)
 	if offSteps-onSteps != fewer {
 		t.Fatalf("%s: %d steps, %d with %s=0: want %d fewer", what, onSteps, offSteps, env, fewer)
 	}
 	checkClose(t, what+": switch on against "+env+"=0", off, on, 1e-5)
-	for i := range on {
-		if math.Float32bits(on[i]) != math.Float32bits(again[i]) {
-			t.Fatalf("%s: output %d: %v, then %v on the same input", what, i, on[i], again[i])
-		}
-		if same && math.Float32bits(on[i]) != math.Float32bits(off[i]) {
-			t.Fatalf("%s: output %d: %v, and %v with %s=0: its plan changed", what, i, on[i], off[i], env)
-		}
+	checkSameBits(t, what+": a second run on the same input", on, again)
+	if same {
+		checkSameBits(t, what+": the output with "+env+"=0 (its plan changed)", off, on)
 	}
 }
 
