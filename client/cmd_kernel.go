@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -110,6 +113,7 @@ func runBench(args []string) error {
 	threads := fs.Int("threads", 2, "kernel threads")
 	seconds := fs.Float64("seconds", 10, "how long to run")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	serve := fs.Bool("serve", false, "load, warm up and print a ready line, then for each line of stdin holding seconds S run for S seconds (at least one batch) and print one JSON line (benchmarks/ort --interleave)")
 	precision := precisionFlag(fs)
 	rest := args[1:]
 	if wantsHelp(args[:1]) {
@@ -119,11 +123,14 @@ func runBench(args []string) error {
 		return err
 	}
 	if *model == "" || *batch < 1 || *threads < 1 || *seconds <= 0 || fs.NArg() > 0 {
-		return usageErrorf("usage: idunno bench kernel --model M.onnx --batch B --threads T --seconds S [--precision fp32|bf16|int8] [--json]")
+		return usageErrorf("usage: idunno bench kernel --model M.onnx --batch B --threads T --seconds S [--precision fp32|bf16|int8] [--json | --serve]")
 	}
 	prec, err := kernel.ParsePrecision(*precision)
 	if err != nil {
 		return err
+	}
+	if *serve {
+		return benchServe(*model, *batch, *threads, prec, os.Stdin, os.Stdout)
 	}
 	r, err := benchKernel(*model, *batch, *threads, prec, time.Duration(*seconds*float64(time.Second)))
 	if err != nil {
@@ -265,4 +272,80 @@ func benchKernel(path string, batch, threads int, prec kernel.Precision, dur tim
 		}
 	}
 	return r, nil
+}
+
+// sliceResult is one slice of `idunno bench kernel --serve`, and of benchmarks/ort/bench.js
+// in its serve mode: the batches run in the slice and their latencies.
+type sliceResult struct {
+	Runs       int       `json:"runs"`
+	Batch      int       `json:"batch"`
+	Seconds    float64   `json:"seconds"`
+	CPUSeconds float64   `json:"cpu_seconds"`
+	LatMs      []float64 `json:"lat_ms"`
+}
+
+// serveReady is the first line of `idunno bench kernel --serve`: the model is loaded and
+// warmed up; the work and peak let the caller compute the fraction of peak.
+type serveReady struct {
+	Ready         bool    `json:"ready"`
+	GFLOPPerImage float64 `json:"gflop_per_image"`
+	CPUPeakGFLOPS float64 `json:"peak_gflops_per_cpu_second"`
+}
+
+// benchServe loads the model, warms it up and prints a ready line, then for each line of
+// in holding a number of seconds S runs batches for S seconds (at least one) and prints a
+// sliceResult line, until in ends. A harness alternating it with another system's slices
+// (benchmarks/ort --interleave) exposes both to the same moments of a noisy machine.
+func benchServe(path string, batch, threads int, prec kernel.Precision, in io.Reader, out io.Writer) error {
+	m, err := kernel.Load(path, kernel.Options{Threads: threads, Precision: prec})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	ins, err := benchInputs(m, batch)
+	if err != nil {
+		return err
+	}
+	for range 2 { // builds the plan for this batch, faults in the arena
+		if _, err := m.Run(ins); err != nil {
+			return err
+		}
+	}
+	peak := kernel.PeakGFLOPSPerCPUSecond()
+	if prec == kernel.INT8 {
+		peak = kernel.PeakInt8KernelGOPSPerCPUSecond()
+	}
+	enc := json.NewEncoder(out)
+	if err := enc.Encode(serveReady{true, m.FLOPs(batch) / float64(batch) / 1e9, peak}); err != nil {
+		return err
+	}
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		secs, err := strconv.ParseFloat(line, 64)
+		if err != nil || secs <= 0 || secs > 3600 {
+			return fmt.Errorf("bench kernel --serve: want seconds in (0, 3600], got %q", line)
+		}
+		dur := time.Duration(secs * float64(time.Second))
+		r := sliceResult{Batch: batch}
+		cpu0 := kernel.CPUSeconds()
+		start := time.Now()
+		for time.Since(start) < dur || r.Runs == 0 {
+			t0 := time.Now()
+			if _, err := m.Run(ins); err != nil {
+				return err
+			}
+			r.LatMs = append(r.LatMs, float64(time.Since(t0))/1e6)
+			r.Runs++
+		}
+		r.Seconds = time.Since(start).Seconds()
+		r.CPUSeconds = kernel.CPUSeconds() - cpu0
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
 }

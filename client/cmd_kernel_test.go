@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"idunno/kernel/onnx"
@@ -102,5 +103,52 @@ func TestBenchKernelTextModel(t *testing.T) {
 		if v, ok := r[k].(float64); !ok || v <= 0 {
 			t.Errorf("key %s = %v", k, r[k])
 		}
+	}
+}
+
+// TestBenchKernelServe: bench kernel --serve prints a ready line with the model's work,
+// then one slice per line of stdin, each with at least one batch and a latency per batch;
+// a line that is not a number of seconds ends it with a clear error.
+func TestBenchKernelServe(t *testing.T) {
+	bin := kernelBinary(t)
+	model := filepath.Join(t.TempDir(), "lenet5.onnx")
+	if b, err := exec.Command(bin, "zoo", "lenet5", "--out", model).CombinedOutput(); err != nil {
+		t.Fatalf("zoo: %v\n%s", err, b)
+	}
+	serve := func(stdin string) ([]map[string]any, string, error) {
+		cmd := exec.Command(bin, "bench", "kernel", "--model", model, "--batch", "3", "--threads", "1", "--serve")
+		cmd.Stdin = strings.NewReader(stdin)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		var lines []map[string]any
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			var m map[string]any
+			if jerr := json.Unmarshal([]byte(l), &m); jerr != nil {
+				t.Fatalf("line %q: %v", l, jerr)
+			}
+			lines = append(lines, m)
+		}
+		return lines, stderr.String(), err
+	}
+	lines, stderr, err := serve("0.05\n\n0.001\n")
+	if err != nil {
+		t.Fatalf("serve: %v\n%s", err, stderr)
+	}
+	if len(lines) != 3 || lines[0]["ready"] != true || lines[0]["gflop_per_image"].(float64) <= 0 {
+		t.Fatalf("want a ready line and two slices, got %v", lines)
+	}
+	for _, l := range lines[1:] {
+		runs, lat := l["runs"].(float64), l["lat_ms"].([]any)
+		if runs < 1 || len(lat) != int(runs) || l["batch"].(float64) != 3 || l["seconds"].(float64) <= 0 {
+			t.Errorf("slice %v", l)
+		}
+	}
+	if lines[1]["seconds"].(float64) < 0.05 {
+		t.Errorf("a 0.05 s slice lasted %v s", lines[1]["seconds"])
+	}
+	lines, stderr, err = serve("0.01\nfast\n")
+	if err == nil || len(lines) != 2 || !strings.Contains(stderr, `want seconds in (0, 3600], got "fast"`) {
+		t.Errorf("bad line: err %v, %d lines, stderr %q", err, len(lines), stderr)
 	}
 }

@@ -1,5 +1,5 @@
 // bench.js: ONNX Runtime's side of benchmarks/ort (main.go runs it).
-// usage: node bench.js MODEL.onnx BATCH SECONDS THREADS [INPUTS]
+// usage: node bench.js MODEL.onnx BATCH SECONDS|serve THREADS [INPUTS]
 // Loads MODEL with onnxruntime-node's CPU execution provider (THREADS intra-op threads, one
 // inter-op thread, sequential execution, all graph optimisations), feeds seeded random
 // inputs of batch BATCH, warms up twice, then runs for SECONDS and prints one JSON line:
@@ -14,11 +14,41 @@
 'use strict';
 const ort = require('onnxruntime-node');
 
+// serveSlices is the serve mode (SECONDS = serve), the protocol of `idunno bench kernel
+// --serve`: a ready line, then for each line of stdin holding seconds S, batches for S
+// seconds (at least one) and one JSON line {"runs", "batch", "seconds", "cpu_seconds",
+// "lat_ms"}, until stdin ends.
+async function serveSlices(sess, feeds, batch) {
+  console.log(JSON.stringify({ ready: true }));
+  const rl = require('readline').createInterface({ input: process.stdin, terminal: false });
+  for await (const raw of rl) {
+    const line = raw.trim();
+    if (line === '') continue;
+    const secs = parseFloat(line);
+    if (!(secs > 0 && secs <= 3600)) throw new Error(`serve: want seconds in (0, 3600], got ${JSON.stringify(line)}`);
+    const lat = [];
+    const cpu0 = process.cpuUsage();
+    const start = process.hrtime.bigint();
+    const limit = BigInt(Math.round(secs * 1e9));
+    while (process.hrtime.bigint() - start < limit || lat.length === 0) {
+      const t0 = process.hrtime.bigint();
+      await sess.run(feeds);
+      lat.push(Number(process.hrtime.bigint() - t0) / 1e6);
+    }
+    const cpu = process.cpuUsage(cpu0);
+    console.log(JSON.stringify({
+      runs: lat.length, batch, seconds: Number(process.hrtime.bigint() - start) / 1e9,
+      cpu_seconds: (cpu.user + cpu.system) / 1e6, lat_ms: lat,
+    }));
+  }
+}
+
 async function main() {
   const [model, batchS, secondsS, threadsS, inputsS] = process.argv.slice(2);
-  const batch = parseInt(batchS, 10), seconds = parseFloat(secondsS), threads = parseInt(threadsS, 10);
+  const serve = secondsS === 'serve';
+  const batch = parseInt(batchS, 10), seconds = serve ? 1 : parseFloat(secondsS), threads = parseInt(threadsS, 10);
   if (!model || !(batch >= 1) || !(seconds > 0) || !(threads >= 1)) {
-    console.error('usage: node bench.js MODEL.onnx BATCH SECONDS THREADS');
+    console.error('usage: node bench.js MODEL.onnx BATCH SECONDS|serve THREADS [INPUTS]');
     process.exit(2);
   }
   const sess = await ort.InferenceSession.create(model, {
@@ -57,6 +87,7 @@ async function main() {
     }
   }
   for (let i = 0; i < 2; i++) await sess.run(feeds);
+  if (serve) return serveSlices(sess, feeds, batch);
   const lat = [];
   const cpu0 = process.cpuUsage();
   const start = process.hrtime.bigint();

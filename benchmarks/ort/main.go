@@ -56,8 +56,9 @@ func main() {
 	seconds := flag.Float64("seconds", 5, "seconds per run")
 	rounds := flag.Int("rounds", 2, "alternating rounds per configuration")
 	minRuns := flag.Int("min-runs", 0, "after the first round, lengthen each run to at least this many batches of the slower system (0: --seconds only)")
+	interleave := flag.Float64("interleave", 0, "seconds per slice: load each system once and alternate slices of this length until each has run --rounds x --seconds seconds (0: alternate whole runs; see interleave.go)")
 	flag.Parse()
-	if err := run(*bin, *out, *cache, split(*models), split(*batches), split(*precisions), *threads, *seconds, *rounds, *minRuns); err != nil {
+	if err := run(*bin, *out, *cache, split(*models), split(*batches), split(*precisions), *threads, *seconds, *rounds, *minRuns, *interleave); err != nil {
 		fmt.Fprintln(os.Stderr, "ort:", err)
 		os.Exit(1)
 	}
@@ -89,7 +90,7 @@ func split(s string) []string {
 	return r
 }
 
-func run(bin, out, cache string, models, batches, precs []string, threads int, seconds float64, rounds, minRuns int) error {
+func run(bin, out, cache string, models, batches, precs []string, threads int, seconds float64, rounds, minRuns int, interleave float64) error {
 	here, err := filepath.Abs("benchmarks/ort")
 	if err != nil {
 		return err
@@ -107,8 +108,11 @@ func run(bin, out, cache string, models, batches, precs []string, threads int, s
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
-	fmt.Printf("%-16s %5s %5s %10s %10s %7s %9s %9s %7s %8s %8s %7s %6s %6s\n", "model", "batch", "prec",
-		"idunno/s", "ort/s", "ratio", "idunno_ms", "ort_ms", "ratio", "idunnoCPU", "ortCPU", "ratio", "load", "peak%")
+	if interleave > 0 {
+		fmt.Printf("interleaved: slices of %gs, %gs per system and configuration\n", interleave, seconds*float64(rounds))
+	}
+	fmt.Printf("%-16s %5s %5s %10s %10s %7s %9s %9s %7s %8s %8s %7s %6s %6s %7s\n", "model", "batch", "prec",
+		"idunno/s", "ort/s", "ratio", "idunno_ms", "ort_ms", "ratio", "idunnoCPU", "ortCPU", "ratio", "load", "peak%", "p50r")
 	var rows [][]float64
 	series := map[string]*plot.Series{}
 	x := 0.0
@@ -159,7 +163,15 @@ func run(bin, out, cache string, models, batches, precs []string, threads int, s
 			best := map[string]result{}
 			failed := map[string]bool{}
 			secs := seconds
-			for r := 0; r < rounds; r++ {
+			if interleave > 0 {
+				o, b, err := interleaved(bin, here, name, path, files, precs, inputs, batch, threads, seconds*float64(rounds), interleave)
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "ort: %s batch %d: %v\n", name, batch, err)
+				} else {
+					ort, best = o, b
+				}
+			}
+			for r := 0; r < rounds && interleave <= 0; r++ {
 				// alternate which system goes first
 				steps := []func() error{
 					func() error {
@@ -210,11 +222,15 @@ func run(bin, out, cache string, models, batches, precs []string, threads int, s
 				if ort.PerCPUSecond > 0 {
 					cpuRatio = id.PerCPUSecond / ort.PerCPUSecond
 				}
-				fmt.Printf("%-16s %5d %5s %10.2f %10.2f %6.2fx %9.2f %9.2f %6.2fx %8.2f %8.2f %6.2fx %6.1f %5.1f%%\n", name, batch, pr,
+				p50Ratio := 0.0
+				if id.P50ms > 0 {
+					p50Ratio = ort.P50ms / id.P50ms
+				}
+				fmt.Printf("%-16s %5d %5s %10.2f %10.2f %6.2fx %9.2f %9.2f %6.2fx %8.2f %8.2f %6.2fx %6.1f %5.1f%% %6.2fx\n", name, batch, pr,
 					id.ImagesPerSec, ort.ImagesPerSec, ratio, id.Minms, ort.Minms, latRatio, id.PerCPUSecond, ort.PerCPUSecond, cpuRatio, load,
-					100*id.Fraction)
+					100*id.Fraction, p50Ratio)
 				rows = append(rows, []float64{float64(mi), float64(batch), float64(pi), id.ImagesPerSec, ort.ImagesPerSec, ratio,
-					id.Minms, ort.Minms, latRatio, id.PerCPUSecond, ort.PerCPUSecond, cpuRatio, load, id.Fraction})
+					id.Minms, ort.Minms, latRatio, id.PerCPUSecond, ort.PerCPUSecond, cpuRatio, load, id.Fraction, p50Ratio})
 				s := series[pr]
 				if s == nil {
 					s = &plot.Series{Name: "IDunno " + pr + " / ONNX Runtime fp32 (min latency)"}
@@ -228,7 +244,8 @@ func run(bin, out, cache string, models, batches, precs []string, threads int, s
 	fmt.Printf("models (index): %s; precisions (index): %s\n", strings.Join(models, ","), strings.Join(precs, ","))
 	if err := plot.WriteCSV(filepath.Join(out, "ort.csv"), []string{"model_index", "batch", "precision_index",
 		"idunno_images_per_sec", "ort_images_per_sec", "ratio", "idunno_min_ms", "ort_min_ms", "min_latency_ratio",
-		"idunno_images_per_cpu_s", "ort_images_per_cpu_s", "cpu_ratio", "load_avg", "idunno_fraction_of_peak_cpu"}, rows); err != nil {
+		"idunno_images_per_cpu_s", "ort_images_per_cpu_s", "cpu_ratio", "load_avg", "idunno_fraction_of_peak_cpu",
+		"p50_latency_ratio"}, rows); err != nil {
 		return err
 	}
 	c := plot.Chart{Title: "IDunno / ONNX Runtime 1.20.1 (CPU EP), same run; x = model/batch in order of ort.csv",
