@@ -4,8 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p benchmarks/out
 ./benchmarks/kernel.sh
-# kernel against ONNX Runtime 1.20.1 (CPU EP, 2 threads), alternating, fp32, bf16 and int8 (each model quantized by `idunno quantize`): ort.csv, ort_ratio.png
-IDUNNO_KERNEL_LIB=${IDUNNO_KERNEL_LIB:-$PWD/bin/libidunno_kernel.so} go run ./benchmarks/ort --bin bin/idunno --out benchmarks/out --precisions fp32,bf16,int8 | tee benchmarks/out/ort.txt
+# kernel against ONNX Runtime 1.20.1 (CPU EP, 2 threads), in interleaved half-second slices, fp32, bf16 and int8 (each model quantized by `idunno quantize`): ort.csv, ort_ratio.png
+IDUNNO_KERNEL_LIB=${IDUNNO_KERNEL_LIB:-$PWD/bin/libidunno_kernel.so} go run ./benchmarks/ort --bin bin/idunno --out benchmarks/out --precisions fp32,bf16,int8 --interleave 0.5 | tee benchmarks/out/ort.txt
 # fd: detection latency (1 and 3 crashes), lossy long run, simulated scaling to 1,000 nodes
 ./benchmarks/fd/run.sh
 # sdfs: put/get throughput (1 MB, 1 GB) vs cp, node peak RSS, restore time after 3 kills
