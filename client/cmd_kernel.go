@@ -311,9 +311,13 @@ func benchServe(path string, batch, threads int, prec kernel.Precision, in io.Re
 			return err
 		}
 	}
+	// per CPU-second peak of the precision, as benchKernel reports it
 	peak := kernel.PeakGFLOPSPerCPUSecond()
-	if prec == kernel.INT8 {
+	switch prec {
+	case kernel.INT8:
 		peak = kernel.PeakInt8KernelGOPSPerCPUSecond()
+	case kernel.BF16:
+		peak *= kernel.PeakBF16GFLOPS(threads) / max(kernel.PeakGFLOPS(threads), 1e-9)
 	}
 	enc := json.NewEncoder(out)
 	if err := enc.Encode(serveReady{true, m.FLOPs(batch) / float64(batch) / 1e9, peak}); err != nil {
