@@ -48,6 +48,7 @@ type server struct {
 	// totals over its slices
 	lat                   []float64
 	images, secs, cpuSecs float64
+	slices                int
 }
 
 // startServer starts cmd and waits (at most limit) for its ready line.
@@ -116,6 +117,7 @@ func (s *server) slice(secs float64, slowest float64) error {
 	s.images += float64(l.Runs * l.Batch)
 	s.secs += l.Seconds
 	s.cpuSecs += l.CPUSeconds
+	s.slices++
 	return nil
 }
 
@@ -173,6 +175,19 @@ func interleaved(bin, dir, name, ortModel string, files map[string]string, precs
 		defer s.stop()
 		servers = append(servers, s)
 	}
+	if err := alternate(servers, total, sliceSecs); err != nil {
+		return result{}, nil, err
+	}
+	best := map[string]result{}
+	for _, s := range servers[1:] {
+		best[s.name] = s.result(s.name)
+	}
+	return ort.result("fp32"), best, nil
+}
+
+// alternate runs slices of sliceSecs on the servers in turn, reversing the order in every
+// other round, until each has run total seconds.
+func alternate(servers []*server, total, sliceSecs float64) error {
 	slowest := 0.0
 	for i := 0; ; i++ {
 		doneAll := true
@@ -192,16 +207,12 @@ func interleaved(bin, dir, name, ortModel string, files map[string]string, precs
 		for _, s := range order {
 			time.Sleep(sliceGap)
 			if err := s.slice(sliceSecs, slowest); err != nil {
-				return result{}, nil, err
+				return err
 			}
 			for _, v := range s.lat[max(0, len(s.lat)-64):] {
 				slowest = max(slowest, v)
 			}
 		}
 	}
-	best := map[string]result{}
-	for _, s := range servers[1:] {
-		best[s.name] = s.result(s.name)
-	}
-	return ort.result("fp32"), best, nil
+	return nil
 }
