@@ -202,41 +202,85 @@ func benchInputs(m *kernel.Model, batch int) ([]*onnx.Tensor, error) {
 	return ins, nil
 }
 
-func benchKernel(path string, batch, threads int, prec kernel.Precision, dur time.Duration) (*benchResult, error) {
+// openBench loads the model for a benchmark and makes its inputs at this batch size.
+func openBench(path string, batch, threads int, prec kernel.Precision) (*kernel.Model, []*onnx.Tensor, error) {
 	m, err := kernel.Load(path, kernel.Options{Threads: threads, Precision: prec})
+	if err != nil {
+		return nil, nil, err
+	}
+	ins, err := benchInputs(m, batch)
+	if err != nil {
+		m.Close()
+		return nil, nil, err
+	}
+	return m, ins, nil
+}
+
+// warmUp runs the model twice: builds the plan for this batch, faults in the arena.
+func warmUp(m *kernel.Model, ins []*onnx.Tensor) error {
+	for range 2 {
+		if _, err := m.Run(ins); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// timedRuns runs batches for dur and at least minRuns of them: each one's latency in ms,
+// the seconds they took in all and the process's CPU seconds meanwhile.
+func timedRuns(m *kernel.Model, ins []*onnx.Tensor, dur time.Duration, minRuns int) (lat []float64, secs, cpu float64, err error) {
+	cpu0 := kernel.CPUSeconds()
+	start := time.Now()
+	for time.Since(start) < dur || len(lat) < minRuns {
+		t0 := time.Now()
+		if _, err := m.Run(ins); err != nil {
+			return nil, 0, 0, err
+		}
+		lat = append(lat, float64(time.Since(t0))/1e6)
+	}
+	return lat, time.Since(start).Seconds(), kernel.CPUSeconds() - cpu0, nil
+}
+
+// peakFunc is the measurement of the precision's peak on some threads (GFLOP/s; int8:
+// giga-ops).
+func peakFunc(prec kernel.Precision) func(threads int) float64 {
+	switch prec {
+	case kernel.BF16:
+		return kernel.PeakBF16GFLOPS
+	case kernel.INT8:
+		return kernel.PeakInt8KernelGOPS
+	}
+	return kernel.PeakGFLOPS
+}
+
+// cpuPeak is one core's peak per CPU-second in the precision: FP32 FMA's, int8's, or for
+// bf16 FP32's scaled by the measured bf16/fp32 peak ratio (bf16Peak, the bf16 peak on
+// threads; 0: not measured, FP32's).
+func cpuPeak(prec kernel.Precision, threads int, bf16Peak float64) float64 {
+	switch {
+	case prec == kernel.INT8:
+		return kernel.PeakInt8KernelGOPSPerCPUSecond()
+	case prec == kernel.BF16 && bf16Peak > 0:
+		return kernel.PeakGFLOPSPerCPUSecond() * bf16Peak / max(kernel.PeakGFLOPS(threads), 1e-9)
+	}
+	return kernel.PeakGFLOPSPerCPUSecond()
+}
+
+func benchKernel(path string, batch, threads int, prec kernel.Precision, dur time.Duration) (*benchResult, error) {
+	m, ins, err := openBench(path, batch, threads, prec)
 	if err != nil {
 		return nil, err
 	}
 	defer m.Close()
-	ins, err := benchInputs(m, batch)
+	peak := peakFunc(prec)
+	peakBefore := peak(threads)
+	if err := warmUp(m, ins); err != nil {
+		return nil, err
+	}
+	lat, total, cpu, err := timedRuns(m, ins, dur, 3)
 	if err != nil {
 		return nil, err
 	}
-	peak := kernel.PeakGFLOPS
-	switch prec {
-	case kernel.BF16:
-		peak = kernel.PeakBF16GFLOPS
-	case kernel.INT8:
-		peak = kernel.PeakInt8KernelGOPS
-	}
-	peakBefore := peak(threads)
-	for range 2 { // warm up: builds the plan for this batch, faults in the arena
-		if _, err := m.Run(ins); err != nil {
-			return nil, err
-		}
-	}
-	var lat []float64
-	cpu0 := kernel.CPUSeconds()
-	start := time.Now()
-	for time.Since(start) < dur || len(lat) < 3 {
-		t0 := time.Now()
-		if _, err := m.Run(ins); err != nil {
-			return nil, err
-		}
-		lat = append(lat, float64(time.Since(t0))/1e6)
-	}
-	total := time.Since(start).Seconds()
-	cpu := kernel.CPUSeconds() - cpu0
 	sort.Float64s(lat)
 	pct := func(p float64) float64 { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
 	r := &benchResult{
@@ -260,13 +304,11 @@ func benchKernel(path string, batch, threads int, prec kernel.Precision, dur tim
 	if cpu > 0 {
 		r.ImagesPerCPU = float64(len(lat)*batch) / cpu
 		r.CPUGFLOPS = float64(len(lat)*batch) * r.GFLOPPerImage / cpu
-		r.CPUPeakGFLOPS = kernel.PeakGFLOPSPerCPUSecond()
-		if prec == kernel.INT8 {
-			r.CPUPeakGFLOPS = kernel.PeakInt8KernelGOPSPerCPUSecond()
-		} else if prec == kernel.BF16 && peakBefore > 0 {
-			// per CPU-second peak scaled by the measured bf16/fp32 peak ratio
-			r.CPUPeakGFLOPS *= r.PeakGFLOPS / max(kernel.PeakGFLOPS(threads), 1e-9)
+		bf16Peak := 0.0
+		if peakBefore > 0 {
+			bf16Peak = r.PeakGFLOPS
 		}
+		r.CPUPeakGFLOPS = cpuPeak(prec, threads, bf16Peak)
 		if r.CPUPeakGFLOPS > 0 {
 			r.CPUFraction = r.CPUGFLOPS / r.CPUPeakGFLOPS
 		}
@@ -297,30 +339,20 @@ type serveReady struct {
 // sliceResult line, until in ends. A harness alternating it with another system's slices
 // (benchmarks/ort --interleave) exposes both to the same moments of a noisy machine.
 func benchServe(path string, batch, threads int, prec kernel.Precision, in io.Reader, out io.Writer) error {
-	m, err := kernel.Load(path, kernel.Options{Threads: threads, Precision: prec})
+	m, ins, err := openBench(path, batch, threads, prec)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	ins, err := benchInputs(m, batch)
-	if err != nil {
+	if err := warmUp(m, ins); err != nil {
 		return err
 	}
-	for range 2 { // builds the plan for this batch, faults in the arena
-		if _, err := m.Run(ins); err != nil {
-			return err
-		}
-	}
-	// per CPU-second peak of the precision, as benchKernel reports it
-	peak := kernel.PeakGFLOPSPerCPUSecond()
-	switch prec {
-	case kernel.INT8:
-		peak = kernel.PeakInt8KernelGOPSPerCPUSecond()
-	case kernel.BF16:
-		peak *= kernel.PeakBF16GFLOPS(threads) / max(kernel.PeakGFLOPS(threads), 1e-9)
+	bf16Peak := 0.0
+	if prec == kernel.BF16 {
+		bf16Peak = kernel.PeakBF16GFLOPS(threads)
 	}
 	enc := json.NewEncoder(out)
-	if err := enc.Encode(serveReady{true, m.FLOPs(batch) / float64(batch) / 1e9, peak}); err != nil {
+	if err := enc.Encode(serveReady{true, m.FLOPs(batch) / float64(batch) / 1e9, cpuPeak(prec, threads, bf16Peak)}); err != nil {
 		return err
 	}
 	sc := bufio.NewScanner(in)
@@ -333,21 +365,11 @@ func benchServe(path string, batch, threads int, prec kernel.Precision, in io.Re
 		if err != nil || secs <= 0 || secs > 3600 {
 			return fmt.Errorf("bench kernel --serve: want seconds in (0, 3600], got %q", line)
 		}
-		dur := time.Duration(secs * float64(time.Second))
-		r := sliceResult{Batch: batch}
-		cpu0 := kernel.CPUSeconds()
-		start := time.Now()
-		for time.Since(start) < dur || r.Runs == 0 {
-			t0 := time.Now()
-			if _, err := m.Run(ins); err != nil {
-				return err
-			}
-			r.LatMs = append(r.LatMs, float64(time.Since(t0))/1e6)
-			r.Runs++
+		lat, total, cpu, err := timedRuns(m, ins, time.Duration(secs*float64(time.Second)), 1)
+		if err != nil {
+			return err
 		}
-		r.Seconds = time.Since(start).Seconds()
-		r.CPUSeconds = kernel.CPUSeconds() - cpu0
-		if err := enc.Encode(r); err != nil {
+		if err := enc.Encode(sliceResult{Runs: len(lat), Batch: batch, Seconds: total, CPUSeconds: cpu, LatMs: lat}); err != nil {
 			return err
 		}
 	}

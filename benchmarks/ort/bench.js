@@ -14,6 +14,22 @@
 'use strict';
 const ort = require('onnxruntime-node');
 
+// timeRuns runs batches for SECONDS and at least minRuns of them: each one's latency (ms),
+// the seconds they took in all and the process's CPU seconds meanwhile.
+async function timeRuns(sess, feeds, seconds, minRuns) {
+  const lat = [];
+  const cpu0 = process.cpuUsage();
+  const start = process.hrtime.bigint();
+  const limit = BigInt(Math.round(seconds * 1e9));
+  while (process.hrtime.bigint() - start < limit || lat.length < minRuns) {
+    const t0 = process.hrtime.bigint();
+    await sess.run(feeds);
+    lat.push(Number(process.hrtime.bigint() - t0) / 1e6);
+  }
+  const cpu = process.cpuUsage(cpu0);
+  return { lat, total: Number(process.hrtime.bigint() - start) / 1e9, cpuSeconds: (cpu.user + cpu.system) / 1e6 };
+}
+
 // serveSlices is the serve mode (SECONDS = serve), the protocol of `idunno bench kernel
 // --serve`: a ready line, then for each line of stdin holding seconds S, batches for S
 // seconds (at least one) and one JSON line {"runs", "batch", "seconds", "cpu_seconds",
@@ -26,20 +42,8 @@ async function serveSlices(sess, feeds, batch) {
     if (line === '') continue;
     const secs = parseFloat(line);
     if (!(secs > 0 && secs <= 3600)) throw new Error(`serve: want seconds in (0, 3600], got ${JSON.stringify(line)}`);
-    const lat = [];
-    const cpu0 = process.cpuUsage();
-    const start = process.hrtime.bigint();
-    const limit = BigInt(Math.round(secs * 1e9));
-    while (process.hrtime.bigint() - start < limit || lat.length === 0) {
-      const t0 = process.hrtime.bigint();
-      await sess.run(feeds);
-      lat.push(Number(process.hrtime.bigint() - t0) / 1e6);
-    }
-    const cpu = process.cpuUsage(cpu0);
-    console.log(JSON.stringify({
-      runs: lat.length, batch, seconds: Number(process.hrtime.bigint() - start) / 1e9,
-      cpu_seconds: (cpu.user + cpu.system) / 1e6, lat_ms: lat,
-    }));
+    const { lat, total, cpuSeconds } = await timeRuns(sess, feeds, secs, 1);
+    console.log(JSON.stringify({ runs: lat.length, batch, seconds: total, cpu_seconds: cpuSeconds, lat_ms: lat }));
   }
 }
 
@@ -88,18 +92,7 @@ async function main() {
   }
   for (let i = 0; i < 2; i++) await sess.run(feeds);
   if (serve) return serveSlices(sess, feeds, batch);
-  const lat = [];
-  const cpu0 = process.cpuUsage();
-  const start = process.hrtime.bigint();
-  const limit = BigInt(Math.round(seconds * 1e9));
-  while (process.hrtime.bigint() - start < limit || lat.length < 3) {
-    const t0 = process.hrtime.bigint();
-    await sess.run(feeds);
-    lat.push(Number(process.hrtime.bigint() - t0) / 1e6);
-  }
-  const total = Number(process.hrtime.bigint() - start) / 1e9;
-  const cpu = process.cpuUsage(cpu0);
-  const cpuSeconds = (cpu.user + cpu.system) / 1e6;
+  const { lat, total, cpuSeconds } = await timeRuns(sess, feeds, seconds, 3);
   lat.sort((a, b) => a - b);
   const pct = (p) => lat[Math.min(lat.length - 1, Math.floor(p * lat.length))];
   console.log(JSON.stringify({

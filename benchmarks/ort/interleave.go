@@ -49,6 +49,7 @@ type server struct {
 	lat                   []float64
 	images, secs, cpuSecs float64
 	slices                int
+	slowestMs             float64 // its slowest batch, for the next slice's deadline
 }
 
 // startServer starts cmd and waits (at most limit) for its ready line.
@@ -104,16 +105,19 @@ func (s *server) next(limit time.Duration) (sliceLine, error) {
 }
 
 // slice runs one slice of secs seconds and adds it to the totals.
-func (s *server) slice(secs float64, slowest float64) error {
+func (s *server) slice(secs float64) error {
 	if _, err := fmt.Fprintln(s.in, strconv.FormatFloat(secs, 'f', 3, 64)); err != nil {
 		return fmt.Errorf("%s: %v", s.name, err)
 	}
 	// at least one batch: a slow one may take far longer than the slice
-	l, err := s.next(time.Duration((secs+4*slowest/1000)*float64(time.Second)) + 2*time.Minute)
+	l, err := s.next(time.Duration((secs+4*s.slowestMs/1000)*float64(time.Second)) + 2*time.Minute)
 	if err != nil {
 		return fmt.Errorf("%s: %v", s.name, err)
 	}
 	s.lat = append(s.lat, l.LatMs...)
+	for _, v := range l.LatMs {
+		s.slowestMs = max(s.slowestMs, v)
+	}
 	s.images += float64(l.Runs * l.Batch)
 	s.secs += l.Seconds
 	s.cpuSecs += l.CPUSeconds
@@ -188,7 +192,6 @@ func interleaved(bin, dir, name, ortModel string, files map[string]string, precs
 // alternate runs slices of sliceSecs on the servers in turn, reversing the order in every
 // other round, until each has run total seconds.
 func alternate(servers []*server, total, sliceSecs float64) error {
-	slowest := 0.0
 	for i := 0; ; i++ {
 		doneAll := true
 		for _, s := range servers {
@@ -206,11 +209,8 @@ func alternate(servers []*server, total, sliceSecs float64) error {
 		}
 		for _, s := range order {
 			time.Sleep(sliceGap)
-			if err := s.slice(sliceSecs, slowest); err != nil {
+			if err := s.slice(sliceSecs); err != nil {
 				return err
-			}
-			for _, v := range s.lat[max(0, len(s.lat)-64):] {
-				slowest = max(slowest, v)
 			}
 		}
 	}
