@@ -5,6 +5,7 @@
 
 /* ops.c: checks each op's arguments and lowers it into steps (oneDNN primitives or C loops). */
 #include <immintrin.h>
+#include <omp.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1080,6 +1081,197 @@ static idk_status_t lower_gconv(idk_plan_t *p, const idk_op_t *op) {
     return IDK_OK;
 }
 
+/* ---- dense 1x1 and 3x3 convolutions with 7-pixel-wide outputs at batch 1, on nChw16c ---- */
+
+/* A ResNet's last stage at batch 1 (7x7 outputs) streams its weights from memory: ResNet-50's
+ * is 53 MB of its 100 (more as Winograd-transformed weights), read once per image for 49
+ * pixels each, so oneDNN's kernels run there at 200-250 GFLOP/s on two threads against 300 and
+ * more on the stages before it (benchmarks/README.md, the twelfth session). sconv computes
+ * such a convolution as 64-output-channel panels, one panel's weights at a time, one tap
+ * (kh, kw) of the panel at a time: each output row of 7 pixels x 64 channels is 28 AVX-512
+ * accumulators fed by 4 weight vectors and 7 broadcast inputs per input channel, the tap's
+ * weights (IC x 64 floats) read from L2 for the rows after the first, and the next tap's (or
+ * the next panel's) weights prefetched into L2 a slice per row while this tap computes.
+ * Partial sums between taps wait in a per-thread buffer. Every output sums bias, then the taps
+ * in (kh, kw) order, then the input channels in order, whatever the number of threads. */
+
+/* SCONV_OW: the output width sconv handles, one row tile; SCONV_OC: a panel's channels. */
+#define SCONV_OW 7
+#define SCONV_OC 64
+
+/* sconv_row computes tap (kh, kw) of output row oh of one panel (wt: the tap's weights,
+ * [IC][64]; bias: the panel's 64 or NULL; part: the row's partial sums, 7 x 64; x: the
+ * image's input, nChw16c, IH x IW with IW = 7 * S). first: start from the bias; last:
+ * apply the post-ops (sum: add y's value; relu) and write y (the row's first pixel of the
+ * panel's first block; ys: floats between blocks), else write part. pf, pfn: prefetch pfn
+ * cache lines from pf on per 16 input channels. K, S, KW are constants at each call site. */
+static inline __attribute__((always_inline, target("avx512f"))) void
+sconv_row(const float *x, int64_t IH, int64_t IC, const float *wt, const float *bias, float *part, int first, int last,
+          float *y, int64_t ys, int64_t oh, int kh, const int K, const int S, const int KW, int sum, int relu,
+          const char *pf, int64_t pfn) {
+    const int IW = SCONV_OW * S, P = K / 2;
+    __m512 acc[SCONV_OW][4];
+    for (int j = 0; j < 4; j++)
+        for (int q = 0; q < SCONV_OW; q++)
+            acc[q][j] = first ? (bias ? _mm512_loadu_ps(bias + 16 * j) : _mm512_setzero_ps())
+                              : _mm512_loadu_ps(part + (q * 4 + j) * 16);
+    int64_t ih = oh * S - P + kh, xs = IH * IW * 16;
+    if (ih >= 0 && ih < IH) {
+        const float *xr = x + ih * IW * 16;
+        for (int64_t cb = 0; cb < IC / 16; cb++) {
+            const float *xb = xr + cb * xs, *wb = wt + cb * 16 * SCONV_OC;
+            if (pf)
+                for (int64_t i = 0; i < pfn; i++) _mm_prefetch(pf + (cb * pfn + i) * 64, _MM_HINT_T1);
+#pragma GCC unroll 16
+            for (int l = 0; l < 16; l++) {
+                __m512 wv[4];
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) wv[j] = _mm512_loadu_ps(wb + l * SCONV_OC + 16 * j);
+#pragma GCC unroll 7
+                for (int q = 0; q < SCONV_OW; q++) {
+                    int iw = q * S - P + KW;
+                    if (iw < 0 || iw >= IW) continue;
+                    __m512 b = _mm512_set1_ps(xb[iw * 16 + l]);
+#pragma GCC unroll 4
+                    for (int j = 0; j < 4; j++) acc[q][j] = _mm512_fmadd_ps(b, wv[j], acc[q][j]);
+                }
+            }
+        }
+    } else if (pf) {
+        for (int64_t i = 0; i < pfn * (IC / 16); i++) _mm_prefetch(pf + i * 64, _MM_HINT_T1);
+    }
+    if (!last) {
+        for (int j = 0; j < 4; j++)
+            for (int q = 0; q < SCONV_OW; q++) _mm512_storeu_ps(part + (q * 4 + j) * 16, acc[q][j]);
+        return;
+    }
+    for (int j = 0; j < 4; j++)
+        for (int q = 0; q < SCONV_OW; q++) {
+            __m512 v = acc[q][j];
+            if (sum) v = _mm512_add_ps(v, _mm512_loadu_ps(y + j * ys + q * 16));
+            if (relu) v = _mm512_max_ps(v, _mm512_setzero_ps());
+            _mm512_storeu_ps(y + j * ys + q * 16, v);
+        }
+}
+
+typedef void (*sconv_row_fn)(const float *, int64_t, int64_t, const float *, const float *, float *, int, int, float *,
+                             int64_t, int64_t, int, int, int, const char *, int64_t);
+#define SCONV_ROW_FN(K, S, KW)                                                                                        \
+    static __attribute__((target("avx512f"))) void sconv_row_k##K##_s##S##_w##KW(                                    \
+        const float *x, int64_t IH, int64_t IC, const float *wt, const float *bias, float *part, int first, int last, \
+        float *y, int64_t ys, int64_t oh, int kh, int sum, int relu, const char *pf, int64_t pfn) {                  \
+        sconv_row(x, IH, IC, wt, bias, part, first, last, y, ys, oh, kh, K, S, KW, sum, relu, pf, pfn);              \
+    }
+SCONV_ROW_FN(1, 1, 0)
+SCONV_ROW_FN(1, 2, 0)
+SCONV_ROW_FN(3, 1, 0)
+SCONV_ROW_FN(3, 1, 1)
+SCONV_ROW_FN(3, 1, 2)
+SCONV_ROW_FN(3, 2, 0)
+SCONV_ROW_FN(3, 2, 1)
+SCONV_ROW_FN(3, 2, 2)
+
+/* fn_sconv runs a convolution lowered by lower_sconv (bufs: x, w as [OC/64][K][K][IC][64],
+ * bias or -1, y; n1 = IC, n2 = OC, n3 = K; extra: IH, OH, S; alg: 1 ReLU after, 2 sum into
+ * y first). The panels split across the threads in contiguous ranges. */
+static __attribute__((target("avx512f"))) idk_status_t fn_sconv(idk_plan_t *p, idk_step_t *s) {
+    const float *x = idk_buf_ptr(p, s->bufs[0]), *w = idk_buf_ptr(p, s->bufs[1]);
+    const float *bias = s->bufs[2] >= 0 ? idk_buf_ptr(p, s->bufs[2]) : NULL;
+    float *y = idk_buf_ptr(p, s->bufs[3]);
+    int64_t IC = s->n1, OC = s->n2, K = s->n3, IH = s->extra[0], OH = s->extra[1], S = s->extra[2];
+    int relu = s->alg & 1, sum = (s->alg >> 1) & 1, nth = s->one_thread ? 1 : p->threads;
+    static const sconv_row_fn k3s1[3] = {sconv_row_k3_s1_w0, sconv_row_k3_s1_w1, sconv_row_k3_s1_w2};
+    static const sconv_row_fn k3s2[3] = {sconv_row_k3_s2_w0, sconv_row_k3_s2_w1, sconv_row_k3_s2_w2};
+    int64_t np = OC / SCONV_OC, tap = IC * SCONV_OC, psz = K * K * tap, ys = OH * SCONV_OW * 16;
+    /* prefetch: the next tap's lines spread over this tap's rows, pfn a 16-channel step */
+    int64_t per = (tap * 4 / 64 + OH - 1) / OH, pfn = (per + IC / 16 - 1) / (IC / 16);
+#pragma omp parallel num_threads(nth)
+    {
+        float part[SCONV_OW * SCONV_OW * SCONV_OC] __attribute__((aligned(64)));
+        int n = omp_get_num_threads(), id = omp_get_thread_num();
+        int64_t lo = np * id / n, hi = np * (id + 1) / n;
+        for (int64_t pn = lo; pn < hi; pn++)
+            for (int64_t t = 0; t < K * K; t++) {
+                const float *wt = w + pn * psz + t * tap;
+                const float *nx = t + 1 < K * K ? wt + tap : pn + 1 < hi ? w + (pn + 1) * psz : NULL;
+                int kh = (int)(t / K), kw = (int)(t % K);
+                sconv_row_fn f = K == 1 ? (S == 1 ? sconv_row_k1_s1_w0 : sconv_row_k1_s2_w0) : (S == 1 ? k3s1 : k3s2)[kw];
+                for (int64_t oh = 0; oh < OH; oh++)
+                    f(x, IH, IC, wt, bias ? bias + pn * SCONV_OC : NULL, part + oh * SCONV_OW * SCONV_OC, t == 0,
+                      t == K * K - 1, y + pn * 4 * ys + oh * SCONV_OW * 16, ys, oh, kh, sum, relu,
+                      nx ? (const char *)nx + oh * per * 64 : NULL, nx ? pfn : 0);
+            }
+    }
+    return IDK_OK;
+}
+
+/* lower_sconv lowers a dense convolution at batch 1 to fn_sconv (see above) where it applies:
+ * fp32 on AVX-512, constant weights, 1x1 (no padding) or 3x3 (padding 1), stride 1 or 2 on
+ * both axes, no dilation, 7 output columns and at most 7 rows, an input SCONV_OW * stride
+ * wide, input channels a multiple of 16 and output channels of 64, input (and a sum
+ * post-op's summand) already on nChw16c, post-ops at most a sum then a ReLU. IDK_SCONV=0
+ * keeps oneDNN's. Returns IDK_ERR_UNSUPPORTED, having added nothing, where it does not apply. */
+static idk_status_t lower_sconv(idk_plan_t *p, const idk_op_t *op) {
+    const idk_tensor_t *x = T(0), *w = T(1), *o = OUT;
+    const int64_t *ia = op->ia; /* 2-D: strides ia[1..2], dilations ia[3..4], pads ia[5..8], group ia[9] */
+    if (p->prec != IDK_F32 || p->tr || x->ndims != 4 || op->ni != 10 || env_off("IDK_SCONV") ||
+        !__builtin_cpu_supports("avx512f"))
+        return IDK_ERR_UNSUPPORTED;
+    int64_t K = w->dims[2], S = ia[1], IC = x->dims[1], OC = o->dims[1];
+    if (x->dims[0] != 1 || ia[9] != 1 || !w->cdata || (K != 1 && K != 3) || w->dims[3] != K || (S != 1 && S != 2) ||
+        ia[2] != S || ia[3] != 1 || ia[4] != 1 || IC % 16 || OC % SCONV_OC || w->dims[1] != IC ||
+        o->dims[3] != SCONV_OW || o->dims[2] > SCONV_OW || x->dims[3] != SCONV_OW * S)
+        return IDK_ERR_UNSUPPORTED;
+    for (int i = 5; i <= 8; i++)
+        if (ia[i] != K / 2) return IDK_ERR_UNSUPPORTED;
+    if (!is_tag(p, op->in[0], dnnl_f32, dnnl_nChw16c)) return IDK_ERR_UNSUPPORTED;
+    int relu = 0, sum_tid = -1;
+    for (int i = 0; i < op->npost; i++) {
+        const idk_post_t *q = &op->post[i];
+        if (q->kind == IDK_POST_SUM && i == 0 && q->alg <= 0 && is_tag(p, q->tensor, dnnl_f32, dnnl_nChw16c))
+            sum_tid = q->tensor;
+        else if (q->kind == IDK_POST_ELTWISE && q->alg == IDK_ELT_RELU && q->alpha == 0 && !relu)
+            relu = 1;
+        else
+            return IDK_ERR_UNSUPPORTED;
+    }
+    /* the ONNX weights (OC, IC, K, K) seen as (OC/64, 64, IC, K, K), laid out once as
+     * [OC/64][kh][kw][IC][64] */
+    int64_t wd[5] = {OC / SCONV_OC, SCONV_OC, IC, K, K};
+    dnnl_dims_t wdd, wst = {K * K * IC * SCONV_OC, 1, SCONV_OC, K * IC * SCONV_OC, IC * SCONV_OC};
+    for (int i = 0; i < 5; i++) wdd[i] = wd[i];
+    dnnl_memory_desc_t plain5, wmd, xmd, ymd;
+    dims_md(&plain5, 5, wd);
+    if (dnnl_memory_desc_init_by_strides(&wmd, 5, wdd, dnnl_f32, wst) != dnnl_success)
+        return idk_fail(p, IDK_ERR_DNNL, "op %d: sconv weights layout", p->cur_op);
+    dnnl_dims_t d;
+    for (int i = 0; i < 4; i++) d[i] = x->dims[i];
+    dnnl_memory_desc_init_by_tag(&xmd, 4, d, dnnl_f32, dnnl_nChw16c);
+    for (int i = 0; i < 4; i++) d[i] = o->dims[i];
+    dnnl_memory_desc_init_by_tag(&ymd, 4, d, dnnl_f32, dnnl_nChw16c);
+    int xb, wb, cb = -1, yb;
+    if (first_view(p, op->in[1], &plain5) != 0 || idk_get_view(p, op->in[1], &wmd, &wb) != 0 ||
+        idk_get_view(p, op->in[0], &xmd, &xb) != 0 || (op->nin == 3 && idk_get_plain(p, op->in[2], &cb) != 0) ||
+        (yb = sum_tid >= 0 ? dst_for_sum(p, op, sum_tid, &ymd) : new_out(p, op->out[0], &ymd)) < 0)
+        return p->err[0] ? IDK_ERR_DNNL : idk_fail(p, IDK_ERR_NOMEM, "op %d: sconv buffers", p->cur_op);
+    idk_step_t *s = idk_new_step(p);
+    if (!s || !(s->extra = calloc(3, sizeof(int64_t)))) return idk_fail(p, IDK_ERR_NOMEM, "op %d: sconv step", p->cur_op);
+    s->fn = fn_sconv;
+    s->nb = 4;
+    s->bufs[0] = xb;
+    s->bufs[1] = wb;
+    s->bufs[2] = cb;
+    s->bufs[3] = yb;
+    s->n1 = IC;
+    s->n2 = OC;
+    s->n3 = K;
+    s->extra[0] = x->dims[2];
+    s->extra[1] = o->dims[2];
+    s->extra[2] = S;
+    s->alg = relu | (sum_tid >= 0 ? 2 : 0);
+    return IDK_OK;
+}
+
 static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
     const idk_tensor_t *x = T(0), *w = T(1), *o = OUT;
     int nd = x->ndims, S = nd - 2;
@@ -1095,6 +1287,10 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
     if (g > 1 && nd == 4) {
         idk_status_t gr = lower_gconv(p, op);
         if (gr != IDK_ERR_UNSUPPORTED) return gr;
+    }
+    if (g == 1 && nd == 4) {
+        idk_status_t sr = lower_sconv(p, op);
+        if (sr != IDK_ERR_UNSUPPORTED) return sr;
     }
     dnnl_memory_desc_t src, wei, bias, dst;
     dnnl_data_type_t dt = compute_dt(p);
