@@ -1173,7 +1173,11 @@ SCONV_ROW_FN(3, 2, 2)
 
 /* fn_sconv runs a convolution lowered by lower_sconv (bufs: x, w as [OC/64][K][K][IC][64],
  * bias or -1, y; n1 = IC, n2 = OC, n3 = K; extra: IH, OH, S; alg: 1 ReLU after, 2 sum into
- * y first). The panels split across the threads in contiguous ranges. */
+ * y first; 4: panels claimed dynamically). Thread i starts with panel i and claims the next
+ * free one as its panel's last tap starts (to prefetch it), so a thread slowed by the host
+ * (steal time here comes in bursts of 20-40% a vCPU) does fewer panels; IDK_SCONV_DYN=0
+ * splits them in contiguous ranges instead. A panel is one thread's whole, so the bytes do
+ * not depend on which thread runs it. */
 static __attribute__((target("avx512f"))) idk_status_t fn_sconv(idk_plan_t *p, idk_step_t *s) {
     const float *x = idk_buf_ptr(p, s->bufs[0]), *w = idk_buf_ptr(p, s->bufs[1]);
     const float *bias = s->bufs[2] >= 0 ? idk_buf_ptr(p, s->bufs[2]) : NULL;
@@ -1185,15 +1189,21 @@ static __attribute__((target("avx512f"))) idk_status_t fn_sconv(idk_plan_t *p, i
     int64_t np = OC / SCONV_OC, tap = IC * SCONV_OC, psz = K * K * tap, ys = OH * SCONV_OW * 16;
     /* prefetch: the next tap's lines spread over this tap's rows, pfn a 16-channel step */
     int64_t per = (tap * 4 / 64 + OH - 1) / OH, pfn = (per + IC / 16 - 1) / (IC / 16);
+    int dyn = (s->alg >> 2) & 1;
+    int64_t claim = nth; /* dyn: the next panel not yet claimed (thread i starts with panel i) */
 #pragma omp parallel num_threads(nth)
     {
         float part[SCONV_OW * SCONV_OW * SCONV_OC] __attribute__((aligned(64)));
         int n = omp_get_num_threads(), id = omp_get_thread_num();
-        int64_t lo = np * id / n, hi = np * (id + 1) / n;
-        for (int64_t pn = lo; pn < hi; pn++)
+        int d = dyn && n == nth; /* claim starts at nth: with fewer threads, contiguous ranges */
+        int64_t hi = d ? np : np * (id + 1) / n, pn = d ? id : np * id / n;
+        while (pn < hi) {
+            int64_t next = hi;
             for (int64_t t = 0; t < K * K; t++) {
                 const float *wt = w + pn * psz + t * tap;
-                const float *nx = t + 1 < K * K ? wt + tap : pn + 1 < hi ? w + (pn + 1) * psz : NULL;
+                /* the panel after this one is claimed as its last tap starts, to prefetch it */
+                if (t == K * K - 1) next = d ? __atomic_fetch_add(&claim, 1, __ATOMIC_RELAXED) : pn + 1;
+                const float *nx = t + 1 < K * K ? wt + tap : next < hi ? w + next * psz : NULL;
                 int kh = (int)(t / K), kw = (int)(t % K);
                 sconv_row_fn f = K == 1 ? (S == 1 ? sconv_row_k1_s1_w0 : sconv_row_k1_s2_w0) : (S == 1 ? k3s1 : k3s2)[kw];
                 for (int64_t oh = 0; oh < OH; oh++)
@@ -1201,6 +1211,8 @@ static __attribute__((target("avx512f"))) idk_status_t fn_sconv(idk_plan_t *p, i
                       t == K * K - 1, y + pn * 4 * ys + oh * SCONV_OW * 16, ys, oh, kh, sum, relu,
                       nx ? (const char *)nx + oh * per * 64 : NULL, nx ? pfn : 0);
             }
+            pn = next;
+        }
     }
     return IDK_OK;
 }
@@ -1268,7 +1280,7 @@ static idk_status_t lower_sconv(idk_plan_t *p, const idk_op_t *op) {
     s->extra[0] = x->dims[2];
     s->extra[1] = o->dims[2];
     s->extra[2] = S;
-    s->alg = relu | (sum_tid >= 0 ? 2 : 0);
+    s->alg = relu | (sum_tid >= 0 ? 2 : 0) | (env_off("IDK_SCONV_DYN") ? 0 : 4);
     return IDK_OK;
 }
 
