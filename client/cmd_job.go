@@ -108,6 +108,7 @@ func runInference(args []string) error { return runPhase(args, "inference", sche
 
 func runTrain(args []string) error {
 	if len(args) > 0 && args[0] == "local" {
+		ownMachine()
 		return runTrainLocal(args[1:])
 	}
 	if len(args) > 0 && args[0] == "add" {

@@ -24,7 +24,13 @@ type multiFlag []string
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
+// ownMachine tells the kernel that this command's process has the CPUs to itself, unlike a
+// node's (kernel.OwnMachine: its OpenMP workers spin longer before they sleep). In a shell
+// session after the kernel was loaded it changes nothing.
+func ownMachine() { kernel.OwnMachine() }
+
 func runInfer(args []string) error {
+	ownMachine()
 	fs := newFlags("infer")
 	model := fs.String("model", "", "ONNX model file")
 	var inputs multiFlag
@@ -98,9 +104,13 @@ type benchResult struct {
 	CPUFraction   float64 `json:"fraction_of_peak_cpu"`
 	// The rate of a median batch against the peak: less hurt by other processes' bursts.
 	P50Fraction float64 `json:"fraction_of_peak_p50"`
+	// OpenMPSpin is how long the kernel's OpenMP workers spin before they sleep
+	// (kernel.OpenMPSpin; this command has the CPUs to itself, kernel.OwnMachine).
+	OpenMPSpin string `json:"openmp_spin"`
 }
 
 func runBench(args []string) error {
+	ownMachine()
 	if len(args) > 0 && args[0] == "train" {
 		return runBenchTrain(args[1:])
 	}
@@ -148,6 +158,7 @@ func runBench(args []string) error {
 	fmt.Printf("median batch    %.1f%% of peak\n", 100*r.P50Fraction)
 	fmt.Printf("per CPU-second  %.1f GFLOP vs %.1f peak per core = %.1f%% (independent of other load)\n",
 		r.CPUGFLOPS, r.CPUPeakGFLOPS, 100*r.CPUFraction)
+	fmt.Printf("OpenMP spin     %s\n", r.OpenMPSpin)
 	return nil
 }
 
@@ -293,6 +304,7 @@ func benchKernel(path string, batch, threads int, prec kernel.Precision, dur tim
 		// the machine is shared: take the better of two peak readings, so the fraction
 		// errs low rather than high
 		PeakGFLOPS: max(peakBefore, peak(threads)),
+		OpenMPSpin: kernel.OpenMPSpin(),
 	}
 	if prec == kernel.BF16 {
 		r.BF16ISA = kernel.BF16Support()
@@ -332,6 +344,7 @@ type serveReady struct {
 	Ready         bool    `json:"ready"`
 	GFLOPPerImage float64 `json:"gflop_per_image"`
 	CPUPeakGFLOPS float64 `json:"peak_gflops_per_cpu_second"`
+	OpenMPSpin    string  `json:"openmp_spin"`
 }
 
 // benchServe loads the model, warms it up and prints a ready line, then for each line of
@@ -352,7 +365,7 @@ func benchServe(path string, batch, threads int, prec kernel.Precision, in io.Re
 		bf16Peak = kernel.PeakBF16GFLOPS(threads)
 	}
 	enc := json.NewEncoder(out)
-	if err := enc.Encode(serveReady{true, m.FLOPs(batch) / float64(batch) / 1e9, cpuPeak(prec, threads, bf16Peak)}); err != nil {
+	if err := enc.Encode(serveReady{true, m.FLOPs(batch) / float64(batch) / 1e9, cpuPeak(prec, threads, bf16Peak), kernel.OpenMPSpin()}); err != nil {
 		return err
 	}
 	sc := bufio.NewScanner(in)

@@ -79,6 +79,17 @@ func TestBenchKernelJSON(t *testing.T) {
 	if r["batch"].(float64) != 2 || r["threads"].(float64) != 1 {
 		t.Errorf("batch/threads %v %v", r["batch"], r["threads"])
 	}
+	// a one-off command has the CPUs to itself: the long OpenMP spin (kernel.OwnMachine),
+	// unless the environment running the test sets its own
+	want := "GOMP_SPINCOUNT=300000"
+	if v := os.Getenv("OMP_WAIT_POLICY"); v != "" {
+		want = "OMP_WAIT_POLICY=" + v
+	} else if v := os.Getenv("GOMP_SPINCOUNT"); v != "" {
+		want = "GOMP_SPINCOUNT=" + v
+	}
+	if r["openmp_spin"] != want {
+		t.Errorf("openmp_spin %v, want %s", r["openmp_spin"], want)
+	}
 }
 
 // TestBenchKernelTextModel: bench kernel runs a model with int64 ids and mask inputs (the

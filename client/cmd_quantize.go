@@ -15,6 +15,7 @@ import (
 const quantizeUsage = "quantize --model M.onnx --calibration DATA | --calibration INPUT=ARRAY.npy ... [--samples N] [--batch B] --out M.int8.onnx [preprocessing flags] [--eval-data IMAGES --eval-labels LABELS] [--threads T]"
 
 func runQuantize(args []string) error {
+	ownMachine()
 	fs := newFlags("quantize")
 	model := fs.String("model", "", "float ONNX model file")
 	var calibs []string

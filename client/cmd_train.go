@@ -302,6 +302,7 @@ func runTrainLocal(args []string) error {
 }
 
 func runEval(args []string) error {
+	ownMachine()
 	fs := newFlags("eval")
 	model := fs.String("model", "", "ONNX model")
 	data := fs.String("data", "", "images (IDX, .npy, or a folder of images)")

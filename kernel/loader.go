@@ -37,19 +37,74 @@ func load() error {
 	return loadErr
 }
 
-// spinCount is the OpenMP spin count the kernel runs with unless the user sets
-// OMP_WAIT_POLICY or GOMP_SPINCOUNT: libgomp's default (300,000 spins) burns whole time
-// slices at every barrier when the cores are shared (several models in one worker, or
-// other processes), while a short spin keeps back-to-back primitives from sleeping. 3,000
-// spins of PAUSE are about 150 µs on the Ice Lake VM, far more than the gap between two
-// primitives; 30,000 (until plans kept one OpenMP pool each, libgomp throttled the spin
-// anyway, see osThread) made MnasNet batch 1 on two threads fall to 12-20 images/s beside
-// one or two busy loops, where 3,000 keeps 62-103 (ONNX Runtime: 42-60).
-const spinCount = "3000"
+// The OpenMP spin count the kernel runs with, unless the user sets OMP_WAIT_POLICY or
+// GOMP_SPINCOUNT: how long a libgomp worker waiting for the next primitive spins before it
+// sleeps in the kernel.
+//
+// spinShared, the default: libgomp's own default (300,000 spins) burns whole time slices at
+// every barrier when the cores are shared (several node processes on one machine, as in a
+// local cluster, or other processes), while a short spin keeps back-to-back primitives from
+// sleeping. 3,000 spins of PAUSE are about 150 µs on the Ice Lake VM, far more than the gap
+// between two primitives; 30,000 (until plans kept one OpenMP pool each, libgomp throttled
+// the spin anyway, see osThread) made MnasNet batch 1 on two threads fall to 12-20 images/s
+// beside one or two busy loops, where 3,000 keeps 62-103 (ONNX Runtime: 42-60).
+//
+// spinOwn, for a process that has the machine to itself (OwnMachine): a worker that sleeps
+// between primitives leaves its vCPU idle, and on a virtual machine whose host is busy the
+// host gives that core away and the wake-up at the next primitive waits for it. In such
+// minutes (steal time 20-40% of each vCPU) ResNet-50 batch 1 on two threads averaged 92.6 ms
+// a run with 3,000 spins, 61.5 with 300,000 (about 15 ms, as ONNX Runtime's threads spin
+// after a run) and 74.3 under ONNX Runtime; in quiet minutes the two counts measured level
+// (benchmarks/README.md, the twelfth session). Beside a busy loop of another process the
+// long spin costs (ResNet-50 batch 1: 10.6-12.0 -> 6.6-9.9 images/s), which is why nodes
+// keep the short one.
+const (
+	spinShared = "3000"
+	spinOwn    = "300000"
+)
+
+var (
+	spinMu     sync.Mutex
+	spinCount  = spinShared
+	spinLoaded bool // tuneOpenMP ran: libgomp has read the count
+)
+
+// OwnMachine declares, before the kernel's first use, that this process has the CPUs to
+// itself (a one-off command: bench, infer, eval, quantize, local training; not a cluster
+// node, which shares them): libgomp's workers then spin spinOwn times before they sleep
+// instead of spinShared. It reports whether it took effect: not once the library is loaded,
+// nor when the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT.
+func OwnMachine() bool {
+	spinMu.Lock()
+	defer spinMu.Unlock()
+	if spinLoaded || os.Getenv("OMP_WAIT_POLICY") != "" || os.Getenv("GOMP_SPINCOUNT") != "" {
+		return false
+	}
+	spinCount = spinOwn
+	return true
+}
+
+// OpenMPSpin reports the spin setting the kernel runs (or will run) with: the user's
+// OMP_WAIT_POLICY or GOMP_SPINCOUNT when set, else the count chosen here.
+func OpenMPSpin() string {
+	if v := os.Getenv("OMP_WAIT_POLICY"); v != "" {
+		return "OMP_WAIT_POLICY=" + v
+	}
+	if v := os.Getenv("GOMP_SPINCOUNT"); v != "" {
+		return "GOMP_SPINCOUNT=" + v
+	}
+	spinMu.Lock()
+	defer spinMu.Unlock()
+	return "GOMP_SPINCOUNT=" + spinCount
+}
 
 // tuneOpenMP sets GOMP_SPINCOUNT in the C environment before libgomp is loaded (it reads
 // its settings once, when it is loaded with the kernel library).
 func tuneOpenMP() {
+	spinMu.Lock()
+	spinLoaded = true
+	count := spinCount
+	spinMu.Unlock()
 	if os.Getenv("OMP_WAIT_POLICY") != "" || os.Getenv("GOMP_SPINCOUNT") != "" {
 		return
 	}
@@ -59,7 +114,7 @@ func tuneOpenMP() {
 	}
 	var setenv func(name, value string, overwrite int32) int32
 	purego.RegisterLibFunc(&setenv, libc, "setenv")
-	setenv("GOMP_SPINCOUNT", spinCount, 0)
+	setenv("GOMP_SPINCOUNT", count, 0)
 }
 
 func open() error {

@@ -281,6 +281,21 @@ func TestOpenMPSpinCountSet(t *testing.T) {
 	}
 }
 
+// TestOwnMachineAfterLoad: once the library (and libgomp with it) is loaded, OwnMachine
+// cannot change the spin count libgomp read, and says so.
+func TestOwnMachineAfterLoad(t *testing.T) {
+	if err := load(); err != nil {
+		t.Skip(err)
+	}
+	before := spinCount
+	if OwnMachine() {
+		t.Fatal("OwnMachine after the library loaded reported that it took effect")
+	}
+	if spinCount != before {
+		t.Fatalf("spin count %q after OwnMachine, want %q still", spinCount, before)
+	}
+}
+
 // TestPlanCacheEviction: more batch sizes than the cache holds, from several goroutines;
 // evicted plans are rebuilt, never reported as errors.
 func TestPlanCacheEviction(t *testing.T) { runBatchesPastCache(t, lenet(t, 1), 1) }
