@@ -86,26 +86,7 @@ func TestGroupedConvSplitAcrossThreads(t *testing.T) {
 		c.outputs(g4, g8s, g8)
 		x := seeded(17, 1, 32, hw, hw)
 		run := func(threads int) [][]float32 {
-			m, err := LoadModel(&onnx.Model{IRVersion: 8, Opset: 13, Graph: c.g}, Options{Threads: threads})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
-			var first [][]float32
-			for r := 0; r < 2; r++ {
-				out, err := m.Run([]*onnx.Tensor{x})
-				if err != nil {
-					t.Fatal(err)
-				}
-				for i, o := range out {
-					if r == 0 {
-						first = append(first, o.F32)
-						continue
-					}
-					checkSameBits(t, fmt.Sprintf("%dx%d, %d threads, output %d, second run", hw, hw, threads, i), first[i], o.F32)
-				}
-			}
-			return first
+			return runTwiceOn(t, c.g, x, threads, fmt.Sprintf("%dx%d, %d threads", hw, hw, threads))
 		}
 		want := run(1)
 		for _, th := range []int{2, 3} {
@@ -114,4 +95,30 @@ func TestGroupedConvSplitAcrossThreads(t *testing.T) {
 			}
 		}
 	}
+}
+
+// runTwiceOn runs graph g on x with the given threads twice and returns the first run's
+// outputs; the second must give the same bits (what names the case in failures).
+func runTwiceOn(t *testing.T, g *onnx.Graph, x *onnx.Tensor, threads int, what string) [][]float32 {
+	t.Helper()
+	m, err := LoadModel(&onnx.Model{IRVersion: 8, Opset: 13, Graph: g}, Options{Threads: threads})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	var first [][]float32
+	for r := 0; r < 2; r++ {
+		out, err := m.Run([]*onnx.Tensor{x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, o := range out {
+			if r == 0 {
+				first = append(first, o.F32)
+				continue
+			}
+			checkSameBits(t, fmt.Sprintf("%s, output %d, second run", what, i), first[i], o.F32)
+		}
+	}
+	return first
 }

@@ -1010,6 +1010,43 @@ static __attribute__((target("avx512f"))) idk_status_t fn_gconv(idk_plan_t *p, i
     return IDK_OK;
 }
 
+/* c_conv_step adds a step running fn (a C loop) for convolution op, reading its input and
+ * writing its output on nChw16c, its bias plain (bufs[2] -1 without one) and its weights seen
+ * as the nd-dimensional wd laid out with strides wst (reordered once from the plain ONNX
+ * weights); with sum_tid >= 0 the output goes over that summand (dst_for_sum). bufs: x, w,
+ * bias, y; extra: nextra zeroed values. what names the lowering in errors. */
+static idk_status_t c_conv_step(idk_plan_t *p, const idk_op_t *op, int nd, const int64_t *wd, const dnnl_dims_t wst,
+                                int sum_tid, int nextra, idk_step_fn fn, const char *what, idk_step_t **out) {
+    const idk_tensor_t *x = T(0), *o = OUT;
+    dnnl_dims_t wdd;
+    for (int i = 0; i < nd; i++) wdd[i] = wd[i];
+    dnnl_memory_desc_t plain, wmd, xmd, ymd;
+    dims_md(&plain, nd, wd);
+    if (dnnl_memory_desc_init_by_strides(&wmd, nd, wdd, dnnl_f32, wst) != dnnl_success)
+        return idk_fail(p, IDK_ERR_DNNL, "op %d: %s weights layout", p->cur_op, what);
+    dnnl_dims_t d;
+    for (int i = 0; i < 4; i++) d[i] = x->dims[i];
+    dnnl_memory_desc_init_by_tag(&xmd, 4, d, dnnl_f32, dnnl_nChw16c);
+    for (int i = 0; i < 4; i++) d[i] = o->dims[i];
+    dnnl_memory_desc_init_by_tag(&ymd, 4, d, dnnl_f32, dnnl_nChw16c);
+    int xb, wb, cb = -1, yb;
+    if (first_view(p, op->in[1], &plain) != 0 || idk_get_view(p, op->in[1], &wmd, &wb) != 0 ||
+        idk_get_view(p, op->in[0], &xmd, &xb) != 0 || (op->nin == 3 && idk_get_plain(p, op->in[2], &cb) != 0) ||
+        (yb = sum_tid >= 0 ? dst_for_sum(p, op, sum_tid, &ymd) : new_out(p, op->out[0], &ymd)) < 0)
+        return p->err[0] ? IDK_ERR_DNNL : idk_fail(p, IDK_ERR_NOMEM, "op %d: %s buffers", p->cur_op, what);
+    idk_step_t *s = idk_new_step(p);
+    if (!s || !(s->extra = calloc(nextra, sizeof(int64_t))))
+        return idk_fail(p, IDK_ERR_NOMEM, "op %d: %s step", p->cur_op, what);
+    s->fn = fn;
+    s->nb = 4;
+    s->bufs[0] = xb;
+    s->bufs[1] = wb;
+    s->bufs[2] = cb;
+    s->bufs[3] = yb;
+    *out = s;
+    return IDK_OK;
+}
+
 /* lower_gconv lowers a grouped 3x3 convolution with 4 or 8 channels a group in and out
  * (ResNeXt-50's first two stages: 32 groups of 4 and 8) to fn_gconv on nChw16c, the layout
  * of the 1x1 convolutions on either side. oneDNN 2.6 has jit kernels for these groups only
@@ -1038,37 +1075,16 @@ static idk_status_t lower_gconv(idk_plan_t *p, const idk_op_t *op) {
     /* the ONNX weights (C, CG, 3, 3) seen as (C/16, 16/CG, CG, CG, 3, 3), re-laid out once
      * as [C/16][3][3][CG (input j)][16/CG][CG (output)] */
     int64_t wd[6] = {C / 16, 16 / cg, cg, cg, 3, 3};
-    dnnl_dims_t wdd, wst;
-    for (int i = 0; i < 6; i++) wdd[i] = wd[i];
+    dnnl_dims_t wst;
     wst[2] = 1;
     wst[1] = cg;
     wst[3] = 16;
     wst[5] = 16 * cg;
     wst[4] = 16 * cg * 3;
     wst[0] = 16 * cg * 9;
-    dnnl_memory_desc_t plain6, wmd, xmd, ymd;
-    dims_md(&plain6, 6, wd);
-    if (dnnl_memory_desc_init_by_strides(&wmd, 6, wdd, dnnl_f32, wst) != dnnl_success)
-        return idk_fail(p, IDK_ERR_DNNL, "op %d: grouped conv weights layout", p->cur_op);
-    dnnl_dims_t d;
-    for (int i = 0; i < 4; i++) d[i] = x->dims[i];
-    dnnl_memory_desc_init_by_tag(&xmd, 4, d, dnnl_f32, dnnl_nChw16c);
-    for (int i = 0; i < 4; i++) d[i] = o->dims[i];
-    dnnl_memory_desc_init_by_tag(&ymd, 4, d, dnnl_f32, dnnl_nChw16c);
-    int xb, wb, cb = -1, yb;
-    if (first_view(p, op->in[1], &plain6) != 0 || idk_get_view(p, op->in[1], &wmd, &wb) != 0 ||
-        idk_get_view(p, op->in[0], &xmd, &xb) != 0 || (op->nin == 3 && idk_get_plain(p, op->in[2], &cb) != 0) ||
-        (yb = new_out(p, op->out[0], &ymd)) < 0)
-        return p->err[0] ? IDK_ERR_DNNL : idk_fail(p, IDK_ERR_NOMEM, "op %d: grouped conv buffers", p->cur_op);
-    idk_step_t *s = idk_new_step(p);
-    if (!s || !(s->extra = calloc(5, sizeof(int64_t))))
-        return idk_fail(p, IDK_ERR_NOMEM, "op %d: grouped conv step", p->cur_op);
-    s->fn = fn_gconv;
-    s->nb = 4;
-    s->bufs[0] = xb;
-    s->bufs[1] = wb;
-    s->bufs[2] = cb;
-    s->bufs[3] = yb;
+    idk_step_t *s;
+    idk_status_t rc = c_conv_step(p, op, 6, wd, wst, -1, 5, fn_gconv, "grouped conv", &s);
+    if (rc != IDK_OK) return rc;
     s->n1 = x->dims[0];
     s->n2 = C / 16;
     s->n3 = cg;
@@ -1250,30 +1266,10 @@ static idk_status_t lower_sconv(idk_plan_t *p, const idk_op_t *op) {
     /* the ONNX weights (OC, IC, K, K) seen as (OC/64, 64, IC, K, K), laid out once as
      * [OC/64][kh][kw][IC][64] */
     int64_t wd[5] = {OC / SCONV_OC, SCONV_OC, IC, K, K};
-    dnnl_dims_t wdd, wst = {K * K * IC * SCONV_OC, 1, SCONV_OC, K * IC * SCONV_OC, IC * SCONV_OC};
-    for (int i = 0; i < 5; i++) wdd[i] = wd[i];
-    dnnl_memory_desc_t plain5, wmd, xmd, ymd;
-    dims_md(&plain5, 5, wd);
-    if (dnnl_memory_desc_init_by_strides(&wmd, 5, wdd, dnnl_f32, wst) != dnnl_success)
-        return idk_fail(p, IDK_ERR_DNNL, "op %d: sconv weights layout", p->cur_op);
-    dnnl_dims_t d;
-    for (int i = 0; i < 4; i++) d[i] = x->dims[i];
-    dnnl_memory_desc_init_by_tag(&xmd, 4, d, dnnl_f32, dnnl_nChw16c);
-    for (int i = 0; i < 4; i++) d[i] = o->dims[i];
-    dnnl_memory_desc_init_by_tag(&ymd, 4, d, dnnl_f32, dnnl_nChw16c);
-    int xb, wb, cb = -1, yb;
-    if (first_view(p, op->in[1], &plain5) != 0 || idk_get_view(p, op->in[1], &wmd, &wb) != 0 ||
-        idk_get_view(p, op->in[0], &xmd, &xb) != 0 || (op->nin == 3 && idk_get_plain(p, op->in[2], &cb) != 0) ||
-        (yb = sum_tid >= 0 ? dst_for_sum(p, op, sum_tid, &ymd) : new_out(p, op->out[0], &ymd)) < 0)
-        return p->err[0] ? IDK_ERR_DNNL : idk_fail(p, IDK_ERR_NOMEM, "op %d: sconv buffers", p->cur_op);
-    idk_step_t *s = idk_new_step(p);
-    if (!s || !(s->extra = calloc(3, sizeof(int64_t)))) return idk_fail(p, IDK_ERR_NOMEM, "op %d: sconv step", p->cur_op);
-    s->fn = fn_sconv;
-    s->nb = 4;
-    s->bufs[0] = xb;
-    s->bufs[1] = wb;
-    s->bufs[2] = cb;
-    s->bufs[3] = yb;
+    dnnl_dims_t wst = {K * K * IC * SCONV_OC, 1, SCONV_OC, K * IC * SCONV_OC, IC * SCONV_OC};
+    idk_step_t *s;
+    idk_status_t rc = c_conv_step(p, op, 5, wd, wst, sum_tid, 3, fn_sconv, "sconv", &s);
+    if (rc != IDK_OK) return rc;
     s->n1 = IC;
     s->n2 = OC;
     s->n3 = K;

@@ -73,26 +73,7 @@ func TestSmallConvSplitAcrossThreads(t *testing.T) {
 	c, names := sconvGraph(14, 14)
 	x := seeded(23, 1, 32, 14, 14)
 	run := func(threads int) [][]float32 {
-		m, err := LoadModel(&onnx.Model{IRVersion: 8, Opset: 13, Graph: c.g}, Options{Threads: threads})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Close()
-		var first [][]float32
-		for r := 0; r < 2; r++ {
-			out, err := m.Run([]*onnx.Tensor{x})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, o := range out {
-				if r == 0 {
-					first = append(first, o.F32)
-					continue
-				}
-				checkSameBits(t, fmt.Sprintf("%d threads, output %s, second run", threads, names[i]), first[i], o.F32)
-			}
-		}
-		return first
+		return runTwiceOn(t, c.g, x, threads, fmt.Sprintf("%d threads", threads))
 	}
 	want := run(1)
 	for _, th := range []int{2, 3} {
