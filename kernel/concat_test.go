@@ -68,29 +68,33 @@ func (c *catGraph) outputs(names ...string) {
 // output; the two runs must agree bit for bit.
 func runCat(t *testing.T, c *catGraph, x *onnx.Tensor) [][]float32 {
 	t.Helper()
-	m, err := LoadModel(&onnx.Model{IRVersion: 8, Opset: 13, Graph: c.g}, Options{Threads: 2})
+	return runTwiceOn(t, c.g, x, 2, "the same input")
+}
+
+// runTwiceOn runs graph g on x with the given threads twice and returns the first run's
+// outputs; the second must give the same bits (what names the case in failures).
+func runTwiceOn(t *testing.T, g *onnx.Graph, x *onnx.Tensor, threads int, what string) [][]float32 {
+	t.Helper()
+	m, err := LoadModel(&onnx.Model{IRVersion: 8, Opset: 13, Graph: g}, Options{Threads: threads})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	var runs [2][][]float32
-	for r := range runs {
+	var first [][]float32
+	for r := 0; r < 2; r++ {
 		out, err := m.Run([]*onnx.Tensor{x})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, o := range out {
-			runs[r] = append(runs[r], o.F32)
-		}
-	}
-	for i := range runs[0] {
-		for j := range runs[0][i] {
-			if math.Float32bits(runs[0][i][j]) != math.Float32bits(runs[1][i][j]) {
-				t.Fatalf("output %d element %d: %v, then %v on the same input", i, j, runs[0][i][j], runs[1][i][j])
+		for i, o := range out {
+			if r == 0 {
+				first = append(first, o.F32)
+				continue
 			}
+			checkSameBits(t, fmt.Sprintf("%s, output %d, second run", what, i), first[i], o.F32)
 		}
 	}
-	return runs[0]
+	return first
 }
 
 func seeded(seed uint64, dims ...int64) *onnx.Tensor {

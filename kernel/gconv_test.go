@@ -96,29 +96,3 @@ func TestGroupedConvSplitAcrossThreads(t *testing.T) {
 		}
 	}
 }
-
-// runTwiceOn runs graph g on x with the given threads twice and returns the first run's
-// outputs; the second must give the same bits (what names the case in failures).
-func runTwiceOn(t *testing.T, g *onnx.Graph, x *onnx.Tensor, threads int, what string) [][]float32 {
-	t.Helper()
-	m, err := LoadModel(&onnx.Model{IRVersion: 8, Opset: 13, Graph: g}, Options{Threads: threads})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	var first [][]float32
-	for r := 0; r < 2; r++ {
-		out, err := m.Run([]*onnx.Tensor{x})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, o := range out {
-			if r == 0 {
-				first = append(first, o.F32)
-				continue
-			}
-			checkSameBits(t, fmt.Sprintf("%s, output %d, second run", what, i), first[i], o.F32)
-		}
-	}
-	return first
-}

@@ -77,21 +77,29 @@ var (
 func OwnMachine() bool {
 	spinMu.Lock()
 	defer spinMu.Unlock()
-	if spinLoaded || os.Getenv("OMP_WAIT_POLICY") != "" || os.Getenv("GOMP_SPINCOUNT") != "" {
+	if spinLoaded || userOpenMP() != "" {
 		return false
 	}
 	spinCount = spinOwn
 	return true
 }
 
+// userOpenMP returns the user's own OpenMP wait setting (NAME=VALUE of OMP_WAIT_POLICY or
+// GOMP_SPINCOUNT, the first set), which wins over the kernel's, or "".
+func userOpenMP() string {
+	for _, k := range []string{"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} {
+		if v := os.Getenv(k); v != "" {
+			return k + "=" + v
+		}
+	}
+	return ""
+}
+
 // OpenMPSpin reports the spin setting the kernel runs (or will run) with: the user's
 // OMP_WAIT_POLICY or GOMP_SPINCOUNT when set, else the count chosen here.
 func OpenMPSpin() string {
-	if v := os.Getenv("OMP_WAIT_POLICY"); v != "" {
-		return "OMP_WAIT_POLICY=" + v
-	}
-	if v := os.Getenv("GOMP_SPINCOUNT"); v != "" {
-		return "GOMP_SPINCOUNT=" + v
+	if u := userOpenMP(); u != "" {
+		return u
 	}
 	spinMu.Lock()
 	defer spinMu.Unlock()
@@ -105,7 +113,7 @@ func tuneOpenMP() {
 	spinLoaded = true
 	count := spinCount
 	spinMu.Unlock()
-	if os.Getenv("OMP_WAIT_POLICY") != "" || os.Getenv("GOMP_SPINCOUNT") != "" {
+	if userOpenMP() != "" {
 		return
 	}
 	libc, err := purego.Dlopen("libc.so.6", purego.RTLD_NOW|purego.RTLD_GLOBAL)

@@ -5,8 +5,8 @@
 
 /* ops.c: checks each op's arguments and lowers it into steps (oneDNN primitives or C loops). */
 #include <immintrin.h>
-#include <omp.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 

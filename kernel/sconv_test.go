@@ -94,21 +94,9 @@ func TestSmallConvResNet18(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := seeded(29, 1, 3, 224, 224)
-	run := func() []float32 {
-		m, err := LoadModel(src, Options{Threads: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Close()
-		out, err := m.Run([]*onnx.Tensor{x})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out[0].F32
-	}
 	setCEnv(t, "IDK_SCONV", "0")
-	off := run()
+	off := logits(t, src, x)
 	setCEnv(t, "IDK_SCONV", "")
-	out, again := run(), run()
+	out, again := logits(t, src, x), logits(t, src, x)
 	checkSwitched(t, "resnet18 logits, fn_sconv against oneDNN's (IDK_SCONV=0)", off, out, again)
 }
