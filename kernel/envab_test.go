@@ -17,7 +17,7 @@ import (
 // the variable IDK_AB_ENV (NAME=VALUE) set in C's environment and Go's while it loads and
 // builds its plan, the second with NAME unset, then alternates one run of each for
 // IDK_AB_SECONDS (default 10) at batch IDK_AB_BATCH (default 1) and logs each one's
-// minimum, 25th and 50th percentile. Skipped unless IDK_AB_MODEL is set; run it under the
+// minimum, 25th and 50th percentile and mean. Skipped unless IDK_AB_MODEL is set; run it under the
 // exclusive lock.
 func TestEnvAB(t *testing.T) {
 	path := os.Getenv("IDK_AB_MODEL")
@@ -98,6 +98,10 @@ func TestEnvAB(t *testing.T) {
 	for i, name := range []string{"A (" + os.Getenv("IDK_AB_ENV") + ")", "B (default)"} {
 		l := lat[i]
 		sort.Float64s(l)
-		t.Logf("%s: %d runs, min %.2f ms, p25 %.2f, p50 %.2f", name, len(l), l[0], l[len(l)/4], l[len(l)/2])
+		mean := 0.0
+		for _, v := range l {
+			mean += v / float64(len(l))
+		}
+		t.Logf("%s: %d runs, min %.2f ms, p25 %.2f, p50 %.2f, mean %.2f", name, len(l), l[0], l[len(l)/4], l[len(l)/2], mean)
 	}
 }

@@ -1013,24 +1013,27 @@ static __attribute__((target("avx512f"))) idk_status_t fn_gconv(idk_plan_t *p, i
 /* c_conv_step adds a step running fn (a C loop) for convolution op, reading its input and
  * writing its output on nChw16c, its bias plain (bufs[2] -1 without one) and its weights seen
  * as the nd-dimensional wd laid out with strides wst (reordered once from the plain ONNX
- * weights); with sum_tid >= 0 the output goes over that summand (dst_for_sum). bufs: x, w,
- * bias, y; extra: nextra zeroed values. what names the lowering in errors. */
+ * weights; nd 0: no weights buffer, bufs[1] -1 for the caller to set); with sum_tid >= 0 the
+ * output goes over that summand (dst_for_sum). bufs: x, w, bias, y; extra: nextra zeroed
+ * values. what names the lowering in errors. */
 static idk_status_t c_conv_step(idk_plan_t *p, const idk_op_t *op, int nd, const int64_t *wd, const dnnl_dims_t wst,
                                 int sum_tid, int nextra, idk_step_fn fn, const char *what, idk_step_t **out) {
     const idk_tensor_t *x = T(0), *o = OUT;
     dnnl_dims_t wdd;
     for (int i = 0; i < nd; i++) wdd[i] = wd[i];
     dnnl_memory_desc_t plain, wmd, xmd, ymd;
-    dims_md(&plain, nd, wd);
-    if (dnnl_memory_desc_init_by_strides(&wmd, nd, wdd, dnnl_f32, wst) != dnnl_success)
-        return idk_fail(p, IDK_ERR_DNNL, "op %d: %s weights layout", p->cur_op, what);
+    if (nd > 0) {
+        dims_md(&plain, nd, wd);
+        if (dnnl_memory_desc_init_by_strides(&wmd, nd, wdd, dnnl_f32, wst) != dnnl_success)
+            return idk_fail(p, IDK_ERR_DNNL, "op %d: %s weights layout", p->cur_op, what);
+    }
     dnnl_dims_t d;
     for (int i = 0; i < 4; i++) d[i] = x->dims[i];
     dnnl_memory_desc_init_by_tag(&xmd, 4, d, dnnl_f32, dnnl_nChw16c);
     for (int i = 0; i < 4; i++) d[i] = o->dims[i];
     dnnl_memory_desc_init_by_tag(&ymd, 4, d, dnnl_f32, dnnl_nChw16c);
-    int xb, wb, cb = -1, yb;
-    if (first_view(p, op->in[1], &plain) != 0 || idk_get_view(p, op->in[1], &wmd, &wb) != 0 ||
+    int xb, wb = -1, cb = -1, yb;
+    if ((nd > 0 && (first_view(p, op->in[1], &plain) != 0 || idk_get_view(p, op->in[1], &wmd, &wb) != 0)) ||
         idk_get_view(p, op->in[0], &xmd, &xb) != 0 || (op->nin == 3 && idk_get_plain(p, op->in[2], &cb) != 0) ||
         (yb = sum_tid >= 0 ? dst_for_sum(p, op, sum_tid, &ymd) : new_out(p, op->out[0], &ymd)) < 0)
         return p->err[0] ? IDK_ERR_DNNL : idk_fail(p, IDK_ERR_NOMEM, "op %d: %s buffers", p->cur_op, what);
@@ -1280,6 +1283,231 @@ static idk_status_t lower_sconv(idk_plan_t *p, const idk_op_t *op) {
     return IDK_OK;
 }
 
+/* ---- 1x1 convolutions on nChw16c, work claimed from both ends ---- */
+
+/* At batch 1 a network of depthwise and 1x1 convolutions (MnasNet, MobileNetV2) spends three
+ * quarters of its time in 1x1 convolutions of 30-150 us each. oneDNN's kernels split each in
+ * fixed halves between the threads and meet at a barrier, so a vCPU the host slows for the
+ * moment (here both vCPUs' speeds vary by 15-25% from one 50 us to the next, and differ from
+ * each other by 8% on average: benchmarks/README.md, the thirteenth session) holds up the
+ * step. pconv computes such a convolution as pieces, a panel of up to 64 output channels
+ * (2-4 blocks of 16, the channels split evenly into panels) by a run of pixels of one image,
+ * in panel-major order: on two threads the first takes pieces from the front and the second
+ * from the back until they meet, so each reads mostly its own panels' weights and a slowed
+ * thread does fewer pieces. A tile of P pixels x J blocks keeps P x J AVX-512 accumulators
+ * (7 x 4, 8 x 3, 12 x 2, 16 x 1) fed by J weight vectors and P broadcast inputs per input
+ * channel. Every output sums bias, then the input channels in order, in one tile, whatever
+ * the thread that runs it: the bytes do not depend on the thread count. Channels past a
+ * tensor's last (nChw16c pads them to 16) have zero weights and bias, so they stay zero. */
+
+/* pconv_tile: P pixels x J blocks (x: the first pixel's first input block, xs floats between
+ * input blocks, icb of them; w: the panel, [icb x 16][J x 16]; y: the first pixel's first
+ * output block, ys floats between output blocks). act 1: ReLU, 2: clip to [lo, hi]; sum: add
+ * y's value first. */
+static inline __attribute__((always_inline, target("avx512f"))) void
+pconv_tile(const float *x, int64_t xs, int64_t icb, const float *w, const float *bias, float *y, int64_t ys,
+           const int J, const int P, int sum, int act, float lo, float hi) {
+    __m512 acc[16][4]; /* P x J used: constant bounds keep them in registers */
+    for (int j = 0; j < J; j++) {
+        __m512 b = _mm512_loadu_ps(bias + 16 * j);
+        for (int q = 0; q < P; q++) acc[q][j] = b;
+    }
+    for (int64_t cb = 0; cb < icb; cb++) {
+        const float *xb = x + cb * xs, *wb = w + cb * 16 * J * 16;
+#pragma GCC unroll 16
+        for (int l = 0; l < 16; l++) {
+            __m512 wv[4];
+            for (int j = 0; j < J; j++) wv[j] = _mm512_loadu_ps(wb + l * J * 16 + 16 * j);
+#pragma GCC unroll 16
+            for (int q = 0; q < P; q++) {
+                __m512 b = _mm512_set1_ps(xb[q * 16 + l]);
+                for (int j = 0; j < J; j++) acc[q][j] = _mm512_fmadd_ps(b, wv[j], acc[q][j]);
+            }
+        }
+    }
+    __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    for (int j = 0; j < J; j++)
+        for (int q = 0; q < P; q++) {
+            __m512 v = acc[q][j];
+            if (sum) v = _mm512_add_ps(v, _mm512_loadu_ps(y + j * ys + q * 16));
+            if (act == 1) v = _mm512_max_ps(v, _mm512_setzero_ps());
+            if (act == 2) v = _mm512_min_ps(_mm512_max_ps(v, vlo), vhi);
+            _mm512_storeu_ps(y + j * ys + q * 16, v);
+        }
+}
+
+typedef void (*pconv_tile_fn)(const float *, int64_t, int64_t, const float *, const float *, float *, int64_t, int, int,
+                              float, float);
+#define PCONV_TILE(J, P)                                                                                               \
+    static __attribute__((target("avx512f"))) void pconv_tile_##J##_##P(const float *x, int64_t xs, int64_t icb,     \
+                                                                        const float *w, const float *bias, float *y, \
+                                                                        int64_t ys, int sum, int act, float lo,      \
+                                                                        float hi) {                                  \
+        pconv_tile(x, xs, icb, w, bias, y, ys, J, P, sum, act, lo, hi);                                                \
+    }
+#define PCONV_TILES4(J, a, b, c, d) PCONV_TILE(J, a) PCONV_TILE(J, b) PCONV_TILE(J, c) PCONV_TILE(J, d)
+PCONV_TILES4(1, 1, 2, 3, 4)
+PCONV_TILES4(1, 5, 6, 7, 8)
+PCONV_TILES4(1, 9, 10, 11, 12)
+PCONV_TILES4(1, 13, 14, 15, 16)
+PCONV_TILES4(2, 1, 2, 3, 4)
+PCONV_TILES4(2, 5, 6, 7, 8)
+PCONV_TILES4(2, 9, 10, 11, 12)
+PCONV_TILES4(3, 1, 2, 3, 4)
+PCONV_TILES4(3, 5, 6, 7, 8)
+PCONV_TILES4(4, 1, 2, 3, 4)
+PCONV_TILE(4, 5)
+PCONV_TILE(4, 6)
+PCONV_TILE(4, 7)
+/* PCONV_P: a tile's pixels for J blocks; pconv_tiles[J][n]: the tile of n <= PCONV_P[J] pixels */
+static const int PCONV_P[5] = {0, 16, 12, 8, 7};
+#define PT4(J, a, b, c, d) pconv_tile_##J##_##a, pconv_tile_##J##_##b, pconv_tile_##J##_##c, pconv_tile_##J##_##d
+static const pconv_tile_fn pconv_tiles[5][17] = {
+    {0},
+    {0, PT4(1, 1, 2, 3, 4), PT4(1, 5, 6, 7, 8), PT4(1, 9, 10, 11, 12), PT4(1, 13, 14, 15, 16)},
+    {0, PT4(2, 1, 2, 3, 4), PT4(2, 5, 6, 7, 8), PT4(2, 9, 10, 11, 12)},
+    {0, PT4(3, 1, 2, 3, 4), PT4(3, 5, 6, 7, 8)},
+    {0, PT4(4, 1, 2, 3, 4), pconv_tile_4_5, pconv_tile_4_6, pconv_tile_4_7},
+};
+
+/* pconv_panel: panel i of np over ob output blocks starts at block ob * i / np (the blocks
+ * split as evenly as panels of at most 4 allow). */
+static int64_t pconv_panel(int64_t ob, int64_t np, int64_t i) { return ob * i / np; }
+
+/* fn_pconv runs a convolution lowered by lower_pconv (bufs: x, w, -, y; w: the panels, panel
+ * i at first block b_i holding [ib x 16][J_i x 16] floats from b_i x ib x 256 on, then the
+ * bias padded to ob x 16; n1 = ib input blocks, n2 = ob output blocks, n3 = np panels;
+ * extra: pixels an image, images, pixels a piece, lo; fv: hi; alg: 1 ReLU, 2 clip, 4 sum,
+ * 8 claimed from both ends (IDK_PCONV_DYN=0: contiguous ranges)). */
+static __attribute__((target("avx512f"))) idk_status_t fn_pconv(idk_plan_t *p, idk_step_t *s) {
+    const float *x = idk_buf_ptr(p, s->bufs[0]), *w = idk_buf_ptr(p, s->bufs[1]);
+    float *y = idk_buf_ptr(p, s->bufs[3]);
+    int64_t ib = s->n1, ob = s->n2, np = s->n3, hw = s->extra[0], n = s->extra[1], chunk = s->extra[2];
+    const float *bias = w + ob * ib * 256;
+    float lo, hi = s->fv;
+    memcpy(&lo, &s->extra[3], sizeof lo);
+    int act = s->alg & 3, sum = (s->alg >> 2) & 1, nth = s->one_thread ? 1 : p->threads;
+    int64_t nch = (hw + chunk - 1) / chunk, npc = np * n * nch;
+    uint64_t ends = (uint64_t)npc << 32; /* the next piece from the front (low half), one past the last (high) */
+#pragma omp parallel num_threads(nth)
+    {
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        int both = (s->alg & 8) && nt == 2;
+        int64_t next = npc * id / nt, end = npc * (id + 1) / nt;
+        for (;;) {
+            int64_t pc;
+            if (both) {
+                uint64_t v = __atomic_load_n(&ends, __ATOMIC_RELAXED), nv;
+                do {
+                    uint64_t f = v & 0xffffffffu, b = v >> 32;
+                    if (f >= b) goto done;
+                    pc = id == 0 ? (int64_t)f : (int64_t)b - 1;
+                    nv = id == 0 ? (b << 32) | (f + 1) : ((b - 1) << 32) | f;
+                } while (!__atomic_compare_exchange_n(&ends, &v, nv, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+            } else {
+                if (next >= end) break;
+                pc = next++;
+            }
+            int64_t pn = pc / (n * nch), img = pc / nch % n, p0 = pc % nch * chunk;
+            int64_t p1 = p0 + chunk < hw ? p0 + chunk : hw, b0 = pconv_panel(ob, np, pn);
+            int J = (int)(pconv_panel(ob, np, pn + 1) - b0), P = PCONV_P[J];
+            const float *xi = x + img * ib * hw * 16, *wp = w + b0 * ib * 256;
+            float *yi = y + (img * ob + b0) * hw * 16;
+            for (int64_t q = p0; q < p1; q += P) {
+                int m = q + P <= p1 ? P : (int)(p1 - q);
+                pconv_tiles[J][m](xi + q * 16, hw * 16, ib, wp, bias + b0 * 16, yi + q * 16, hw * 16, sum, act, lo, hi);
+            }
+        }
+    done:;
+    }
+    return IDK_OK;
+}
+
+/* lower_pconv lowers a 1x1 convolution to fn_pconv (see above) where it applies: fp32 on
+ * AVX-512, inference, constant weights, stride 1, no padding or groups, input (and a sum
+ * post-op's summand) already on nChw16c, post-ops at most a sum then a ReLU or a clip whose
+ * range holds 0, at batch 1 (PCONV_MAX_BATCH), at least 64 input channels, in a network
+ * without dense kxk convolutions (MnasNet, MobileNet, EfficientNet-B0, ShuffleNet, RegNet).
+ * Where it does not apply it measured level or behind oneDNN's: fewer input channels (16-48:
+ * 0.9-1.3x oneDNN's time standalone, pconv.c in benchmarks/out/s13), and in ResNet-50 and
+ * DenseNet-121 (level at the mean, 1-4% behind at the fastest run). IDK_PCONV=0 keeps
+ * oneDNN's. Returns IDK_ERR_UNSUPPORTED, having added nothing, where it does not apply. */
+#define PCONV_MAX_BATCH 1
+static idk_status_t lower_pconv(idk_plan_t *p, const idk_op_t *op) {
+    const idk_tensor_t *x = T(0), *w = T(1), *o = OUT;
+    const int64_t *ia = op->ia; /* 2-D: strides ia[1..2], dilations ia[3..4], pads ia[5..8], group ia[9] */
+    if (p->prec != IDK_F32 || p->tr || x->ndims != 4 || op->ni != 10 || env_off("IDK_PCONV") ||
+        !__builtin_cpu_supports("avx512f"))
+        return IDK_ERR_UNSUPPORTED;
+    int64_t IC = x->dims[1], OC = o->dims[1], N = x->dims[0], hw = o->dims[2] * o->dims[3];
+    if (N > PCONV_MAX_BATCH || ia[9] != 1 || !w->cdata || w->dims[2] != 1 || w->dims[3] != 1 || w->dims[1] != IC ||
+        ia[1] != 1 || ia[2] != 1 || o->dims[2] != x->dims[2] || o->dims[3] != x->dims[3])
+        return IDK_ERR_UNSUPPORTED;
+    for (int i = 5; i <= 8; i++)
+        if (ia[i] != 0) return IDK_ERR_UNSUPPORTED;
+    if (IC < 64 || p->dense_kxk) return IDK_ERR_UNSUPPORTED;
+    if (!is_tag(p, op->in[0], dnnl_f32, dnnl_nChw16c)) return IDK_ERR_UNSUPPORTED;
+    int act = 0, sum_tid = -1;
+    float lo = 0, hi = 0;
+    for (int i = 0; i < op->npost; i++) {
+        const idk_post_t *q = &op->post[i];
+        if (q->kind == IDK_POST_SUM && i == 0 && q->alg <= 0 && is_tag(p, q->tensor, dnnl_f32, dnnl_nChw16c))
+            sum_tid = q->tensor;
+        else if (q->kind == IDK_POST_ELTWISE && q->alg == IDK_ELT_RELU && q->alpha == 0 && !act)
+            act = 1;
+        else if (q->kind == IDK_POST_ELTWISE && q->alg == IDK_ELT_CLIP && q->alpha <= 0 && q->beta >= 0 && !act) {
+            act = 2;
+            lo = q->alpha;
+            hi = q->beta;
+        } else
+            return IDK_ERR_UNSUPPORTED;
+    }
+    int64_t ib = (IC + 15) / 16, ob = (OC + 15) / 16, np = (ob + 3) / 4;
+    /* the panels and the bias, zero past the last channels */
+    size_t nw = (size_t)(ob * ib * 256 + ob * 16);
+    float *pk = aligned_alloc(64, (nw * sizeof(float) + 63) / 64 * 64);
+    if (!pk) return idk_fail(p, IDK_ERR_NOMEM, "op %d: pconv weights", p->cur_op);
+    memset(pk, 0, nw * sizeof(float));
+    int wpb, bpb = -1;
+    if (idk_get_plain(p, op->in[1], &wpb) != 0 || (op->nin == 3 && idk_get_plain(p, op->in[2], &bpb) != 0)) {
+        free(pk);
+        return IDK_ERR_DNNL;
+    }
+    const float *wsrc = idk_buf_ptr(p, wpb), *bsrc = bpb >= 0 ? idk_buf_ptr(p, bpb) : NULL;
+    for (int64_t pn = 0; pn < np; pn++) {
+        int64_t b0 = pconv_panel(ob, np, pn), jw = (pconv_panel(ob, np, pn + 1) - b0) * 16;
+        float *dst = pk + b0 * ib * 256;
+        for (int64_t oc = b0 * 16; oc < b0 * 16 + jw && oc < OC; oc++)
+            for (int64_t ic = 0; ic < IC; ic++) dst[ic * jw + oc - b0 * 16] = wsrc[oc * IC + ic];
+    }
+    if (bsrc) memcpy(pk + ob * ib * 256, bsrc, (size_t)OC * sizeof(float));
+    int wb = idk_new_buffer(p, nw * sizeof(float));
+    if (wb < 0) {
+        free(pk);
+        return idk_fail(p, IDK_ERR_NOMEM, "op %d: pconv weights", p->cur_op);
+    }
+    p->b[wb].ext = pk;
+    p->b[wb].first = -2; /* an owned external buffer */
+    idk_step_t *s;
+    idk_status_t rc = c_conv_step(p, op, 0, NULL, NULL, sum_tid, 4, fn_pconv, "pconv", &s);
+    if (rc != IDK_OK) return rc;
+    s->bufs[1] = wb;
+    s->bufs[2] = -1;
+    s->n1 = ib;
+    s->n2 = ob;
+    s->n3 = np;
+    s->extra[0] = hw;
+    s->extra[1] = N;
+    /* a piece: about 600 kFLOP (some 4 us on one thread), whole tiles of the widest panel */
+    int64_t P = PCONV_P[pconv_panel(ob, np, 1) - pconv_panel(ob, np, 0)], chunk = 600000 / (2 * ib * 16 * 64);
+    chunk = chunk < P ? P : chunk / P * P;
+    s->extra[2] = chunk;
+    memcpy(&s->extra[3], &lo, sizeof lo);
+    s->fv = hi;
+    s->alg = act | (sum_tid >= 0 ? 4 : 0) | (env_off("IDK_PCONV_DYN") ? 0 : 8);
+    return IDK_OK;
+}
+
 static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
     const idk_tensor_t *x = T(0), *w = T(1), *o = OUT;
     int nd = x->ndims, S = nd - 2;
@@ -1298,6 +1526,8 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
     }
     if (g == 1 && nd == 4) {
         idk_status_t sr = lower_sconv(p, op);
+        if (sr != IDK_ERR_UNSUPPORTED) return sr;
+        sr = lower_pconv(p, op);
         if (sr != IDK_ERR_UNSUPPORTED) return sr;
     }
     dnnl_memory_desc_t src, wei, bias, dst;
