@@ -1010,6 +1010,38 @@ static __attribute__((target("avx512f"))) idk_status_t fn_gconv(idk_plan_t *p, i
     return IDK_OK;
 }
 
+/* c_conv_applies: what our C loops for inference convolutions (fn_sconv, fn_pconv) share: an
+ * fp32 plan on AVX-512, not training, a 2-D convolution of a 4-D input already on nChw16c,
+ * the lowering's switch (env=0 turns it off) not off. */
+static int c_conv_applies(idk_plan_t *p, const idk_op_t *op, const char *env) {
+    return p->prec == IDK_F32 && !p->tr && T(0)->ndims == 4 && op->ni == 10 && !env_off(env) &&
+           __builtin_cpu_supports("avx512f") && is_tag(p, op->in[0], dnnl_f32, dnnl_nChw16c);
+}
+
+/* c_conv_posts reads op's post-ops as those loops take them: at most a sum first (its
+ * summand on nChw16c: *sum_tid, else -1), then at most one ReLU (*act 1) or, where clip is
+ * set, a clip to [*lo, *hi] holding 0 (*act 2). Returns 0 where they are anything else. */
+static int c_conv_posts(idk_plan_t *p, const idk_op_t *op, int clip, int *act, int *sum_tid, float *lo, float *hi) {
+    *act = 0;
+    *sum_tid = -1;
+    for (int i = 0; i < op->npost; i++) {
+        const idk_post_t *q = &op->post[i];
+        if (q->kind == IDK_POST_SUM && i == 0 && q->alg <= 0 && is_tag(p, q->tensor, dnnl_f32, dnnl_nChw16c)) {
+            *sum_tid = q->tensor;
+        } else if (q->kind == IDK_POST_ELTWISE && q->alg == IDK_ELT_RELU && q->alpha == 0 && !*act) {
+            *act = 1;
+        } else if (clip && q->kind == IDK_POST_ELTWISE && q->alg == IDK_ELT_CLIP && q->alpha <= 0 && q->beta >= 0 &&
+                   !*act) {
+            *act = 2;
+            *lo = q->alpha;
+            *hi = q->beta;
+        } else {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* c_conv_step adds a step running fn (a C loop) for convolution op, reading its input and
  * writing its output on nChw16c, its bias plain (bufs[2] -1 without one) and its weights seen
  * as the nd-dimensional wd laid out with strides wst (reordered once from the plain ONNX
@@ -1245,9 +1277,7 @@ static __attribute__((target("avx512f"))) idk_status_t fn_sconv(idk_plan_t *p, i
 static idk_status_t lower_sconv(idk_plan_t *p, const idk_op_t *op) {
     const idk_tensor_t *x = T(0), *w = T(1), *o = OUT;
     const int64_t *ia = op->ia; /* 2-D: strides ia[1..2], dilations ia[3..4], pads ia[5..8], group ia[9] */
-    if (p->prec != IDK_F32 || p->tr || x->ndims != 4 || op->ni != 10 || env_off("IDK_SCONV") ||
-        !__builtin_cpu_supports("avx512f"))
-        return IDK_ERR_UNSUPPORTED;
+    if (!c_conv_applies(p, op, "IDK_SCONV")) return IDK_ERR_UNSUPPORTED;
     int64_t K = w->dims[2], S = ia[1], IC = x->dims[1], OC = o->dims[1];
     if (x->dims[0] != 1 || ia[9] != 1 || !w->cdata || (K != 1 && K != 3) || w->dims[3] != K || (S != 1 && S != 2) ||
         ia[2] != S || ia[3] != 1 || ia[4] != 1 || IC % 16 || OC % SCONV_OC || w->dims[1] != IC ||
@@ -1255,17 +1285,9 @@ static idk_status_t lower_sconv(idk_plan_t *p, const idk_op_t *op) {
         return IDK_ERR_UNSUPPORTED;
     for (int i = 5; i <= 8; i++)
         if (ia[i] != K / 2) return IDK_ERR_UNSUPPORTED;
-    if (!is_tag(p, op->in[0], dnnl_f32, dnnl_nChw16c)) return IDK_ERR_UNSUPPORTED;
-    int relu = 0, sum_tid = -1;
-    for (int i = 0; i < op->npost; i++) {
-        const idk_post_t *q = &op->post[i];
-        if (q->kind == IDK_POST_SUM && i == 0 && q->alg <= 0 && is_tag(p, q->tensor, dnnl_f32, dnnl_nChw16c))
-            sum_tid = q->tensor;
-        else if (q->kind == IDK_POST_ELTWISE && q->alg == IDK_ELT_RELU && q->alpha == 0 && !relu)
-            relu = 1;
-        else
-            return IDK_ERR_UNSUPPORTED;
-    }
+    int relu, sum_tid;
+    float lo, hi;
+    if (!c_conv_posts(p, op, 0, &relu, &sum_tid, &lo, &hi)) return IDK_ERR_UNSUPPORTED;
     /* the ONNX weights (OC, IC, K, K) seen as (OC/64, 64, IC, K, K), laid out once as
      * [OC/64][kh][kw][IC][64] */
     int64_t wd[5] = {OC / SCONV_OC, SCONV_OC, IC, K, K};
@@ -1426,42 +1448,25 @@ static __attribute__((target("avx512f"))) idk_status_t fn_pconv(idk_plan_t *p, i
 /* lower_pconv lowers a 1x1 convolution to fn_pconv (see above) where it applies: fp32 on
  * AVX-512, inference, constant weights, stride 1, no padding or groups, input (and a sum
  * post-op's summand) already on nChw16c, post-ops at most a sum then a ReLU or a clip whose
- * range holds 0, at batch 1 (PCONV_MAX_BATCH), at least 64 input channels, in a network
+ * range holds 0, at batch 1, at least 64 input channels, in a network
  * without dense kxk convolutions (MnasNet, MobileNet, EfficientNet-B0, ShuffleNet, RegNet).
  * Where it does not apply it measured level or behind oneDNN's: fewer input channels (16-48:
  * 0.9-1.3x oneDNN's time standalone, pconv.c in benchmarks/out/s13), and in ResNet-50 and
  * DenseNet-121 (level at the mean, 1-4% behind at the fastest run). IDK_PCONV=0 keeps
  * oneDNN's. Returns IDK_ERR_UNSUPPORTED, having added nothing, where it does not apply. */
-#define PCONV_MAX_BATCH 1
 static idk_status_t lower_pconv(idk_plan_t *p, const idk_op_t *op) {
     const idk_tensor_t *x = T(0), *w = T(1), *o = OUT;
     const int64_t *ia = op->ia; /* 2-D: strides ia[1..2], dilations ia[3..4], pads ia[5..8], group ia[9] */
-    if (p->prec != IDK_F32 || p->tr || x->ndims != 4 || op->ni != 10 || env_off("IDK_PCONV") ||
-        !__builtin_cpu_supports("avx512f"))
-        return IDK_ERR_UNSUPPORTED;
+    if (!c_conv_applies(p, op, "IDK_PCONV")) return IDK_ERR_UNSUPPORTED;
     int64_t IC = x->dims[1], OC = o->dims[1], N = x->dims[0], hw = o->dims[2] * o->dims[3];
-    if (N > PCONV_MAX_BATCH || ia[9] != 1 || !w->cdata || w->dims[2] != 1 || w->dims[3] != 1 || w->dims[1] != IC ||
+    if (N != 1 || ia[9] != 1 || !w->cdata || w->dims[2] != 1 || w->dims[3] != 1 || w->dims[1] != IC ||
         ia[1] != 1 || ia[2] != 1 || o->dims[2] != x->dims[2] || o->dims[3] != x->dims[3])
         return IDK_ERR_UNSUPPORTED;
     for (int i = 5; i <= 8; i++)
         if (ia[i] != 0) return IDK_ERR_UNSUPPORTED;
-    if (IC < 64 || p->dense_kxk) return IDK_ERR_UNSUPPORTED;
-    if (!is_tag(p, op->in[0], dnnl_f32, dnnl_nChw16c)) return IDK_ERR_UNSUPPORTED;
-    int act = 0, sum_tid = -1;
+    int act, sum_tid;
     float lo = 0, hi = 0;
-    for (int i = 0; i < op->npost; i++) {
-        const idk_post_t *q = &op->post[i];
-        if (q->kind == IDK_POST_SUM && i == 0 && q->alg <= 0 && is_tag(p, q->tensor, dnnl_f32, dnnl_nChw16c))
-            sum_tid = q->tensor;
-        else if (q->kind == IDK_POST_ELTWISE && q->alg == IDK_ELT_RELU && q->alpha == 0 && !act)
-            act = 1;
-        else if (q->kind == IDK_POST_ELTWISE && q->alg == IDK_ELT_CLIP && q->alpha <= 0 && q->beta >= 0 && !act) {
-            act = 2;
-            lo = q->alpha;
-            hi = q->beta;
-        } else
-            return IDK_ERR_UNSUPPORTED;
-    }
+    if (IC < 64 || p->dense_kxk || !c_conv_posts(p, op, 1, &act, &sum_tid, &lo, &hi)) return IDK_ERR_UNSUPPORTED;
     int64_t ib = (IC + 15) / 16, ob = (OC + 15) / 16, np = (ob + 3) / 4;
     /* the panels and the bias, zero past the last channels */
     size_t nw = (size_t)(ob * ib * 256 + ob * 16);
