@@ -1449,11 +1449,11 @@ static __attribute__((target("avx512f"))) idk_status_t fn_pconv(idk_plan_t *p, i
  * AVX-512, inference, constant weights, stride 1, no padding or groups, input (and a sum
  * post-op's summand) already on nChw16c, post-ops at most a sum then a ReLU or a clip whose
  * range holds 0, at batch 1, at least 64 input channels, in a network
- * without dense kxk convolutions (MnasNet, MobileNet, EfficientNet-B0, ShuffleNet, RegNet).
- * Where it does not apply it measured level or behind oneDNN's: fewer input channels (16-48:
- * 0.9-1.3x oneDNN's time standalone, pconv.c in benchmarks/out/s13), and in ResNet-50 and
- * DenseNet-121 (level at the mean, 1-4% behind at the fastest run). IDK_PCONV=0 keeps
- * oneDNN's. Returns IDK_ERR_UNSUPPORTED, having added nothing, where it does not apply. */
+ * with depthwise convolutions and no dense kxk ones (MnasNet, MobileNet, EfficientNet-B0,
+ * ShuffleNet). Where it does not apply it measured level or behind oneDNN's: fewer input
+ * channels (16-48: 0.9-1.3x oneDNN's time standalone, pconv.c in benchmarks/out/s13), and in
+ * ResNet-50, DenseNet-121 and ResNeXt-50 (level or better at the mean, 1-5% behind at the
+ * fastest run). IDK_PCONV=0 keeps oneDNN's. Returns IDK_ERR_UNSUPPORTED, having added nothing, where it does not apply. */
 static idk_status_t lower_pconv(idk_plan_t *p, const idk_op_t *op) {
     const idk_tensor_t *x = T(0), *w = T(1), *o = OUT;
     const int64_t *ia = op->ia; /* 2-D: strides ia[1..2], dilations ia[3..4], pads ia[5..8], group ia[9] */
@@ -1466,7 +1466,8 @@ static idk_status_t lower_pconv(idk_plan_t *p, const idk_op_t *op) {
         if (ia[i] != 0) return IDK_ERR_UNSUPPORTED;
     int act, sum_tid;
     float lo = 0, hi = 0;
-    if (IC < 64 || p->dense_kxk || !c_conv_posts(p, op, 1, &act, &sum_tid, &lo, &hi)) return IDK_ERR_UNSUPPORTED;
+    if (IC < 64 || p->dense_kxk || !p->depthwise || !c_conv_posts(p, op, 1, &act, &sum_tid, &lo, &hi))
+        return IDK_ERR_UNSUPPORTED;
     int64_t ib = (IC + 15) / 16, ob = (OC + 15) / 16, np = (ob + 3) / 4;
     /* the panels and the bias, zero past the last channels */
     size_t nw = (size_t)(ob * ib * 256 + ob * 16);
