@@ -1445,6 +1445,14 @@ static __attribute__((target("avx512f"))) idk_status_t fn_pconv(idk_plan_t *p, i
     return IDK_OK;
 }
 
+/* pconv_network: plan p is one whose 1x1 convolutions lower_pconv takes (those from 64
+ * input channels up, with nChw16c inputs): fp32 inference on AVX-512 in a network with
+ * depthwise convolutions and no dense kxk ones, IDK_PCONV not 0. */
+static int pconv_network(const idk_plan_t *p) {
+    return p->prec == IDK_F32 && !p->tr && p->depthwise && !p->dense_kxk && !env_off("IDK_PCONV") &&
+           __builtin_cpu_supports("avx512f");
+}
+
 /* lower_pconv lowers a 1x1 convolution to fn_pconv (see above) where it applies: fp32 on
  * AVX-512, inference, constant weights, stride 1, no padding or groups, input (and a sum
  * post-op's summand) already on nChw16c, post-ops at most a sum then a ReLU or a clip whose
@@ -1466,8 +1474,7 @@ static idk_status_t lower_pconv(idk_plan_t *p, const idk_op_t *op) {
         if (ia[i] != 0) return IDK_ERR_UNSUPPORTED;
     int act, sum_tid;
     float lo = 0, hi = 0;
-    if (IC < 64 || p->dense_kxk || !p->depthwise || !c_conv_posts(p, op, 1, &act, &sum_tid, &lo, &hi))
-        return IDK_ERR_UNSUPPORTED;
+    if (IC < 64 || !pconv_network(p) || !c_conv_posts(p, op, 1, &act, &sum_tid, &lo, &hi)) return IDK_ERR_UNSUPPORTED;
     int64_t ib = (IC + 15) / 16, ob = (OC + 15) / 16, np = (ob + 3) / 4;
     /* the panels and the bias, zero past the last channels */
     size_t nw = (size_t)(ob * ib * 256 + ob * 16);
@@ -1548,7 +1555,13 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
      *   one takes 0.31-0.34 (MnasNet on one thread; per-layer minimum with DNNL_VERBOSE,
      *   sum over layers on one / two threads: MnasNet 6.43 -> 6.07 / 3.55 -> 3.42 ms,
      *   MobileNetV2 6.53 -> 5.79 / 4.59 -> 4.13, EfficientNet-B0 12.7 -> 11.3 / 6.70 -> 6.66,
-     *   ShuffleNetV2 4.76 -> 4.69 on one). IDK_DW_NHWC_MAX (output pixels) overrides.
+     *   ShuffleNetV2 4.76 -> 4.69 on one). Not where fn_pconv takes the 1x1 convolutions
+     *   around them (pconv_network) and the depthwise one has at most a ReLU or clip after
+     *   (MnasNet, MobileNetV2, ShuffleNet; EfficientNet-B0's SiLU and MobileNetV3's hardswish
+     *   1x1 convolutions stay oneDNN's): there the 7x7 stage stays on nChw16c with fn_pconv
+     *   (TestEnvAB against IDK_DW_NHWC_MAX=49, mean: MnasNet 4.52 -> 4.18 and 4.13 -> 3.99 ms,
+     *   MobileNetV2 4.15 -> 3.99, ShuffleNetV2 3.73 -> 3.52; EfficientNet-B0 and MobileNetV3
+     *   level). IDK_DW_NHWC_MAX (output pixels) overrides.
      *   Past the Winograd stages of a network with dense kxk convolutions (outputs under
      *   wino_min_pixels: 28x28 at batch 1 in networks with depthwise convolutions, 4x4 at
      *   batch >= 2) a depthwise one reading an nhwc tensor stays on nhwc (brdgmm): there the
@@ -1620,7 +1633,9 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
         if (g > 1) {
             /* depthwise: nChw16c (jit_dw), except small outputs (see the layout comment) */
             const char *dm = getenv("IDK_DW_NHWC_MAX");
-            int64_t dwmax = dm ? atoll(dm) : 49;
+            int act, sum_tid;
+            float lo, hi;
+            int64_t dwmax = dm ? atoll(dm) : pconv_network(p) && c_conv_posts(p, op, 1, &act, &sum_tid, &lo, &hi) ? 0 : 49;
             blocked = w->dims[1] == 1 && o->dims[0] * o->dims[2] * o->dims[3] > dwmax &&
                       !(p->dense_kxk && o->dims[2] * o->dims[3] < minsp && !env_off("IDK_DW_FOLLOW") &&
                         is_nhwc(p, op->in[0], dt));
