@@ -1461,11 +1461,12 @@ static int pconv_network(const idk_plan_t *p) {
  * ShuffleNet). Where it does not apply it measured level or behind oneDNN's: fewer input
  * channels (16-48: 0.9-1.3x oneDNN's time standalone, pconv.c in benchmarks/out/s13), and in
  * ResNet-50, DenseNet-121 and ResNeXt-50 (level or better at the mean, 1-5% behind at the
- * fastest run). IDK_PCONV=0 keeps oneDNN's. Returns IDK_ERR_UNSUPPORTED, having added nothing, where it does not apply. */
+ * fastest run). IDK_PCONV=0 keeps oneDNN's. Returns IDK_ERR_UNSUPPORTED, having added
+ * nothing, where it does not apply. */
 static idk_status_t lower_pconv(idk_plan_t *p, const idk_op_t *op) {
     const idk_tensor_t *x = T(0), *w = T(1), *o = OUT;
     const int64_t *ia = op->ia; /* 2-D: strides ia[1..2], dilations ia[3..4], pads ia[5..8], group ia[9] */
-    if (!c_conv_applies(p, op, "IDK_PCONV")) return IDK_ERR_UNSUPPORTED;
+    if (!pconv_network(p) || !c_conv_applies(p, op, "IDK_PCONV")) return IDK_ERR_UNSUPPORTED;
     int64_t IC = x->dims[1], OC = o->dims[1], N = x->dims[0], hw = o->dims[2] * o->dims[3];
     if (N != 1 || ia[9] != 1 || !w->cdata || w->dims[2] != 1 || w->dims[3] != 1 || w->dims[1] != IC ||
         ia[1] != 1 || ia[2] != 1 || o->dims[2] != x->dims[2] || o->dims[3] != x->dims[3])
@@ -1474,7 +1475,7 @@ static idk_status_t lower_pconv(idk_plan_t *p, const idk_op_t *op) {
         if (ia[i] != 0) return IDK_ERR_UNSUPPORTED;
     int act, sum_tid;
     float lo = 0, hi = 0;
-    if (IC < 64 || !pconv_network(p) || !c_conv_posts(p, op, 1, &act, &sum_tid, &lo, &hi)) return IDK_ERR_UNSUPPORTED;
+    if (IC < 64 || !c_conv_posts(p, op, 1, &act, &sum_tid, &lo, &hi)) return IDK_ERR_UNSUPPORTED;
     int64_t ib = (IC + 15) / 16, ob = (OC + 15) / 16, np = (ob + 3) / 4;
     /* the panels and the bias, zero past the last channels */
     size_t nw = (size_t)(ob * ib * 256 + ob * 16);
@@ -1635,7 +1636,8 @@ static idk_status_t lower_conv(idk_plan_t *p, const idk_op_t *op) {
             const char *dm = getenv("IDK_DW_NHWC_MAX");
             int act, sum_tid;
             float lo, hi;
-            int64_t dwmax = dm ? atoll(dm) : pconv_network(p) && c_conv_posts(p, op, 1, &act, &sum_tid, &lo, &hi) ? 0 : 49;
+            int pconv_around = pconv_network(p) && c_conv_posts(p, op, 1, &act, &sum_tid, &lo, &hi);
+            int64_t dwmax = dm ? atoll(dm) : pconv_around ? 0 : 49;
             blocked = w->dims[1] == 1 && o->dims[0] * o->dims[2] * o->dims[3] > dwmax &&
                       !(p->dense_kxk && o->dims[2] * o->dims[3] < minsp && !env_off("IDK_DW_FOLLOW") &&
                         is_nhwc(p, op->in[0], dt));

@@ -1,5 +1,5 @@
-/* standalone: 1x1 conv, batch 1, nChw16c, own kernel (pieces claimed from both ends) vs oneDNN.
- * gcc -O3 -march=native -fopenmp -o pconv pconv.c -ldnnl; ./pconv IC OC H ROUNDS (env DYN, SUM, NCOPY, CHUNK) */
+/* standalone: 1x1 conv, batch 1, own kernel (pieces claimed from both ends) vs oneDNN, on nChw16c or (NHWC=1) nhwc.
+ * gcc -O3 -march=native -fopenmp -o pconv pconv.c -ldnnl; ./pconv IC OC H ROUNDS (env NHWC, DYN, SUM, NCOPY, CHUNK) */
 #define _GNU_SOURCE
 #include <immintrin.h>
 #include <omp.h>
@@ -14,7 +14,7 @@ static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);retu
 /* tile: P pixels x J blocks of 16 output channels. x: input at tile's first pixel of block 0 (xs floats
  * between ic blocks); w: panel [ICB*16][J*16]; y: output at the tile's first pixel of its first block */
 static inline __attribute__((always_inline)) void tile(const float *x, int64_t xs, int64_t icb, const float *w,
-    const float *bias, float *y, int64_t ys, const int J, const int P, int sum, int relu) {
+    const float *bias, float *y, int64_t ys, const int J, const int P, int sum, int relu, int64_t xps, int64_t yps) {
     __m512 acc[28][4];
     for (int j = 0; j < J; j++) { __m512 b = _mm512_loadu_ps(bias + 16 * j); for (int p = 0; p < P; p++) acc[p][j] = b; }
     for (int64_t cb = 0; cb < icb; cb++) {
@@ -25,7 +25,7 @@ static inline __attribute__((always_inline)) void tile(const float *x, int64_t x
             for (int j = 0; j < J; j++) wv[j] = _mm512_loadu_ps(wb + l * J * 16 + 16 * j);
 #pragma GCC unroll 28
             for (int p = 0; p < P; p++) {
-                __m512 b = _mm512_set1_ps(xb[p * 16 + l]);
+                __m512 b = _mm512_set1_ps(xb[p * xps + l]);
                 for (int j = 0; j < J; j++) acc[p][j] = _mm512_fmadd_ps(b, wv[j], acc[p][j]);
             }
         }
@@ -33,14 +33,14 @@ static inline __attribute__((always_inline)) void tile(const float *x, int64_t x
     for (int j = 0; j < J; j++)
         for (int p = 0; p < P; p++) {
             __m512 v = acc[p][j];
-            if (sum) v = _mm512_add_ps(v, _mm512_loadu_ps(y + j * ys + p * 16));
+            if (sum) v = _mm512_add_ps(v, _mm512_loadu_ps(y + j * ys + p * yps));
             if (relu) v = _mm512_max_ps(v, _mm512_setzero_ps());
-            _mm512_storeu_ps(y + j * ys + p * 16, v);
+            _mm512_storeu_ps(y + j * ys + p * yps, v);
         }
 }
 
-typedef void (*tile_fn)(const float *, int64_t, int64_t, const float *, const float *, float *, int64_t, int, int);
-#define TILE(J, P) static void tile_##J##_##P(const float *x, int64_t xs, int64_t icb, const float *w, const float *bias, float *y, int64_t ys, int sum, int relu) { tile(x, xs, icb, w, bias, y, ys, J, P, sum, relu); }
+typedef void (*tile_fn)(const float *, int64_t, int64_t, const float *, const float *, float *, int64_t, int, int, int64_t, int64_t);
+#define TILE(J, P) static void tile_##J##_##P(const float *x, int64_t xs, int64_t icb, const float *w, const float *bias, float *y, int64_t ys, int sum, int relu, int64_t xps, int64_t yps) { tile(x, xs, icb, w, bias, y, ys, J, P, sum, relu, xps, yps); }
 TILE(4,1)
 TILE(4,2)
 TILE(4,3)
@@ -91,7 +91,7 @@ static const tile_fn TJ1[17] = {0,tile_1_1,tile_1_2,tile_1_3,tile_1_4,tile_1_5,t
 static const tile_fn *TJ[5] = {0, TJ1, TJ2, TJ3, TJ4};
 static const int PJ[5] = {0, 16, 12, 8, 7};
 
-static int64_t HW, ICB, OCB, NP; /* pixels, in blocks, out blocks, panels */
+static int64_t HW, ICB, OCB, NP; static int NH; /* pixels, in blocks, out blocks, panels */
 static int pj[4096]; static int64_t poff[4096], pob[4096];
 static void panels(void) {
     NP = (OCB + 3) / 4; int64_t off = 0, ob = 0;
@@ -120,7 +120,8 @@ static void own(const float *x, const float *w, const float *bias, float *y, int
             const float *wp = w + poff[pn];
             for (int64_t p = p0; p < p1; p += P) {
                 int pp = p + P <= p1 ? P : (int)(p1 - p);
-                TJ[J][pp](x + p * 16, HW * 16, ICB, wp, bias + pob[pn] * 16, y + pob[pn] * HW * 16 + p * 16, HW * 16, sum, 1);
+                if (NH) TJ[J][pp](x + p * ICB * 16, 16, ICB, wp, bias + pob[pn] * 16, y + pob[pn] * 16 + p * OCB * 16, 16, sum, 1, ICB * 16, OCB * 16);
+                else TJ[J][pp](x + p * 16, HW * 16, ICB, wp, bias + pob[pn] * 16, y + pob[pn] * HW * 16 + p * 16, HW * 16, sum, 1, 16, 16);
             }
         }
     done:;
@@ -131,13 +132,13 @@ int main(int argc, char **argv) {
     int64_t IC = atoll(argv[1]), OC = atoll(argv[2]), H = atoll(argv[3]); int rounds = atoi(argv[4]);
     int sum = getenv("SUM") ? atoi(getenv("SUM")) : 0, dyn = getenv("DYN") ? atoi(getenv("DYN")) : 1;
     int ncopy = getenv("NCOPY") ? atoi(getenv("NCOPY")) : 4;
-    HW = H * H; ICB = (IC + 15) / 16; OCB = (OC + 15) / 16; panels();
+    NH = getenv("NHWC") != 0; HW = H * H; ICB = (IC + 15) / 16; OCB = (OC + 15) / 16; panels();
     double fl1 = 2.0 * IC * OC * HW;
     int64_t chunk = getenv("CHUNK") ? atoll(getenv("CHUNK")) : (int64_t)(600e3 / (2.0 * ICB * 16 * 64));
     { int P = PJ[pj[0]]; if (chunk < P) chunk = P; chunk = chunk / P * P; }
     dnnl_engine_t eng; dnnl_stream_t st; CK(dnnl_engine_create(&eng, dnnl_cpu, 0)); CK(dnnl_stream_create(&st, eng, dnnl_stream_default_flags));
     dnnl_memory_desc_t smd, wmd, bmd, dmd, wplain; dnnl_dims_t sd = {1, IC, H, H}, wd = {OC, IC, 1, 1}, bd = {OC}, dd = {1, OC, H, H};
-    CK(dnnl_memory_desc_init_by_tag(&smd, 4, sd, dnnl_f32, dnnl_nChw16c)); CK(dnnl_memory_desc_init_by_tag(&dmd, 4, dd, dnnl_f32, dnnl_nChw16c));
+    dnnl_format_tag_t ft = NH ? dnnl_nhwc : dnnl_nChw16c; CK(dnnl_memory_desc_init_by_tag(&smd, 4, sd, dnnl_f32, ft)); CK(dnnl_memory_desc_init_by_tag(&dmd, 4, dd, dnnl_f32, ft));
     CK(dnnl_memory_desc_init_by_tag(&wmd, 4, wd, dnnl_f32, dnnl_format_tag_any)); CK(dnnl_memory_desc_init_by_tag(&wplain, 4, wd, dnnl_f32, dnnl_oihw));
     CK(dnnl_memory_desc_init_by_tag(&bmd, 1, bd, dnnl_f32, dnnl_a));
     dnnl_dims_t one = {1, 1}, zero = {0, 0}; dnnl_convolution_desc_t cd;
@@ -160,7 +161,7 @@ int main(int argc, char **argv) {
     for (int c = 0; c < ncopy; c++) {
         CK(dnnl_memory_create(&sm[c], &smd, eng, DNNL_MEMORY_ALLOCATE));
         float *q; dnnl_memory_get_data_handle(sm[c], (void **)&q); memset(q, 0, ssz);
-        for (int64_t ch = 0; ch < IC; ch++) for (int64_t p = 0; p < HW; p++) q[(ch / 16) * HW * 16 + p * 16 + ch % 16] = rand() / (float)RAND_MAX - 0.5f;
+        for (int64_t ch = 0; ch < IC; ch++) for (int64_t p = 0; p < HW; p++) q[NH ? p * IC + ch : (ch / 16) * HW * 16 + p * 16 + ch % 16] = rand() / (float)RAND_MAX - 0.5f;
         CK(dnnl_memory_create(&wm[c], pw, eng, DNNL_MEMORY_ALLOCATE));
         CK(dnnl_memory_create(&dm[c], &dmd, eng, DNNL_MEMORY_ALLOCATE));
         dnnl_primitive_desc_t rpd; dnnl_primitive_t r; CK(dnnl_reorder_primitive_desc_create(&rpd, &wplain, eng, pw, eng, NULL)); CK(dnnl_primitive_create(&r, rpd));
